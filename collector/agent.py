@@ -1,0 +1,432 @@
+"""The per-node collector agent: tails the Reporter's spool files and ships them to the broker.
+
+Why it works this way:
+
+* It reads **complete lines only**. A Reporter appends whole lines, but a reader can catch a
+  write half done; a trailing line without ``\\n`` is left for the next look.
+* It keeps two positions per spool file: how far it has *read* into the batch being built, and
+  how far is *committed* (shipped). Committed offsets move only after the broker took the batch
+  (publisher confirms on AMQP; on Redis the push has returned), and they are saved atomically,
+  so a crash or an outage re-ships at worst the last batch — never loses one. Events carry ids
+  and the worker counts a repeated id once (ETT_SPEC §2), so at-least-once is enough.
+* It publishes by task *name* (``ett.ingest_batch``) through a bare Celery app: the node needs
+  neither Django nor the web code, and JSON is the only serializer.
+* It does not validate events: the worker does, and keeps rejected ones aside with a reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from collector.config import AgentConfig
+
+log = logging.getLogger("ett.collector")
+
+TASK_NAME = "ett.ingest_batch"
+STATE_VERSION = 1
+SPOOL_GLOB = "*.jsonl"
+
+
+# --------------------------------------------------------------------------- state
+@dataclass
+class FileCursor:
+    """A position in one spool file; the inode tells a replaced file from an appended one."""
+
+    offset: int
+    inode: int
+
+
+@dataclass
+class ShipState:
+    """What has been shipped: committed offsets per spool file and running totals."""
+
+    files: dict[str, FileCursor] = field(default_factory=dict)
+    lines: int = 0
+    batches: int = 0
+    bytes: int = 0
+
+    @classmethod
+    def load(cls, path: Path) -> ShipState:
+        """Read the state file; a missing one is a fresh start.
+
+        A corrupt one (written by something else: our writes are atomic) is moved aside and
+        shipping starts over — re-shipped events are the same ids, which the worker counts once.
+        """
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            return cls._from_json(raw)
+        except FileNotFoundError:
+            return cls()
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            aside = path.with_name(path.name + ".corrupt")
+            with contextlib.suppress(OSError):
+                os.replace(path, aside)
+            log.error("state file %s is unreadable (%s); moved to %s, re-shipping from the start",
+                      path, exc, aside)
+            return cls()
+
+    @classmethod
+    def _from_json(cls, raw: dict[str, Any]) -> ShipState:
+        if raw.get("version") != STATE_VERSION:
+            raise ValueError(f"unknown state version {raw.get('version')!r}")
+        files = {name: FileCursor(int(cur["offset"]), int(cur["inode"]))
+                 for name, cur in raw["files"].items()}
+        totals = raw.get("totals", {})
+        return cls(files, int(totals.get("lines", 0)), int(totals.get("batches", 0)),
+                   int(totals.get("bytes", 0)))
+
+    def save(self, path: Path) -> None:
+        """Write atomically (tmp + fsync + rename + directory fsync): a crash at any moment
+        leaves either the old state or the new one, never a torn file."""
+        doc = {
+            "version": STATE_VERSION,
+            "files": {name: {"offset": cur.offset, "inode": cur.inode}
+                      for name, cur in sorted(self.files.items())},
+            "totals": {"lines": self.lines, "batches": self.batches, "bytes": self.bytes},
+            "updated": time.time(),
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
+        with open(tmp, "w", encoding="utf-8") as out:
+            json.dump(doc, out, indent=1)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename durable; some filesystems refuse to fsync a directory, which is fine."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------- batches
+@dataclass
+class Batch:
+    """Lines on their way to the broker and, per file, the offset just past the last one."""
+
+    lines: list[str] = field(default_factory=list)
+    ends: dict[str, FileCursor] = field(default_factory=dict)
+    nbytes: int = 0
+    opened_at: float | None = None  # monotonic time of the first line
+
+    def fits(self, size: int, max_lines: int, max_bytes: int) -> bool:
+        """Whether one more line of ``size`` bytes may join; an empty batch takes any line,
+        so a line longer than ``max_bytes`` ships alone instead of blocking its file."""
+        if not self.lines:
+            return True
+        return len(self.lines) < max_lines and self.nbytes + size <= max_bytes
+
+    def add(self, text: str, size: int) -> None:
+        if self.opened_at is None:
+            self.opened_at = time.monotonic()
+        self.lines.append(text)
+        self.nbytes += size
+
+    def is_full(self, max_lines: int, max_bytes: int) -> bool:
+        return len(self.lines) >= max_lines or self.nbytes >= max_bytes
+
+    def age(self) -> float:
+        return 0.0 if self.opened_at is None else time.monotonic() - self.opened_at
+
+
+# --------------------------------------------------------------------------- tailing
+class SpoolTailer:
+    """Finds the spool files and reads complete lines beyond each file's read position."""
+
+    def __init__(self, spool_dir: Path, state: ShipState) -> None:
+        self.spool_dir = spool_dir
+        self.state = state
+        self.read: dict[str, FileCursor] = {
+            name: FileCursor(cur.offset, cur.inode) for name, cur in state.files.items()}
+
+    def scan(self) -> list[str]:
+        """The spool files now present, in name order; forgets deleted ones and restarts a
+        file that was replaced (new inode) or truncated below its offset."""
+        present: dict[str, os.stat_result] = {}
+        with contextlib.suppress(FileNotFoundError):
+            for path in self.spool_dir.glob(SPOOL_GLOB):
+                with contextlib.suppress(FileNotFoundError):
+                    st = path.stat()
+                    if path.is_file():
+                        present[path.name] = st
+        for name in list(self.state.files):
+            if name not in present:
+                del self.state.files[name]
+                self.read.pop(name, None)
+        for name, st in present.items():
+            self._check_identity(name, st)
+        return sorted(present)
+
+    def _check_identity(self, name: str, st: os.stat_result) -> None:
+        committed = self.state.files.get(name)
+        if committed is None:
+            self.state.files[name] = FileCursor(0, st.st_ino)
+        elif committed.inode != st.st_ino or st.st_size < committed.offset:
+            log.warning("spool file %s was replaced or truncated; shipping it from the start",
+                        name)
+            self.state.files[name] = FileCursor(0, st.st_ino)
+            self.read.pop(name, None)
+        if name not in self.read:
+            cur = self.state.files[name]
+            self.read[name] = FileCursor(cur.offset, cur.inode)
+
+    def fill(self, batch: Batch, max_lines: int, max_bytes: int) -> None:
+        """Add complete lines to ``batch`` until it is full or nothing complete is left."""
+        for name in self.scan():
+            if batch.is_full(max_lines, max_bytes):
+                return
+            self._fill_from(name, batch, max_lines, max_bytes)
+
+    def _fill_from(self, name: str, batch: Batch, max_lines: int, max_bytes: int) -> None:
+        cursor = self.read[name]
+        for end, raw in self._complete_lines(name, cursor.offset):
+            text = raw.rstrip(b"\r\n").decode("utf-8", errors="replace")
+            if text.strip():  # blank lines are skipped, but their offset still advances
+                if not batch.fits(len(raw), max_lines, max_bytes):
+                    return
+                batch.add(text, len(raw))
+            cursor.offset = end
+            batch.ends[name] = FileCursor(end, cursor.inode)
+            if batch.is_full(max_lines, max_bytes):
+                return
+
+    def _complete_lines(self, name: str, offset: int) -> Iterator[tuple[int, bytes]]:
+        """(offset after the line, the line) for each line that already ends in ``\\n``."""
+        try:
+            spool = open(self.spool_dir / name, "rb")  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            return
+        with spool:
+            spool.seek(offset)
+            while True:
+                raw = spool.readline()
+                if not raw.endswith(b"\n"):
+                    return  # end of file, or a line still being written: wait for it
+                offset += len(raw)
+                yield offset, raw
+
+    def commit(self, batch: Batch) -> None:
+        """The batch is shipped: its end offsets become the committed ones."""
+        for name, end in batch.ends.items():
+            self.state.files[name] = FileCursor(end.offset, end.inode)
+
+    def backlog_bytes(self) -> int:
+        """Bytes present in spool files beyond the committed offsets (shipped or not yet)."""
+        total = 0
+        for name, cur in self.state.files.items():
+            with contextlib.suppress(FileNotFoundError):
+                total += max(0, (self.spool_dir / name).stat().st_size - cur.offset)
+        return total
+
+
+# --------------------------------------------------------------------------- publishing
+class Publisher(Protocol):
+    def publish(self, lines: list[str]) -> None: ...
+    def reset(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class CeleryPublisher:
+    """Sends batches as the Celery task ``ett.ingest_batch`` by name, JSON only.
+
+    It dials its own kombu connection rather than the app's pool: Celery lets an exported
+    CELERY_BROKER_URL override the app's broker, and the agent must use the URL it was given
+    (``--broker`` wins over the environment). Celery's publish retry is off and kombu
+    connects once per try (``max_retries: 0``): the agent owns the retry loop, so a stop
+    request is honoured between tries and the backoff is ours to log.
+    """
+
+    def __init__(self, config: AgentConfig) -> None:
+        import celery  # deferred: ``--help`` and config errors answer without loading Celery
+
+        self.config = config
+        self.app = celery.Celery("ett-collector", set_as_current=False)
+        self.app.conf.update(task_serializer="json", accept_content=["json"])
+        self.connection = self._connect()
+
+    def _connect(self) -> Any:
+        from kombu import Connection
+
+        return Connection(self.config.broker_url,
+                          connect_timeout=self.config.publish_timeout_s,
+                          transport_options=transport_options(self.config))
+
+    def publish(self, lines: list[str]) -> None:
+        """Return only once the broker has the batch; raise on any broker error."""
+        timeout = self.config.publish_timeout_s
+        self.app.send_task(TASK_NAME, args=[lines, self.config.source],
+                           queue=self.config.queue, connection=self.connection, retry=False,
+                           serializer="json", timeout=timeout, confirm_timeout=timeout)
+
+    def reset(self) -> None:
+        """After an error, drop the connection: the next try dials the broker afresh."""
+        self.close()
+        self.connection = self._connect()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.connection.close()
+
+
+def transport_options(config: AgentConfig) -> dict[str, Any]:
+    """Broker transport options: confirms on AMQP, bounded socket waits everywhere."""
+    options: dict[str, Any] = {"max_retries": 0}
+    if config.is_amqp:
+        options["confirm_publish"] = True
+    else:
+        options["socket_connect_timeout"] = config.publish_timeout_s
+        options["socket_timeout"] = config.publish_timeout_s
+    return options
+
+
+# --------------------------------------------------------------------------- the agent
+class Agent:
+    """Ships one spool directory; :meth:`run` returns the process exit status."""
+
+    def __init__(self, config: AgentConfig, publisher: Publisher | None = None,
+                 stop: threading.Event | None = None) -> None:
+        self.config = config
+        self.stop_event = stop or threading.Event()
+        self.state = ShipState.load(config.state_file)
+        self.tailer = SpoolTailer(config.spool_dir, self.state)
+        self.publisher = publisher or CeleryPublisher(config)
+        self._shipped_since_log = 0
+        self._last_log = time.monotonic()
+
+    def stop(self) -> None:
+        """Ask the agent to finish: the batch in hand is shipped once more, then it exits."""
+        self.stop_event.set()
+
+    def run(self) -> int:
+        """Follow the spool (or drain it once) until stopped; commit and return 0.
+
+        With ``--once``, a stop that came while lines were still in hand returns 1: the caller
+        asked for everything and may not have got it.
+        """
+        log.info("shipping %s to %s queue %r as %r", self.config.spool_dir,
+                 _redact(self.config.broker_url), self.config.queue, self.config.source)
+        try:
+            drained = self._loop()
+        finally:
+            self._save()
+            self.publisher.close()
+            self._log_progress(force=True)
+        return 0 if drained or not self.config.once else 1
+
+    def _loop(self) -> bool:
+        cfg = self.config
+        batch = Batch()
+        while True:
+            stopping = self.stop_event.is_set()
+            self.tailer.fill(batch, cfg.batch_lines, cfg.batch_bytes)
+            full = batch.is_full(cfg.batch_lines, cfg.batch_bytes)
+            if batch.ends and (full or cfg.once or stopping or batch.age() >= cfg.batch_wait_s):
+                if not self._ship(batch, retry=not stopping):
+                    return False
+                if stopping:  # a stop ships the batch in hand, not the whole backlog
+                    return not cfg.once
+                batch = Batch()
+                continue  # more may be waiting: look again at once
+            if stopping:
+                return True
+            if cfg.once:
+                return True
+            self._log_progress()
+            self.stop_event.wait(self._idle_wait(batch))
+
+    def _idle_wait(self, batch: Batch) -> float:
+        """Sleep a poll interval, but wake in time for a waiting batch's deadline."""
+        if not batch.lines:
+            return self.config.poll_interval_s
+        return max(0.0, min(self.config.poll_interval_s,
+                            self.config.batch_wait_s - batch.age()))
+
+    def _ship(self, batch: Batch, *, retry: bool) -> bool:
+        """Publish (retrying with backoff while not stopped), then commit; False if not sent."""
+        if batch.lines and not self._publish_with_retry(batch.lines, retry=retry):
+            return False
+        self.tailer.commit(batch)
+        self.state.lines += len(batch.lines)
+        self.state.bytes += batch.nbytes
+        self.state.batches += 1 if batch.lines else 0
+        self._save()
+        self._shipped_since_log += len(batch.lines)
+        log.debug("shipped %d lines (%d bytes)", len(batch.lines), batch.nbytes)
+        return True
+
+    def _publish_with_retry(self, lines: list[str], *, retry: bool) -> bool:
+        delay = self.config.retry_initial_s
+        failures = 0
+        while True:
+            try:
+                self.publisher.publish(lines)
+            except Exception as exc:  # any broker failure (connection, auth, nack) is retried
+                failures += 1
+                self.publisher.reset()
+                if not retry or self.stop_event.is_set():
+                    log.warning("broker error (%s: %s); stopping with %d lines unshipped",
+                                type(exc).__name__, exc, len(lines))
+                    return False
+                wait = backoff(delay)
+                log.warning("broker error (%s: %s); try %d failed, retrying in %.1fs",
+                            type(exc).__name__, exc, failures, wait)
+                if self.stop_event.wait(wait):
+                    return self._publish_with_retry(lines, retry=False)
+                delay = min(delay * 2, self.config.retry_max_s)
+                continue
+            if failures:
+                log.info("broker reachable again after %d failed tries", failures)
+            return True
+
+    def _save(self) -> None:
+        try:
+            self.state.save(self.config.state_file)
+        except OSError as exc:  # a full disk must not stop shipping; offsets lag, no loss
+            log.error("cannot save state %s: %s", self.config.state_file, exc)
+
+    def _log_progress(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_log < self.config.stats_interval_s:
+            return
+        self._last_log = now
+        log.info("shipped %d events (total %d in %d batches); backlog %d bytes in %d files",
+                 self._shipped_since_log, self.state.lines, self.state.batches,
+                 self.tailer.backlog_bytes(), len(self.state.files))
+        self._shipped_since_log = 0
+
+
+def backoff(delay: float) -> float:
+    """Equal jitter: between half and all of ``delay``, so many nodes that lost the same
+    broker do not all come back in the same instant."""
+    return delay / 2 + random.uniform(0, delay / 2)
+
+
+def _redact(url: str) -> str:
+    """The broker URL without its password, for logs."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))

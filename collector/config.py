@@ -1,0 +1,264 @@
+"""Settings of the collector agent: command-line flags, each with an environment fallback.
+
+Why a module of its own: an agent that starts with a bad setting should stop at once with one
+line that names the setting, before it touches the spool or the broker. Everything here is
+pure parsing (no Celery import), so ``--help`` and bad settings answer instantly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import socket
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn, TypeVar
+from urllib.parse import urlsplit
+
+from collector.reporter import DEFAULT_SPOOL_DIR
+
+T = TypeVar("T")
+
+PROG = "ett-collector"
+STATE_FILE_NAME = ".collector-state.json"
+#: Celery's default queue; a worker started with ``celery worker`` and no ``-Q`` consumes it.
+DEFAULT_QUEUE = "celery"
+NETWORK_SCHEMES = frozenset({"redis", "rediss", "amqp", "amqps", "pyamqp"})
+SOCKET_SCHEMES = frozenset({"redis+socket"})
+AMQP_SCHEMES = frozenset({"amqp", "amqps", "pyamqp"})
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; ``str(err)`` names the setting and the problem."""
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Everything one collector agent needs; see ``python -m collector --help``."""
+
+    broker_url: str
+    spool_dir: Path
+    state_file: Path
+    source: str
+    queue: str = DEFAULT_QUEUE
+    batch_lines: int = 1000
+    batch_bytes: int = 1024 * 1024
+    batch_wait_s: float = 2.0
+    poll_interval_s: float = 0.5
+    retry_initial_s: float = 0.5
+    retry_max_s: float = 30.0
+    publish_timeout_s: float = 10.0
+    stats_interval_s: float = 10.0
+    once: bool = False
+    log_level: str = "INFO"
+
+    @property
+    def is_amqp(self) -> bool:
+        return broker_scheme(self.broker_url) in AMQP_SCHEMES
+
+
+@dataclass(frozen=True)
+class _Setting:
+    """One setting: its flag, its environment variable (if any) and its help line."""
+
+    flag: str
+    env: str | None
+    help: str
+
+    @property
+    def label(self) -> str:
+        """How errors name the setting: both ways a user can set it."""
+        return f"{self.flag} ({self.env})" if self.env else self.flag
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+SETTINGS: tuple[_Setting, ...] = (
+    _Setting("--broker", "CELERY_BROKER_URL",
+             "broker URL (required): redis://HOST:PORT/DB, redis+socket:///PATH, amqp://..."),
+    _Setting("--spool-dir", "ETT_SPOOL_DIR",
+             f"directory of the *.jsonl spool files to ship (default {DEFAULT_SPOOL_DIR})"),
+    _Setting("--state-file", "ETT_COLLECTOR_STATE",
+             f"where committed offsets are kept (default SPOOL_DIR/{STATE_FILE_NAME})"),
+    _Setting("--source", "ETT_SOURCE", "name of this node in shipped batches (default hostname)"),
+    _Setting("--queue", "ETT_INGEST_QUEUE",
+             f"broker queue the ingest worker consumes (default {DEFAULT_QUEUE})"),
+    _Setting("--batch-lines", "ETT_BATCH_LINES", "most lines in one batch (default 1000)"),
+    _Setting("--batch-bytes", "ETT_BATCH_BYTES",
+             "most bytes of lines in one batch; a longer single line ships alone "
+             "(default 1048576)"),
+    _Setting("--batch-wait", "ETT_BATCH_WAIT",
+             "seconds a partly filled batch waits for more lines before it ships (default 2)"),
+    _Setting("--poll-interval", "ETT_POLL_INTERVAL",
+             "seconds between looks at the spool when there is nothing new (default 0.5)"),
+    _Setting("--retry-initial", None, "first wait after a broker error, seconds (default 0.5)"),
+    _Setting("--retry-max", None, "longest wait between broker retries, seconds (default 30)"),
+    _Setting("--publish-timeout", None,
+             "seconds to wait for the broker to connect/answer one publish (default 10)"),
+    _Setting("--stats-interval", None, "seconds between progress log lines (default 10)"),
+    _Setting("--log-level", "ETT_LOG_LEVEL", f"one of {', '.join(LOG_LEVELS)} (default INFO)"),
+)
+_BY_DEST = {setting.dest: setting for setting in SETTINGS}
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage plus the error; the agent's contract is a single line, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _OneLineParser(
+        prog=PROG,
+        description=(
+            "Ship ETT events from this node's spool files to the broker. Reads only complete "
+            "lines, publishes them in batches as the Celery task 'ett.ingest_batch', and "
+            "commits a file's offset only after the broker took the batch, so a crash or a "
+            "broker outage delays events but never loses them. Every flag can also be set by "
+            "the environment variable shown in brackets."
+        ),
+        epilog=(
+            "Exit status: 0 when done; 1 when --once was stopped by a signal with lines still "
+            "in hand; 2 for a bad setting. Offsets and totals are kept in the state file, "
+            "written atomically."
+        ),
+    )
+    for setting in SETTINGS:
+        env = f" [env {setting.env}]" if setting.env else ""
+        parser.add_argument(setting.flag, dest=setting.dest, metavar="VALUE",
+                            help=setting.help + env)
+    parser.add_argument("--once", action="store_true",
+                        help="ship everything complete now, then exit 0 (default: follow "
+                             "until SIGTERM/SIGINT)")
+    return parser
+
+
+def _raw(args: argparse.Namespace, environ: Mapping[str, str], dest: str) -> str | None:
+    """The flag's value, else the environment's; empty environment values count as unset."""
+    value: str | None = getattr(args, dest)
+    env = _BY_DEST[dest].env
+    if value is None and env is not None:
+        value = environ.get(env) or None
+    return value
+
+
+def _number(raw: str | None, dest: str, default: T, convert: Callable[[str], T],
+            minimum: float, *, strict: bool = False) -> T:
+    """Convert a numeric setting, naming the setting when it is not a number or too small."""
+    if raw is None:
+        return default
+    label = _BY_DEST[dest].label
+    try:
+        value = convert(raw.strip())
+    except ValueError:
+        kind = "an integer" if convert is int else "a number"
+        raise ConfigError(f"{label} must be {kind}, got {raw!r}") from None
+    too_small = value <= minimum if strict else value < minimum  # type: ignore[operator]
+    if too_small or not math.isfinite(value):  # type: ignore[arg-type]
+        bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
+        raise ConfigError(f"{label} must be {bound}, got {raw!r}")
+    return value
+
+
+def broker_scheme(url: str) -> str:
+    return urlsplit(url).scheme.lower()
+
+
+def check_broker_url(url: str | None) -> str:
+    """Reject what kombu would only reject at the first publish (or mis-handle silently)."""
+    label = _BY_DEST["broker"].label
+    if url is None or not url.strip():
+        raise ConfigError(f"{label} is required (e.g. redis://127.0.0.1:6379/0)")
+    url = url.strip()
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a non-numeric or out-of-range port
+    except ValueError as exc:
+        raise ConfigError(f"{label} is not a valid URL: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme in SOCKET_SCHEMES:
+        if not parts.path or parts.path == "/":
+            raise ConfigError(f"{label} needs a socket path: redis+socket:///path/to/redis.sock")
+        return url
+    if scheme not in NETWORK_SCHEMES:
+        known = ", ".join(sorted(NETWORK_SCHEMES | SOCKET_SCHEMES))
+        raise ConfigError(f"{label} has unsupported scheme {scheme or '(none)'!r}; use {known}")
+    if not parts.hostname:
+        raise ConfigError(f"{label} needs a host: {scheme}://HOST[:PORT]")
+    db = parts.path.strip("/")
+    if scheme.startswith("redis") and db and not db.isdigit():
+        raise ConfigError(f"{label} has database {db!r}; a Redis database is a number")
+    return url
+
+
+def _text(raw: str | None, dest: str, default: str) -> str:
+    if raw is None:
+        return default
+    if not raw.strip():
+        raise ConfigError(f"{_BY_DEST[dest].label} must not be empty")
+    return raw.strip()
+
+
+def _log_level(raw: str | None) -> str:
+    level = (raw or "INFO").strip().upper()
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"{_BY_DEST['log_level'].label} must be one of "
+                          f"{', '.join(LOG_LEVELS)}, got {raw!r}")
+    return level
+
+
+def _spool_dir(raw: str | None) -> Path:
+    path = Path(raw or DEFAULT_SPOOL_DIR)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{_BY_DEST['spool_dir'].label} {str(path)!r} is not a directory")
+    return path
+
+
+def config_from_args(argv: Sequence[str] | None = None,
+                     environ: Mapping[str, str] | None = None) -> AgentConfig:
+    """Parse flags (falling back to ``environ``) into an AgentConfig or raise ConfigError.
+
+    ``--help`` and unknown flags exit through argparse (status 0 and 2).
+    """
+    environ = os.environ if environ is None else environ
+    args = build_parser().parse_args(argv)
+
+    def raw(dest: str) -> str | None:
+        return _raw(args, environ, dest)
+
+    spool_dir = _spool_dir(raw("spool_dir"))
+    state_raw = raw("state_file")
+    return AgentConfig(
+        broker_url=check_broker_url(raw("broker")),
+        spool_dir=spool_dir,
+        state_file=Path(state_raw) if state_raw else spool_dir / STATE_FILE_NAME,
+        source=_text(raw("source"), "source", socket.gethostname()),
+        queue=_text(raw("queue"), "queue", DEFAULT_QUEUE),
+        batch_lines=_number(raw("batch_lines"), "batch_lines", 1000, int, 1),
+        batch_bytes=_number(raw("batch_bytes"), "batch_bytes", 1024 * 1024, int, 1),
+        batch_wait_s=_number(raw("batch_wait"), "batch_wait", 2.0, float, 0),
+        poll_interval_s=_number(raw("poll_interval"), "poll_interval", 0.5, float, 0,
+                                strict=True),
+        retry_initial_s=_number(raw("retry_initial"), "retry_initial", 0.5, float, 0,
+                                strict=True),
+        retry_max_s=_number(raw("retry_max"), "retry_max", 30.0, float, 0, strict=True),
+        publish_timeout_s=_number(raw("publish_timeout"), "publish_timeout", 10.0, float, 0,
+                                  strict=True),
+        stats_interval_s=_number(raw("stats_interval"), "stats_interval", 10.0, float, 0,
+                                 strict=True),
+        once=bool(args.once),
+        log_level=_log_level(raw("log_level")),
+    )
+
+
+def fail(message: str) -> NoReturn:
+    """Print the one-line error the agent's contract promises and exit 2."""
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)

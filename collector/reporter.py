@@ -1,0 +1,458 @@
+"""The Reporter: what a trainer calls to describe its lifecycle (ETT_SPEC §2).
+
+Why it is built this way: a trainer must be able to report every phase for free. ``emit`` only
+builds and validates a small dict and puts it on a bounded in-memory queue; a background thread
+appends queued events to a local spool file that the collector agent ships. Nothing here blocks
+the caller on I/O or raises into the training loop: a full queue or an invalid event is counted
+(and logged once per kind), never thrown. The design follows OpenTelemetry's BatchProcessor
+(bounded queue, background flush, ``shutdown(timeout)``, fork-safe) but spools to disk, because
+the product must not lose events.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar
+
+from collector.schema import EventError, dump_event, validate_event
+
+log = logging.getLogger("ett.reporter")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: Environment variables a launcher sets; the first one present gives the attempt number.
+ATTEMPT_ENV_VARS = ("ETT_ATTEMPT", "TORCHELASTIC_RESTART_COUNT")
+DEFAULT_SPOOL_DIR = "var/spool"
+_STOP = object()
+
+
+def _env_int(name: str) -> int | None:
+    """A non-negative integer from the environment, or None when unset or not one."""
+    value = os.environ.get(name, "").strip()
+    if not value.isascii() or not value.isdigit():  # "²".isdigit() is True: ASCII only
+        return None
+    return int(value)
+
+
+def attempt_from_env(default: int = 0) -> int:
+    """The restart count a launcher gave this process (ETT_ATTEMPT, then torchrun's)."""
+    for name in ATTEMPT_ENV_VARS:
+        value = _env_int(name)
+        if value is not None:
+            return value
+    return default
+
+
+def _rank_from_env() -> int:
+    value = _env_int("RANK")
+    return 0 if value is None else value
+
+
+class _SpoolWriter:
+    """Appends JSONL lines to one spool file; opened lazily so a fork gets its own file.
+
+    It writes through a raw file descriptor, not a buffered file object: a buffered object
+    copied into a forked child would flush the parent's pending bytes a second time when the
+    child drops it, duplicating lines in the parent's spool.
+    """
+
+    def __init__(self, directory: Path, stem: str, fsync: bool) -> None:
+        self.path = directory / f"{stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.jsonl"
+        self._fsync = fsync
+        self._fd: int | None = None
+
+    def write(self, lines: list[str]) -> None:
+        """Append ``lines`` as one unit: on failure the file is cut back to where it was."""
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # Lines end in a newline, so the agent (which ships complete lines only) never ships
+        # half a line; a failed write is truncated away so a later write cannot glue onto it.
+        data = "".join(line + "\n" for line in lines).encode()
+        size_before = os.fstat(self._fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view):]
+            if self._fsync:
+                os.fsync(self._fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, size_before)
+            raise
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: drop the parent's descriptor without touching the file."""
+        self.close()
+
+
+class Reporter:
+    """Emits ETT schema-v1 events for one job attempt on one rank.
+
+    Typical use::
+
+        reporter = Reporter(job="dlrm-42")
+        reporter.attempt_start(gpus=8, model="dlrm")
+        with reporter.phase("compile"):
+            ...
+        with reporter.train(start_step=0) as train:
+            for step in ...:
+                train.advance(step + 1)
+        reporter.attempt_end("completed")
+        reporter.shutdown()
+    """
+
+    def __init__(
+        self,
+        job: str,
+        *,
+        attempt: int | None = None,
+        rank: int | None = None,
+        host: str | None = None,
+        spool_dir: str | os.PathLike[str] | None = None,
+        queue_size: int = 65536,
+        flush_interval_s: float = 0.2,
+        heartbeat_s: float = 10.0,
+        train_slice_s: float = 60.0,
+        fsync: bool = False,
+    ) -> None:
+        self.job = job
+        self.attempt = attempt_from_env() if attempt is None else attempt
+        self.rank = _rank_from_env() if rank is None else rank
+        self.host = host if host is not None else socket.gethostname()[:200]
+        self.spool_dir = Path(spool_dir or os.environ.get("ETT_SPOOL_DIR", DEFAULT_SPOOL_DIR))
+        self.heartbeat_s = heartbeat_s
+        self.train_slice_s = train_slice_s
+        self._queue_size = queue_size
+        self._flush_interval_s = flush_interval_s
+        self._fsync = fsync
+        self.dropped_full = 0
+        self.dropped_invalid = 0
+        self._warned: set[str] = set()
+        self.last_step: int | None = None
+        self._heartbeat_stop = threading.Event()
+        self._heartbeat_thread: threading.Thread | None = None
+        self._start_pipeline()
+        _live_reporters.add(self)
+
+    # ---------------------------------------------------------------- pipeline
+    def _start_pipeline(self) -> None:
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=self._queue_size)
+        stem = f"{_safe(self.job)}.a{self.attempt}.r{self.rank}"
+        self._writer = _SpoolWriter(self.spool_dir, stem, self._fsync)
+        self._closed = False
+        self._worker = threading.Thread(target=self._drain_forever, name="ett-reporter",
+                                        daemon=True)
+        self._worker.start()
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child inherits no threads: give it a fresh queue, thread and spool file.
+
+        Events still queued in the parent belong to the parent, which writes them; the child
+        starts empty and writes to a file named with its own pid, so nothing is duplicated.
+        A reporter the parent had already shut down stays shut down.
+        """
+        self._writer.forget_after_fork()
+        self._heartbeat_thread = None
+        self._heartbeat_stop = threading.Event()  # its lock may have been held at fork time
+        self.dropped_full = self.dropped_invalid = 0
+        if not self._closed:
+            self._start_pipeline()
+
+    def _drain_forever(self) -> None:
+        stopping = False
+        while not stopping:
+            batch: list[str] = []
+            try:
+                item = self._queue.get(timeout=self._flush_interval_s)
+            except queue.Empty:
+                continue
+            while True:
+                if item is _STOP:
+                    stopping = True
+                elif isinstance(item, threading.Event):
+                    self._write(batch)
+                    batch = []
+                    item.set()
+                else:
+                    batch.append(item)
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            self._write(batch)
+        self._writer.close()
+
+    def _write(self, batch: list[str]) -> None:
+        if not batch:
+            return
+        try:
+            self._writer.write(batch)
+        except OSError as exc:  # disk full, permissions: count, never raise into training
+            self.dropped_full += len(batch)
+            self._warn_once("spool", f"cannot write spool {self._writer.path}: {exc}")
+
+    # ---------------------------------------------------------------- emit
+    def _warn_once(self, kind: str, message: str) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            log.warning("ETT reporter: %s (further ones of this kind are only counted)", message)
+
+    def emit(self, kind: str, **fields: Any) -> str | None:
+        """Validate and enqueue one event; returns its id, or None when it was dropped."""
+        event_id = uuid.uuid4().hex
+        event = {"v": 1, "id": event_id, "job": self.job, "attempt": self.attempt,
+                 "kind": kind, "rank": self.rank, "host": self.host}
+        event.update(fields)
+        try:
+            line = dump_event(validate_event(event))
+        except (EventError, ValueError, TypeError) as exc:
+            self.dropped_invalid += 1
+            self._warn_once(f"invalid:{str(exc).split(':')[0]}", f"invalid event dropped: {exc}")
+            return None
+        if self._closed:
+            self.dropped_full += 1
+            self._warn_once("closed", "event emitted after shutdown")
+            return None
+        try:
+            self._queue.put_nowait(line)
+        except queue.Full:
+            self.dropped_full += 1
+            self._warn_once("full", "queue full, event dropped")
+            return None
+        return event_id
+
+    def span(self, phase: str, start: float, end: float, **fields: Any) -> str | None:
+        """Emit a closed span measured by the caller."""
+        return self.emit("span", phase=phase, start=start, end=end, **fields)
+
+    def mark(self, mark: str, ts: float | None = None, **fields: Any) -> str | None:
+        return self.emit("mark", mark=mark, ts=time.time() if ts is None else ts, **fields)
+
+    # ---------------------------------------------------------------- lifecycle API
+    def attempt_start(self, gpus: int = 1, ts: float | None = None, **attrs: Any) -> str | None:
+        """Mark the start of this attempt (hardware allocated) and start heartbeats."""
+        event_id = self.mark("attempt_start", ts, attrs={"gpus": gpus, **attrs})
+        self._start_heartbeat()
+        return event_id
+
+    def attempt_end(self, status: str, ts: float | None = None, **attrs: Any) -> str | None:
+        self._heartbeat_stop.set()
+        return self.mark("attempt_end", ts, attrs={"status": status, **attrs})
+
+    def heartbeat(self, step: int | None = None) -> str | None:
+        step = self.last_step if step is None else step
+        return self.mark("heartbeat", **({} if step is None else {"step": step}))
+
+    def phase(self, name: str, *, blocking: bool = True, **attrs: Any) -> PhaseSpan:
+        """Context manager and decorator timing one lifecycle phase."""
+        return PhaseSpan(self, name, blocking, attrs)
+
+    def train(self, start_step: int) -> TrainTracker:
+        """Track training from ``start_step``; slices are closed every ``train_slice_s``."""
+        return TrainTracker(self, start_step)
+
+    def _start_heartbeat(self) -> None:
+        """Start the heartbeat thread unless one is running; each gets its own stop event so
+        an ``attempt_end`` followed at once by an ``attempt_start`` cannot silence the next."""
+        if self.heartbeat_s <= 0:
+            return
+        running = self._heartbeat_thread is not None and self._heartbeat_thread.is_alive()
+        if running and not self._heartbeat_stop.is_set():
+            return
+        self._heartbeat_stop = stop = threading.Event()
+        thread = threading.Thread(target=self._beat, args=(stop,), name="ett-heartbeat",
+                                  daemon=True)
+        self._heartbeat_thread = thread
+        thread.start()
+
+    def _beat(self, stop: threading.Event) -> None:
+        while not stop.wait(self.heartbeat_s):
+            self.heartbeat()
+
+    # ---------------------------------------------------------------- flushing
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until everything emitted so far is in the spool file; False on timeout."""
+        if self._closed or not self._worker.is_alive():
+            return False
+        done = threading.Event()
+        try:
+            self._queue.put(done, timeout=timeout)
+        except queue.Full:
+            return False
+        return done.wait(timeout)
+
+    def shutdown(self, timeout: float = 5.0) -> bool:
+        """Flush and stop the background thread; safe to call twice."""
+        self._heartbeat_stop.set()
+        if self._closed:
+            return True
+        self._closed = True
+        try:
+            self._queue.put(_STOP, timeout=timeout)
+        except queue.Full:
+            return False
+        self._worker.join(timeout)
+        return not self._worker.is_alive()
+
+    @property
+    def spool_path(self) -> Path:
+        return self._writer.path
+
+
+class PhaseSpan(contextlib.ContextDecorator):
+    """A span of one phase: ``with reporter.phase("compile"):`` or ``@reporter.phase("eval")``."""
+
+    def __init__(self, reporter: Reporter, name: str, blocking: bool,
+                 attrs: dict[str, Any]) -> None:
+        self.reporter, self.name, self.blocking, self.attrs = reporter, name, blocking, attrs
+        self.start: float | None = None
+
+    def _recreate_cm(self) -> PhaseSpan:
+        # As a decorator one instance wraps every call: give each call its own start time,
+        # or recursive and concurrent calls would overwrite each other's.
+        return PhaseSpan(self.reporter, self.name, self.blocking, self.attrs)
+
+    def __enter__(self) -> PhaseSpan:
+        self.start = time.time()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        start = self.start if self.start is not None else time.time()
+        attrs = dict(self.attrs)
+        if exc_type is not None:
+            attrs["error"] = exc_type.__name__
+        fields: dict[str, Any] = {"blocking": self.blocking}
+        if attrs:
+            fields["attrs"] = attrs
+        self.reporter.span(self.name, start, _now_after(start), **fields)
+
+
+class TrainTracker:
+    """Turns per-step progress into ``train`` spans with step ranges (ETT_SPEC §2).
+
+    A slice is closed and a new one opened once ``train_slice_s`` has passed, so a crash loses
+    at most one slice. Call :meth:`pause` around non-training work inside the loop (a checkpoint
+    save, an eval) so that time is not counted as training.
+    """
+
+    def __init__(self, reporter: Reporter, start_step: int) -> None:
+        self.reporter = reporter
+        self.step = start_step
+        reporter.last_step = start_step
+        self._slice_start_step = start_step
+        self._slice_start: float | None = time.time()
+
+    def advance(self, step: int) -> None:
+        """Record that global step ``step`` is complete (``step`` = steps done so far).
+
+        After :meth:`pause` without :meth:`resume`, the new slice opens now and still starts
+        at the last recorded step, so step ranges stay contiguous (the time of that first
+        step is not known; call :meth:`resume` when training restarts to keep it). A step
+        below the last one is an in-process rollback: the open slice is closed and a new one
+        starts at ``step``.
+        """
+        now = time.time()
+        if step < self.step:
+            self._close_slice(now)
+            self._slice_start, self._slice_start_step = now, step
+        elif self._slice_start is None:
+            self._slice_start, self._slice_start_step = now, self.step
+        self.step = step
+        self.reporter.last_step = step
+        if now - self._slice_start >= self.reporter.train_slice_s:
+            self._close_slice(now)
+            self._slice_start, self._slice_start_step = now, step
+
+    def _close_slice(self, now: float) -> None:
+        if self._slice_start is None:
+            return
+        self.reporter.span("train", self._slice_start, max(now, self._slice_start),
+                           step_start=self._slice_start_step, step_end=self.step)
+        self._slice_start = None
+
+    def pause(self) -> None:
+        """Close the open slice; the next :meth:`advance` or :meth:`resume` opens a new one."""
+        self._close_slice(time.time())
+
+    def resume(self) -> None:
+        if self._slice_start is None:
+            self._slice_start, self._slice_start_step = time.time(), self.step
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        self.pause()
+        try:
+            yield
+        finally:
+            self.resume()
+
+    def close(self) -> None:
+        self._close_slice(time.time())
+
+    def __enter__(self) -> TrainTracker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _now_after(start: float) -> float:
+    """The current time, never before ``start``: a wall-clock step back (NTP) must not turn
+    a real span into an invalid one (end before start)."""
+    return max(time.time(), start)
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)[:80]
+
+
+_live_reporters: weakref.WeakSet[Reporter] = weakref.WeakSet()
+
+
+def _reinit_after_fork() -> None:
+    for reporter in list(_live_reporters):
+        reporter._after_fork_in_child()
+
+
+def _shutdown_all() -> None:
+    for reporter in list(_live_reporters):
+        reporter.shutdown(timeout=5.0)
+
+
+os.register_at_fork(after_in_child=_reinit_after_fork)
+atexit.register(_shutdown_all)
+
+
+def traced(reporter: Reporter, phase: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Decorator form for a module-level function: ``@traced(reporter, "eval")``."""
+
+    def wrap(fn: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(fn)
+        def inner(*args: P.args, **kwargs: P.kwargs) -> R:
+            with reporter.phase(phase):
+                return fn(*args, **kwargs)
+
+        return inner
+
+    return wrap

@@ -1,0 +1,700 @@
+"""The attribution engine: every second of a job's wall time gets exactly one category.
+
+ETT_SPEC §3 is the contract; the comments name the rule each step implements. The engine
+imports no Django and nothing but the standard library and ``collector.schema`` so the same
+numbers come out of the offline report, the web workers and the benchmark.
+
+Input is *validated, normalized* events (``collector.schema.validate_event``). Timelines that
+are valid but inconsistent (spans outside their attempt, steps going backwards, overlapping
+attempts) never raise: they are clamped into the attempt windows as the spec says.
+
+Shape of the computation, per job:
+
+1. group events by attempt and build the attempt windows (§3.1, §3.2);
+2. give every ``train`` span its repeated share from the job-wide high-water mark (§3.3.1);
+3. sweep each window over its sorted span boundaries, classifying each piece (§3.3) and
+   merging adjacent pieces whose category *fractions* are identical into ``Segment``s;
+4. add ``restart_gap`` segments between windows, weight by GPUs (§3.4) and total up.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from itertools import accumulate
+from math import gcd
+from operator import itemgetter
+from typing import Any, Final, NamedTuple
+
+from collector.schema import FAILED_STATUSES, TRAIN_PHASE
+
+from .components import PRODUCTIVE, component_of
+
+Event = dict[str, Any]
+
+RESTART_GAP: Final = "restart_gap"
+FAILURE: Final = "failure"
+REPEATED_TRAINING: Final = "repeated_training"
+UNATTRIBUTED: Final = "unattributed"
+#: Attempt statuses that exist only in the engine (no ``attempt_end`` was seen).
+LOST: Final = "lost"
+RUNNING: Final = "running"
+#: ``attempt_start`` attrs copied onto the attempt so the web side can group by them.
+ATTEMPT_ATTRS: Final = ("model", "team", "cluster")
+DAY_S: Final = 86400.0
+
+# A piece's "signature" says how its seconds split into categories, as exact fractions, so two
+# adjacent pieces merge only when they split identically:
+#   (_ONE, category) | (_SPLIT, (phase, ...)) equal shares | (_TRAIN, repeated_num, den)
+_ONE: Final = 0
+_SPLIT: Final = 1
+_TRAIN: Final = 2
+Signature = tuple[Any, ...]
+_PRODUCTIVE_SIG: Final[Signature] = (_ONE, PRODUCTIVE)
+_REPEATED_SIG: Final[Signature] = (_ONE, REPEATED_TRAINING)
+_FAILURE_SIG: Final[Signature] = (_ONE, FAILURE)
+_UNATTRIBUTED_SIG: Final[Signature] = (_ONE, UNATTRIBUTED)
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptWindow:
+    """One attempt's slice of the job window (§3.1), after clamping.
+
+    ``last_event`` is the attempt's last event other than ``attempt_end``, clamped into the
+    window: the failure tail starts there and ``time_to_recover`` is measured from it.
+    """
+
+    attempt: int
+    start: float
+    end: float
+    status: str
+    gpus: int
+    attrs: dict[str, Any] = field(default_factory=dict)
+    last_event: float = 0.0
+
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
+
+
+class Segment(NamedTuple):
+    """A piece of the job timeline in which every category has a constant share.
+
+    ``shares`` maps category -> seconds of this piece (``productive`` included); a
+    ``restart_gap`` segment carries the attempt (and GPUs) that follows the gap. A
+    NamedTuple rather than a dataclass: a job has one per piece of its timeline and a
+    frozen dataclass costs several times more to create.
+    """
+
+    start: float
+    end: float
+    attempt: int
+    gpus: int
+    shares: dict[str, float]
+
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class JobAttribution:
+    """Everything §3 says about one job; the offline report and the web read from this."""
+
+    job: str
+    attempts: list[AttemptWindow]
+    wall_s: float
+    productive_s: float
+    wall_gpu_s: float
+    productive_gpu_s: float
+    lost_s: dict[str, float]
+    lost_gpu_s: dict[str, float]
+    repeated_steps: int
+    time_to_start_s: float | None
+    time_to_recover_s: list[float]
+    failures: int
+    segments: list[Segment]
+    duplicates: int = 0
+
+    @property
+    def ett_pct(self) -> float:
+        """100 x productive / wall (0.0 for a job with no wall time yet)."""
+        return _pct(self.productive_s, self.wall_s)
+
+    def lost_by_component_s(self, mapping: Mapping[str, str] | None = None) -> dict[str, float]:
+        """Lost seconds grouped by owning component (§4); ``mapping`` overrides the defaults."""
+        return _by_component(self.lost_s, mapping)
+
+    def lost_gpu_by_component_s(
+        self, mapping: Mapping[str, str] | None = None
+    ) -> dict[str, float]:
+        """Lost GPU-seconds grouped by owning component, for fleet-weighted views."""
+        return _by_component(self.lost_gpu_s, mapping)
+
+    def per_day_gpu_s(self) -> dict[date, dict[str, float]]:
+        """GPU-seconds per UTC day x category (§3.5), ``productive`` included."""
+        return per_day(self.segments)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetAttribution:
+    """All jobs of one input, sorted by job id; fleet ETT% is GPU-weighted (§1)."""
+
+    jobs: list[JobAttribution]
+    duplicates: int = 0
+
+    @property
+    def wall_gpu_s(self) -> float:
+        return sum((job.wall_gpu_s for job in self.jobs), 0.0)
+
+    @property
+    def productive_gpu_s(self) -> float:
+        return sum((job.productive_gpu_s for job in self.jobs), 0.0)
+
+    @property
+    def ett_pct(self) -> float:
+        return _pct(self.productive_gpu_s, self.wall_gpu_s)
+
+    @property
+    def lost_gpu_s(self) -> dict[str, float]:
+        total: dict[str, float] = {}
+        for job in self.jobs:
+            for category, seconds in job.lost_gpu_s.items():
+                total[category] = total.get(category, 0.0) + seconds
+        return total
+
+
+def _pct(part: float, whole: float) -> float:
+    """A percentage kept inside [0, 100] despite float drift; an empty whole reads as 0."""
+    if whole <= 0.0:
+        return 0.0
+    return min(100.0, max(0.0, 100.0 * part / whole))
+
+
+def _by_component(
+    seconds: Mapping[str, float], mapping: Mapping[str, str] | None
+) -> dict[str, float]:
+    grouped: dict[str, float] = {}
+    for category, value in seconds.items():
+        component = component_of(category, mapping)
+        grouped[component] = grouped.get(component, 0.0) + value
+    return grouped
+
+
+def per_day(
+    segments: Iterable[Segment], *, gpu_weighted: bool = True
+) -> dict[date, dict[str, float]]:
+    """Split segments at UTC midnight into day -> category -> (GPU-)seconds (§3.5).
+
+    A segment's shares are uniform over its length, so the part falling on a day is the
+    share x overlap / duration; this keeps day totals equal to the job totals.
+    """
+    days: dict[date, dict[str, float]] = {}
+    for seg in segments:
+        duration = seg.end - seg.start
+        if duration <= 0.0:
+            continue
+        weight = seg.gpus if gpu_weighted else 1
+        cursor = seg.start
+        while cursor < seg.end:
+            day_start = (cursor // DAY_S) * DAY_S
+            stop = min(seg.end, day_start + DAY_S)
+            scale = weight * (stop - cursor) / duration
+            bucket = days.setdefault(datetime.fromtimestamp(day_start, UTC).date(), {})
+            for category, seconds in seg.shares.items():
+                bucket[category] = bucket.get(category, 0.0) + seconds * scale
+            cursor = stop
+    return days
+
+
+def attribute(events: Iterable[Event]) -> FleetAttribution:
+    """Attribute every job in ``events`` (validated, normalized), jobs sorted by id.
+
+    Event ids are unique across the fleet, so a repeated id is dropped wherever it appears
+    (the first occurrence is kept) and counted in ``duplicates``.
+    """
+    by_job: dict[str, list[Event]] = {}
+    owner: dict[str, str] = {}  # event id -> job of its first occurrence
+    dups_by_job: dict[str, int] = {}
+    for event in events:
+        event_id = event["id"]
+        first_job = owner.get(event_id)
+        if first_job is not None:
+            dups_by_job[first_job] = dups_by_job.get(first_job, 0) + 1
+            continue
+        owner[event_id] = event["job"]
+        by_job.setdefault(event["job"], []).append(event)
+    jobs = [_attribute_unique(job, by_job[job], dups_by_job.get(job, 0)) for job in sorted(by_job)]
+    return FleetAttribution(jobs=jobs, duplicates=sum(dups_by_job.values()))
+
+
+def attribute_job(events: Iterable[Event]) -> JobAttribution:
+    """Attribute ONE job's validated, normalized events; repeated ids count once.
+
+    Raises ValueError when the events are empty or belong to more than one job: that is a
+    caller bug, not bad data (bad data is rejected earlier by ``collector.schema``).
+    """
+    unique: dict[str, Event] = {}
+    duplicates = 0
+    for event in events:
+        if event["id"] in unique:
+            duplicates += 1
+        else:
+            unique[event["id"]] = event
+    jobs = {event["job"] for event in unique.values()}
+    if len(jobs) != 1:
+        raise ValueError(f"attribute_job needs the events of exactly one job, got {len(jobs)}")
+    return _attribute_unique(jobs.pop(), list(unique.values()), duplicates)
+
+
+def _attribute_unique(job: str, events: list[Event], duplicates: int) -> JobAttribution:
+    """Attribute one job whose events are already deduplicated."""
+    grouped: dict[int, list[Event]] = {}
+    for event in events:
+        attempt = event["attempt"]
+        bucket = grouped.get(attempt)
+        if bucket is None:
+            grouped[attempt] = [event]
+        else:
+            bucket.append(event)
+    ordered = [_Attempt(attempt, grouped[attempt]) for attempt in sorted(grouped)]
+    train = [span for attempt in ordered for span in attempt.spans
+             if span["phase"] == TRAIN_PHASE]
+    sigs, repeated_steps = _train_signatures(train)
+    windows = _attempt_windows(ordered)
+    totals = _Totals()
+    previous: AttemptWindow | None = None
+    for window, attempt in zip(windows, ordered, strict=True):
+        if previous is not None and window.start > previous.end:
+            gap = window.start - previous.end
+            totals.segments.append(Segment(previous.end, window.start, window.attempt,
+                                           window.gpus, {RESTART_GAP: gap}))
+            totals.add({(_ONE, RESTART_GAP): gap}, window.gpus)
+        durations = _sweep(window, attempt.spans, sigs, totals.segments)
+        totals.add(durations, window.gpus)
+        previous = window
+    return JobAttribution(
+        job=job,
+        attempts=windows,
+        wall_s=windows[-1].end - windows[0].start,
+        productive_s=totals.seconds.pop(PRODUCTIVE, 0.0),
+        wall_gpu_s=totals.wall_gpu_s,
+        productive_gpu_s=totals.gpu_seconds.pop(PRODUCTIVE, 0.0),
+        lost_s={k: v for k, v in totals.seconds.items() if v != 0.0},
+        lost_gpu_s={k: v for k, v in totals.gpu_seconds.items() if v != 0.0},
+        repeated_steps=repeated_steps,
+        time_to_start_s=_time_to_start(windows, train),
+        time_to_recover_s=_times_to_recover(windows, ordered, sigs),
+        failures=sum(1 for window in windows if window.status in FAILED_STATUSES),
+        segments=totals.segments,
+        duplicates=duplicates,
+    )
+
+
+class _Attempt:
+    """What one attempt's events say, before windows are clamped against each other.
+
+    Built with bulk comprehensions rather than per-event method calls: ingestion is the
+    hottest path of the offline report.
+    """
+
+    __slots__ = ("attempt", "end_mark", "first", "last", "last_activity", "spans", "start_mark")
+
+    def __init__(self, attempt: int, events: list[Event]) -> None:
+        self.attempt = attempt
+        self.spans = [event for event in events if event["kind"] == "span"]
+        marks = [event for event in events if event["kind"] != "span"]
+        span_end = max(map(_END, self.spans), default=-_INF)
+        self.first = min(min(map(_START, self.spans), default=_INF),
+                         min(map(_TS, marks), default=_INF))
+        self.last = max(span_end, max(map(_TS, marks), default=-_INF))
+        # The latest event other than attempt_end: where the failure tail starts.
+        self.last_activity = max(
+            span_end, max((m["ts"] for m in marks if m["mark"] != "attempt_end"), default=-_INF)
+        )
+        # Two start marks: the earliest wins; two end marks (e.g. one per rank): the latest
+        # wins, so no rank's teardown is cut. Ties break on the unique id, never on input order.
+        self.start_mark: tuple[float, str, dict[str, Any]] | None = min(
+            ((m["ts"], m["id"], m["attrs"]) for m in marks if m["mark"] == "attempt_start"),
+            key=_TS_ID, default=None,
+        )
+        self.end_mark: tuple[float, str, str] | None = max(
+            ((m["ts"], m["id"], m["attrs"]["status"]) for m in marks
+             if m["mark"] == "attempt_end"),
+            default=None,
+        )
+
+    @property
+    def start(self) -> float:
+        return self.start_mark[0] if self.start_mark else self.first
+
+
+_INF: Final = float("inf")
+_START: Final = itemgetter("start")
+_END: Final = itemgetter("end")
+_TS: Final = itemgetter("ts")
+
+
+def _ts_id(mark: tuple[float, str, dict[str, Any]]) -> tuple[float, str]:
+    return mark[0], mark[1]
+
+
+_TS_ID: Final = _ts_id
+
+
+class _Totals:
+    """Accumulates per-category seconds and GPU-seconds, and the job's segments."""
+
+    __slots__ = ("gpu_seconds", "seconds", "segments", "wall_gpu_s")
+
+    def __init__(self) -> None:
+        self.segments: list[Segment] = []
+        self.seconds: dict[str, float] = {}
+        self.gpu_seconds: dict[str, float] = {}
+        self.wall_gpu_s = 0.0
+
+    def add(self, durations: Mapping[Signature, float], gpus: int) -> None:
+        """Add one attempt's (or gap's) seconds per signature, weighted by its GPUs (§3.4)."""
+        for sig, duration in durations.items():
+            self.wall_gpu_s += duration * gpus
+            for category, seconds in _shares(sig, duration).items():
+                self.seconds[category] = self.seconds.get(category, 0.0) + seconds
+                self.gpu_seconds[category] = self.gpu_seconds.get(category, 0.0) + seconds * gpus
+
+
+def _train_signatures(train: list[Event]) -> tuple[dict[str, Signature], int]:
+    """§3.3.1 and §3.6: each train span's split and the job's repeated steps.
+
+    H of a span = max step_end of the job's train spans that ended at or before its start,
+    across attempts and ranks: the steps a restart or rollback redoes. Sorted ends + prefix
+    maxima make each lookup a bisection instead of a scan. A zero-length span ends at its
+    own start; it must not count as its own history, so spans ending exactly at the query
+    time are looked at one by one (rare).
+    """
+    by_end = sorted(train, key=_END)
+    ends = [span["end"] for span in by_end]
+    prefix = list(accumulate((span["step_end"] for span in by_end), max))
+    sigs: dict[str, Signature] = {}
+    repeated_steps = 0
+    for span in train:
+        start = span["start"]
+        hi = bisect_right(ends, start)
+        if span["end"] > start:
+            high = prefix[hi - 1] if hi else 0
+        else:
+            lo = bisect_left(ends, start)
+            high = prefix[lo - 1] if lo else 0
+            for other in by_end[lo:hi]:
+                if other is not span and other["step_end"] > high:
+                    high = other["step_end"]
+        if high <= span["step_start"]:  # the common case: all new steps
+            sigs[span["id"]] = _PRODUCTIVE_SIG
+            continue
+        repeated, sigs[span["id"]] = _train_split(span["step_start"], span["step_end"], high)
+        repeated_steps += repeated
+    return sigs, repeated_steps
+
+
+def _train_split(step_start: int, step_end: int, high_water: int) -> tuple[int, Signature]:
+    """f = clamp((min(s1, H) - s0) / (s1 - s0), 0, 1), kept as an exact reduced fraction."""
+    steps = step_end - step_start
+    repeated = max(0, min(step_end, high_water) - step_start)
+    if repeated == 0 or steps == 0:
+        return repeated, _PRODUCTIVE_SIG
+    if repeated >= steps:
+        return repeated, _REPEATED_SIG
+    g = gcd(repeated, steps)
+    return repeated, (_TRAIN, repeated // g, steps // g)
+
+
+def _attempt_windows(ordered: list[_Attempt]) -> list[AttemptWindow]:
+    """§3.1/§3.2: one window per attempt, in attempt order, never overlapping.
+
+    A window runs from the attempt_start mark (else the earliest event) to the attempt_end
+    mark (else the latest event) and is cut at the next attempt's start. When clocks
+    disagree with attempt numbers (an attempt starting before the previous one), the later
+    attempt is moved to start where the previous ended: windows stay ordered and disjoint,
+    so categories always add up to the job's wall time.
+    """
+    windows: list[AttemptWindow] = []
+    gpus = 1
+    previous_end: float | None = None
+    for index, attempt in enumerate(ordered):
+        start = attempt.start
+        end = attempt.end_mark[0] if attempt.end_mark else attempt.last
+        if previous_end is not None:
+            start = max(start, previous_end)
+        if index + 1 < len(ordered):
+            end = min(end, ordered[index + 1].start)
+        end = max(start, end)
+        attrs = attempt.start_mark[2] if attempt.start_mark else {}
+        gpus = attrs.get("gpus", gpus)  # default: the previous attempt's, else 1 (§2)
+        windows.append(AttemptWindow(
+            attempt=attempt.attempt,
+            start=start,
+            end=end,
+            status=_status(attempt, is_last=index + 1 == len(ordered)),
+            gpus=gpus,
+            attrs={key: attrs[key] for key in ATTEMPT_ATTRS if key in attrs},
+            last_event=min(max(attempt.last_activity, start), end),
+        ))
+        previous_end = end
+    return windows
+
+
+def _status(attempt: _Attempt, *, is_last: bool) -> str:
+    if attempt.end_mark is not None:
+        return attempt.end_mark[2]
+    return RUNNING if is_last else LOST
+
+
+def _sweep(window: AttemptWindow, spans: list[Event], sigs: Mapping[str, Signature],
+           segments: list[Segment]) -> dict[Signature, float]:
+    """§3.3: cut the window at span boundaries, classify each piece, merge equal neighbours.
+
+    Appends the merged pieces to ``segments`` and returns seconds per signature. The active
+    spans are maintained incrementally while walking the sorted cut points: train spans in a
+    heap ordered by (rank, start, id), so the lowest rank's earliest span is on top (stale
+    entries are dropped lazily); blocking spans per rank, whose innermost phases are
+    recomputed only for the ranks that changed; background spans as a phase counter.
+    """
+    ws, we = window.start, window.end
+    durations: dict[Signature, float] = {}
+    if we <= ws:
+        return durations
+    live, cs, ce = _clamped(spans, ws, we)
+    n = len(live)
+    cuts = sorted({ws, we, window.last_event, *cs, *ce})
+    by_start = sorted(range(n), key=cs.__getitem__)
+    by_end = sorted(range(n), key=ce.__getitem__)
+    train_sig = [sigs.get(span["id"]) if span["phase"] == TRAIN_PHASE else None
+                 for span in live]
+    on = bytearray(n)
+    heap: list[tuple[int, float, str, int]] = []
+    blocking = _Blocking(live, cs, ce)
+    background: dict[str, int] = {}
+    failed, tail = window.status in FAILED_STATUSES, window.last_event
+    attempt, gpus = window.attempt, window.gpus
+    current: Signature | None = None
+    current_start = ws
+    next_start = next_end = 0
+    for at in cuts[:-1]:
+        while next_end < n and ce[by_end[next_end]] <= at:
+            i = by_end[next_end]
+            next_end += 1
+            if train_sig[i] is not None:
+                on[i] = 0
+            elif live[i]["blocking"]:
+                blocking.remove(i)
+            else:
+                _count(background, live[i]["phase"], -1)
+        while next_start < n and cs[by_start[next_start]] <= at:
+            i = by_start[next_start]
+            next_start += 1
+            span = live[i]
+            if train_sig[i] is not None:
+                on[i] = 1
+                heapq.heappush(heap, (span["rank"], span["start"], span["id"], i))
+            elif span["blocking"]:
+                blocking.add(i)
+            else:
+                _count(background, span["phase"], 1)
+        while heap and not on[heap[0][3]]:
+            heapq.heappop(heap)
+        if heap:
+            sig: Signature = train_sig[heap[0][3]] or _PRODUCTIVE_SIG
+        elif blocking.phases():
+            sig = _split(blocking.counts)
+        elif background:
+            sig = _split(background)
+        elif failed and at >= tail:
+            sig = _FAILURE_SIG
+        else:
+            sig = _UNATTRIBUTED_SIG
+        if sig != current:
+            if current is not None:  # inlined _emit: this is the hottest line of the report
+                length = at - current_start
+                durations[current] = durations.get(current, 0.0) + length
+                shares = {current[1]: length} if current[0] == _ONE else _shares(current, length)
+                segments.append(Segment(current_start, at, attempt, gpus, shares))
+            current, current_start = sig, at
+    if current is not None:
+        _emit(segments, durations, current, current_start, we, attempt, gpus)
+    return durations
+
+
+def _clamped(spans: list[Event], ws: float, we: float,
+             ) -> tuple[list[Event], list[float], list[float]]:
+    """Spans clamped into [ws, we]; those left with no length cannot be active anywhere."""
+    live: list[Event] = []
+    cs: list[float] = []
+    ce: list[float] = []
+    for span in spans:
+        start, end = span["start"], span["end"]
+        start = ws if start < ws else we if start > we else start
+        end = ws if end < ws else we if end > we else end
+        if end > start:
+            live.append(span)
+            cs.append(start)
+            ce.append(end)
+    return live, cs, ce
+
+
+def _emit(segments: list[Segment], durations: dict[Signature, float], sig: Signature,
+          start: float, end: float, attempt: int, gpus: int) -> None:
+    duration = end - start
+    durations[sig] = durations.get(sig, 0.0) + duration
+    segments.append(Segment(start, end, attempt, gpus, _shares(sig, duration)))
+
+
+def _count(counter: dict[str, int], key: str, delta: int) -> None:
+    left = counter.get(key, 0) + delta
+    if left:
+        counter[key] = left
+    else:
+        del counter[key]
+
+
+class _Blocking:
+    """Active blocking spans per rank and the distinct innermost phases across ranks."""
+
+    __slots__ = ("ce", "counts", "cs", "dirty", "live", "rank_phases", "ranks")
+
+    def __init__(self, live: list[Event], cs: list[float], ce: list[float]) -> None:
+        self.live, self.cs, self.ce = live, cs, ce
+        self.ranks: dict[int, list[int]] = {}
+        self.rank_phases: dict[int, frozenset[str]] = {}
+        self.counts: dict[str, int] = {}  # phase -> ranks having it innermost
+        self.dirty: set[int] = set()
+
+    def add(self, index: int) -> None:
+        rank = self.live[index]["rank"]
+        self.ranks.setdefault(rank, []).append(index)
+        self.dirty.add(rank)
+
+    def remove(self, index: int) -> None:
+        rank = self.live[index]["rank"]
+        self.ranks[rank].remove(index)
+        self.dirty.add(rank)
+
+    def phases(self) -> dict[str, int]:
+        """The distinct innermost phases now active (refreshing only the ranks that changed)."""
+        if self.dirty:
+            for rank in self.dirty:
+                for phase in self.rank_phases.pop(rank, ()):
+                    _count(self.counts, phase, -1)
+                active = self.ranks.get(rank)
+                if active:
+                    phases = _innermost_phases(
+                        [(self.cs[i], self.ce[i], self.live[i]["phase"]) for i in active])
+                    self.rank_phases[rank] = phases
+                    for phase in phases:
+                        _count(self.counts, phase, 1)
+            self.dirty.clear()
+        return self.counts
+
+
+def _split(phases: Mapping[str, int]) -> Signature:
+    """Equal shares among distinct phase names (a lone phase takes the whole piece)."""
+    if len(phases) == 1:
+        (phase,) = phases
+        return (_ONE, _phase_category(phase))
+    return (_SPLIT, tuple(sorted(_phase_category(phase) for phase in phases)))
+
+
+def _phase_category(phase: str) -> str:
+    """A non-train span may not claim productive time by naming itself ``productive``."""
+    return UNATTRIBUTED if phase == PRODUCTIVE else phase
+
+
+def _innermost_phases(active: list[tuple[float, float, str]]) -> frozenset[str]:
+    """§3.3.2 for one rank: drop a span that contains another with different clamped bounds.
+
+    All active spans cover the current piece, so "contains" is cs <= other.cs and
+    ce >= other.ce. Walking starts from latest to earliest keeps the smallest end seen among
+    later starts; a span is outer iff some later-starting span ends no later, or a span with
+    the same start ends strictly earlier. O(k log k) for k active spans of the rank.
+    """
+    if len(active) == 1:
+        return frozenset((active[0][2],))
+    ordered = sorted(active, key=lambda span: (-span[0], span[1]))
+    keep: set[str] = set()
+    min_end_later_start = _INF
+    index = 0
+    while index < len(ordered):
+        group_start, group_min_end = ordered[index][0], ordered[index][1]
+        while index < len(ordered) and ordered[index][0] == group_start:
+            _, end, phase = ordered[index]
+            if end < min_end_later_start and end == group_min_end:
+                keep.add(phase)
+            index += 1
+        min_end_later_start = min(min_end_later_start, group_min_end)
+    return frozenset(keep)
+
+
+def _shares(sig: Signature, duration: float) -> dict[str, float]:
+    kind = sig[0]
+    if kind == _ONE:
+        return {sig[1]: duration}
+    if kind == _TRAIN:
+        # duration x num / den (not x a rounded f) keeps hand-checkable numbers exact.
+        repeated = duration * sig[1] / sig[2]
+        return {PRODUCTIVE: duration - repeated, REPEATED_TRAINING: repeated}
+    each = duration / len(sig[1])
+    return {phase: each for phase in sig[1]}
+
+
+def _time_to_start(windows: list[AttemptWindow], train: list[Event]) -> float | None:
+    """§3.7: first attempt's start to the first train span's start (None before any)."""
+    if not train:
+        return None
+    return max(0.0, min(map(_START, train)) - windows[0].start)
+
+
+def _times_to_recover(windows: list[AttemptWindow], ordered: list[_Attempt],
+                      sigs: Mapping[str, Signature]) -> list[float]:
+    """§3.7: per failed/preempted/lost attempt, its last event -> the next productive second.
+
+    The productive second is taken from train spans (repeated steps first: start + f x
+    length), restricted to the part of the span inside its own attempt window. Only
+    attempts after the first failure are searched: nothing earlier can be a recovery.
+    """
+    failed = [i for i, window in enumerate(windows) if window.status in FAILED_STATUSES]
+    if not failed:
+        return []
+    recover: list[float] = []
+    upcoming: float | None = None
+    for index in range(len(windows) - 1, failed[0] - 1, -1):
+        window = windows[index]
+        if window.status in FAILED_STATUSES and upcoming is not None:
+            recover.append(upcoming - window.last_event)
+        here = _first_productive(window, ordered[index].spans, sigs)
+        if here is not None and (upcoming is None or here < upcoming):
+            upcoming = here
+    recover.reverse()
+    return recover
+
+
+def _first_productive(window: AttemptWindow, spans: list[Event],
+                      sigs: Mapping[str, Signature]) -> float | None:
+    """The attempt's first productive second; spans are walked by start so the walk stops
+    as soon as no later span can turn productive earlier."""
+    train = sorted((span for span in spans if span["phase"] == TRAIN_PHASE), key=_START)
+    first: float | None = None
+    for span in train:
+        start, end = span["start"], span["end"]
+        if first is not None and start >= first:
+            break
+        sig = sigs[span["id"]]
+        if sig == _REPEATED_SIG or end <= start:
+            continue
+        moment = start
+        if sig[0] == _TRAIN:
+            moment += (end - start) * int(sig[1]) / int(sig[2])
+        moment = max(moment, window.start)
+        if moment < min(end, window.end) and (first is None or moment < first):
+            first = moment
+    return first

@@ -1,0 +1,33 @@
+"""Template filters that format ETT numbers the same way on every page."""
+
+from __future__ import annotations
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def duration(seconds: float | None) -> str:
+    """``42.0 s``, ``3m 05s`` or ``2h 07m``: precise for short spans, readable for long."""
+    if seconds is None:
+        return "—"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"
+
+
+@register.filter
+def pct(value: float | None) -> str:
+    """A percentage with two decimals (the spec's reporting precision)."""
+    return "—" if value is None else f"{value:.2f}%"
+
+
+@register.filter
+def durations(values: list[float]) -> str:
+    """A list of durations, comma-separated (time to recover has one per failure)."""
+    return ", ".join(duration(v) for v in values) if values else "—"

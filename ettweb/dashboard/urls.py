@@ -1,0 +1,12 @@
+"""Dashboard URLs (namespace ``dashboard``)."""
+
+from django.urls import path
+
+from ettweb.dashboard import views
+
+app_name = "dashboard"
+
+urlpatterns = [
+    path("", views.jobs, name="jobs"),
+    path("jobs/<path:job>/", views.job_detail, name="job"),
+]

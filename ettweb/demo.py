@@ -1,0 +1,238 @@
+"""``make demo``: one real TorchRec job's ETT%, end to end, on this machine alone.
+
+What it does, with progress on the console:
+  1. starts (or attaches to) the embedded Postgres and Redis — or uses DATABASE_URL /
+     CELERY_BROKER_URL when they are set;
+  2. migrates and prints a dashboard login;
+  3. starts a Celery worker, the collector agent and the web server (http://127.0.0.1:8000);
+  4. runs the reference trainer for about two minutes with one injected failure and restart;
+  5. waits until every spooled event is stored, prints the job's ETT%, and serves the dashboard
+     until Ctrl-C, then shuts everything down (the embedded servers too, if it started them).
+
+It imports no Django and no torch: it only orchestrates processes, the way an operator would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from ettweb import embedded
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+
+@dataclass
+class Child:
+    """A background process of the demo and the log file it writes."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    log: IO[bytes] = field(repr=False)
+
+
+def _say(step: str, text: str) -> None:
+    print(f"\033[1m[{step}]\033[0m {text}", flush=True)
+
+
+class Demo:
+    """Owns every process the demo starts, so that Ctrl-C or an error stops them all."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.work = Path(args.var_dir).resolve() / "demo"
+        self.spool = self.work / "spool"
+        self.logs = self.work / "logs"
+        self.children: list[Child] = []
+        self.started_embedded = False
+        self.env = dict(os.environ)
+        self.env.setdefault("DJANGO_SETTINGS_MODULE", "ettweb.settings.local")
+        self.env["ETT_SPOOL_DIR"] = str(self.spool)
+        self.env["PYTHONUNBUFFERED"] = "1"
+
+    # ------------------------------------------------------------------ steps
+    def servers(self) -> None:
+        need_pg = not os.environ.get("DATABASE_URL")
+        need_redis = not os.environ.get("CELERY_BROKER_URL")
+        if need_pg or need_redis:
+            _say("1/6", "starting embedded Postgres and Redis (data in var/)…")
+            was_running = embedded.status()
+            urls = embedded.start(postgres=need_pg, redis=need_redis)
+            self.started_embedded = not all(was_running.values())
+            if urls.database_url:
+                self.env["DATABASE_URL"] = urls.database_url
+            if urls.broker_url:
+                self.env["CELERY_BROKER_URL"] = urls.broker_url
+        else:
+            _say("1/6", "using DATABASE_URL and CELERY_BROKER_URL from the environment")
+
+    def migrate_and_login(self) -> str:
+        _say("2/6", "migrating the database…")
+        self.manage("migrate", "--noinput", quiet=True)
+        out = self.manage("ett_login", self.args.username, quiet=True)
+        return out.strip().splitlines()[-1]
+
+    def start_services(self) -> None:
+        _say("3/6", f"starting worker, collector and web server (logs in {self.logs})…")
+        self.spawn("worker", ["-m", "celery", "-A", "ettweb.celery", "worker",
+                              "--loglevel", "INFO", "--concurrency", "1", "--without-heartbeat",
+                              "--without-mingle", "--without-gossip"])
+        self.spawn("collector", ["-m", "collector", "--spool-dir", str(self.spool),
+                                 "--poll-interval", "0.5"])
+        self.spawn("web", [str(REPO_ROOT / "manage.py"), "runserver", "--noreload",
+                           f"127.0.0.1:{self.args.port}"])
+
+    def train(self) -> int:
+        a = self.args
+        _say("4/6", f"training job {a.job}: {a.steps} steps, one injected failure at step "
+                    f"{a.fail_at_step}, then a restart from the last checkpoint…")
+        cmd = [PY, "-m", "trainer", "--job", a.job, "--steps", str(a.steps),
+               "--fail-at-step", str(a.fail_at_step), "--spool-dir", str(self.spool),
+               "--checkpoint-dir", str(self.work / "checkpoints" / a.job),
+               "--restart-delay", str(a.restart_delay), *a.trainer_arg]
+        return subprocess.call(cmd, cwd=REPO_ROOT, env=self.env)
+
+    def wait_stored(self) -> dict[str, object]:
+        _say("5/6", "waiting for the collector and worker to store every event…")
+        lines = sum(1 for p in self.spool.glob("*.jsonl") for ln in p.open() if ln.strip())
+        out = self.manage("ett_wait_ingested", "--events", str(lines),
+                          "--timeout", str(self.args.drain_timeout), quiet=True)
+        print(f"      {out.strip()}", flush=True)
+        report = subprocess.run(
+            [PY, "-m", "ettweb.attribution", *map(str, sorted(self.spool.glob("*.jsonl")))],
+            cwd=REPO_ROOT, env=self.env, check=True, capture_output=True, text=True)
+        result: dict[str, object] = json.loads(report.stdout)
+        return result
+
+    # ------------------------------------------------------------------ processes
+    def manage(self, *argv: str, quiet: bool = False) -> str:
+        proc = subprocess.run([PY, str(REPO_ROOT / "manage.py"), *argv], cwd=REPO_ROOT,
+                              env=self.env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"demo: manage.py {argv[0]} failed:\n{proc.stderr.strip()}")
+        if not quiet:
+            print(proc.stdout, end="")
+        return proc.stdout
+
+    def spawn(self, name: str, argv: list[str]) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log_path = self.logs / f"{name}.log"
+        log = open(log_path, "ab")  # noqa: SIM115 - closed in stop_children
+        popen = subprocess.Popen([PY, *argv], cwd=REPO_ROOT, env=self.env, stdout=log,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+        self.children.append(Child(name, popen, log_path, log))
+
+    def check_children(self) -> None:
+        for child in self.children:
+            if child.popen.poll() is not None:
+                raise SystemExit(f"demo: {child.name} exited with {child.popen.returncode}; "
+                                 f"see {child.log_path}")
+
+    def stop_children(self) -> None:
+        for child in reversed(self.children):
+            if child.popen.poll() is None:
+                child.popen.send_signal(signal.SIGTERM)
+        for child in reversed(self.children):
+            try:
+                child.popen.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                child.popen.kill()
+                child.popen.wait()
+            child.log.close()
+        self.children.clear()
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        try:
+            yield
+        finally:
+            self.stop_children()
+            if self.started_embedded and not self.args.keep_servers:
+                embedded.stop()
+                print("embedded Postgres and Redis stopped", flush=True)
+
+
+def _print_job(report: dict[str, object]) -> None:
+    jobs = report.get("jobs")
+    for job in jobs if isinstance(jobs, list) else []:
+        lost = sorted(job["lost_by_component_s"].items(), key=lambda kv: -kv[1])
+        print(f"      job {job['job']}: {job['attempts']} attempts, wall {job['wall_s']:.1f} s, "
+              f"ETT {job['ett_pct']:.2f}%", flush=True)
+        print("      lost by component: " + ", ".join(f"{c} {s:.1f}s" for c, s in lost if s),
+              flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    demo = Demo(args)
+    with demo.running():
+        demo.servers()
+        login = demo.migrate_and_login()
+        demo.start_services()
+        time.sleep(2.0)
+        demo.check_children()
+        url = f"http://127.0.0.1:{args.port}/"
+        print(f"      dashboard (live while it trains): {url}   {login}", flush=True)
+        status = demo.train()
+        if status != 0:
+            print(f"demo: the trainer exited with {status}", file=sys.stderr)
+            return status
+        demo.check_children()
+        _print_job(demo.wait_stored())
+        if args.no_serve:
+            return 0
+        _say("6/6", f"dashboard: {url}   {login}   — Ctrl-C to stop everything")
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(1.0)
+                demo.check_children()
+        print("\nstopping…", flush=True)
+    return 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m ettweb.demo", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--job", default=f"demo-dlrm-{time.strftime('%Y%m%d-%H%M%S')}",
+                        help="job id (default: demo-dlrm-<timestamp>)")
+    parser.add_argument("--steps", type=int, default=600, help="global steps to train")
+    parser.add_argument("--fail-at-step", type=int, default=400,
+                        help="the first attempt crashes at this step")
+    parser.add_argument("--restart-delay", type=float, default=5.0,
+                        help="seconds between the crash and the restart (the restart gap)")
+    parser.add_argument("--trainer-arg", action="append", default=[], metavar="ARG",
+                        help="extra argument for `python -m trainer` (repeatable)")
+    parser.add_argument("--port", type=int, default=8000, help="web server port")
+    parser.add_argument("--username", default="demo", help="dashboard login to create")
+    parser.add_argument("--var-dir", default=str(embedded.var_dir()),
+                        help="where the demo's spool, checkpoints and logs go")
+    parser.add_argument("--drain-timeout", type=float, default=120.0,
+                        help="seconds to wait for every event to be stored")
+    parser.add_argument("--no-serve", action="store_true",
+                        help="exit after the job is stored instead of serving until Ctrl-C")
+    parser.add_argument("--keep-servers", action="store_true",
+                        help="leave the embedded Postgres and Redis running at the end")
+    args = parser.parse_args(argv)
+    if not 0 < args.fail_at_step < args.steps:
+        parser.error("--fail-at-step must be between 1 and --steps - 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

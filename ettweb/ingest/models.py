@@ -1,0 +1,91 @@
+"""Stored events, the jobs they belong to, and quarantined (rejected) lines.
+
+Times are kept as float epoch seconds, exactly as schema v1 carries them: the attribution
+engine works in seconds, and converting to timestamps and back would only add rounding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+
+
+class Event(models.Model):
+    """One valid schema-v1 event; ``event_id`` is unique so a resent event is stored once."""
+
+    event_id = models.CharField(max_length=64, unique=True)
+    job = models.CharField(max_length=200)
+    attempt = models.PositiveIntegerField()
+    kind = models.CharField(max_length=8)
+    phase = models.CharField(max_length=64, blank=True, default="")
+    mark = models.CharField(max_length=16, blank=True, default="")
+    start = models.FloatField(null=True, blank=True)
+    end = models.FloatField(null=True, blank=True)
+    ts = models.FloatField(null=True, blank=True)
+    rank = models.PositiveIntegerField(default=0)
+    host = models.CharField(max_length=200, blank=True, default="")
+    step_start = models.BigIntegerField(null=True, blank=True)
+    step_end = models.BigIntegerField(null=True, blank=True)
+    step = models.BigIntegerField(null=True, blank=True)
+    blocking = models.BooleanField(default=True)
+    attrs = models.JSONField(default=dict, blank=True)
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["job", "attempt"], name="event_job_attempt"),
+            models.Index(fields=["received_at"], name="event_received"),
+        ]
+
+    def __str__(self) -> str:
+        what = self.phase or self.mark
+        return f"{self.job}#{self.attempt} {self.kind}:{what}"
+
+    def as_schema(self) -> dict[str, Any]:
+        """The event as a schema-v1 dict (what the attribution engine reads)."""
+        event: dict[str, Any] = {
+            "v": 1, "id": self.event_id, "job": self.job, "attempt": self.attempt,
+            "kind": self.kind, "rank": self.rank, "blocking": self.blocking, "attrs": self.attrs,
+        }
+        optional = {
+            "phase": self.phase, "mark": self.mark, "host": self.host, "start": self.start,
+            "end": self.end, "ts": self.ts, "step_start": self.step_start,
+            "step_end": self.step_end, "step": self.step,
+        }
+        event.update({key: value for key, value in optional.items() if value not in (None, "")})
+        return event
+
+
+class Job(models.Model):
+    """A training job as first seen by ingestion; the event history stays in :class:`Event`."""
+
+    job_id = models.CharField(max_length=200, unique=True)
+    first_seen = models.DateTimeField(auto_now_add=True)
+    last_event_time = models.FloatField(help_text="latest event time seen, epoch seconds")
+    model = models.CharField(max_length=200, blank=True, default="")
+    team = models.CharField(max_length=200, blank=True, default="")
+    cluster = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        ordering = ["job_id"]
+
+    def __str__(self) -> str:
+        return self.job_id
+
+
+class QuarantinedEvent(models.Model):
+    """A rejected line, kept verbatim with the reason so nothing is silently dropped."""
+
+    raw = models.TextField()
+    reason = models.TextField()
+    source = models.CharField(max_length=200, blank=True, default="")
+    job = models.CharField(max_length=200, blank=True, default="",
+                           help_text="job id if the line named one; helps find gaps per job")
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["job"], name="quarantine_job")]
+
+    def __str__(self) -> str:
+        return f"{self.source or '?'}: {self.reason}"

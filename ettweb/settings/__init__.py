@@ -1,0 +1,1 @@
+"""Settings per environment: ``local`` (default), ``test``, ``production``; ``base`` is shared."""

@@ -1,0 +1,128 @@
+"""Settings shared by every environment; environment modules override what differs.
+
+Only Postgres is supported (no sqlite anywhere): the ingest path relies on
+``INSERT ... ON CONFLICT DO NOTHING`` and JSONB, and tests must run on what production runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ettweb.settings import env
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+
+# Service URLs: None means "not configured"; local/test then use the embedded servers and
+# production refuses to start (see ettweb.settings.production).
+DATABASE_URL: str | None = env.url("DATABASE_URL", env.POSTGRES_SCHEMES, default=None,
+                                   kind="postgres://")
+CELERY_BROKER_URL: str | None = env.url("CELERY_BROKER_URL", env.BROKER_SCHEMES, default=None,
+                                        kind="redis:// or amqp://")
+
+
+def embedded_defaults(database_url: str | None, broker_url: str | None) -> tuple[str, str]:
+    """Fill unset service URLs from the embedded servers (started only for what is unset)."""
+    if database_url and broker_url:
+        return database_url, broker_url
+    from ettweb import embedded
+
+    urls = embedded.start(postgres=database_url is None, redis=broker_url is None)
+    return (database_url or str(urls.database_url), broker_url or str(urls.broker_url))
+
+
+def databases(database_url: str) -> dict[str, dict[str, Any]]:
+    """DATABASES for a validated postgres URL."""
+    return {"default": env.postgres_url("DATABASE_URL", database_url).as_database()}
+
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "ettweb.ingest",
+    "ettweb.dashboard",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "ettweb.urls"
+WSGI_APPLICATION = "ettweb.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "ettweb" / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "dashboard:jobs"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+STATIC_URL = "static/"
+STATIC_ROOT = Path(env.str_("DJANGO_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+STATICFILES_DIRS = [BASE_DIR / "ettweb" / "static"]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    # plotly.js comes from the installed plotly package, never from a CDN.
+    "ettweb.dashboard.finders.PlotlyJsFinder",
+]
+STORAGES: dict[str, dict[str, Any]] = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+
+# Celery: JSON only (the collector sends batches without importing Django or pickle),
+# and a batch is acknowledged only after it is stored, so a killed worker loses nothing.
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TIMEZONE = "UTC"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env.str_("DJANGO_LOG_LEVEL", "INFO")},
+}

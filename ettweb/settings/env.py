@@ -1,0 +1,145 @@
+"""Strict environment parsing for settings.
+
+A misconfigured deployment should fail at start-up with one line that names the variable,
+not later with a stack trace from deep inside a database driver. Every helper here raises
+:class:`~django.core.exceptions.ImproperlyConfigured` whose message starts with the variable.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+POSTGRES_SCHEMES = ("postgres", "postgresql")
+BROKER_SCHEMES = ("redis", "rediss", "redis+socket", "amqp", "amqps", "pyamqp")
+
+
+class _Missing:
+    """Sentinel: no default given, so the variable is required."""
+
+
+REQUIRED: Any = _Missing()
+
+
+def _fail(name: str, problem: str) -> ImproperlyConfigured:
+    return ImproperlyConfigured(f"{name}: {problem}")
+
+
+def _raw(name: str, default: Any) -> str | None:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        if default is REQUIRED:
+            raise _fail(name, "required but not set")
+        return None
+    return value.strip()
+
+
+def str_(name: str, default: Any = REQUIRED) -> Any:
+    """A non-empty string, or ``default`` when unset (required when no default)."""
+    value = _raw(name, default)
+    return default if value is None else value
+
+
+def bool_(name: str, default: bool | None = None) -> bool:
+    """``1/true/yes/on`` or ``0/false/no/off``; anything else is an error, not False."""
+    value = os.environ.get(name)
+    if value is None:
+        if default is None:
+            raise _fail(name, "required but not set")
+        return default
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise _fail(name, f"not a boolean: {value!r} (use true/false)")
+
+
+def int_(name: str, default: Any = REQUIRED, *, minimum: int | None = None) -> Any:
+    """An integer (optionally ``>= minimum``), or ``default`` when unset."""
+    value = _raw(name, default)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise _fail(name, f"not an integer: {value!r}") from None
+    if minimum is not None and number < minimum:
+        raise _fail(name, f"must be >= {minimum}, got {number}")
+    return number
+
+
+def list_(name: str, default: Any = REQUIRED) -> Any:
+    """A comma-separated list of non-empty items (blank items are an error, not skipped)."""
+    value = _raw(name, default)
+    if value is None:
+        return default
+    items = [item.strip() for item in value.split(",")]
+    if any(not item for item in items):
+        raise _fail(name, f"empty item in comma-separated list {value!r}")
+    return items
+
+
+def url(name: str, schemes: tuple[str, ...], default: Any = REQUIRED, *,
+        kind: str = "") -> Any:
+    """A URL whose scheme is one of ``schemes``; the message says which kind was expected."""
+    value = _raw(name, default)
+    if value is None:
+        return default
+    expected = kind or f"{schemes[0]}://"
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        raise _fail(name, f"not a {expected} URL") from None
+    if parts.scheme not in schemes:
+        raise _fail(name, f"not a {expected} URL")
+    return value
+
+
+@dataclass(frozen=True)
+class PostgresUrl:
+    """The parts of a ``postgres://`` URL Django's DATABASES entry needs."""
+
+    name: str
+    user: str
+    password: str
+    host: str
+    port: str
+    options: dict[str, str]
+
+    def as_database(self) -> dict[str, Any]:
+        """A Django ``DATABASES['default']`` dict (Postgres only, by design)."""
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": self.name, "USER": self.user, "PASSWORD": self.password,
+            "HOST": self.host, "PORT": self.port, "OPTIONS": dict(self.options),
+            "CONN_MAX_AGE": 60, "CONN_HEALTH_CHECKS": True,
+        }
+
+
+def postgres_url(name: str, value: str) -> PostgresUrl:
+    """Parse a postgres URL; a unix socket is given as ``?host=/dir`` (libpq's convention)."""
+    parts = urlsplit(value)
+    if parts.scheme not in POSTGRES_SCHEMES:
+        raise _fail(name, "not a postgres:// URL")
+    query = {key: vals[-1] for key, vals in parse_qs(parts.query).items()}
+    host = query.pop("host", "") or unquote(parts.hostname or "")
+    database = unquote(parts.path.lstrip("/"))
+    if not database:
+        raise _fail(name, "no database name in the URL path")
+    if not host:
+        raise _fail(name, "no host (give host:port or ?host=/socket/dir)")
+    try:
+        port = str(parts.port or "")
+    except ValueError:
+        raise _fail(name, "port is not a number") from None
+    return PostgresUrl(
+        name=database, user=unquote(parts.username or ""), password=unquote(parts.password or ""),
+        host=host, port=port, options=query,
+    )

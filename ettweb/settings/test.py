@@ -1,0 +1,18 @@
+"""Test settings: real Postgres (embedded unless DATABASE_URL is set), fast password hashing."""
+
+from __future__ import annotations
+
+from ettweb.settings.base import *  # noqa: F403
+from ettweb.settings.base import CELERY_BROKER_URL, DATABASE_URL, databases, embedded_defaults
+
+DEBUG = False
+SECRET_KEY = "test-only-key"
+ALLOWED_HOSTS = ["localhost", "127.0.0.1", "testserver"]
+
+DATABASE_URL, CELERY_BROKER_URL = embedded_defaults(DATABASE_URL, CELERY_BROKER_URL)
+DATABASES = databases(DATABASE_URL)
+DATABASES["default"]["CONN_MAX_AGE"] = 0
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = True

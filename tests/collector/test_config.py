@@ -1,0 +1,121 @@
+"""The agent's settings: a bad one stops it at once with exit 2 and one line naming it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from collector.__main__ import main
+from collector.agent import transport_options
+from collector.config import STATE_FILE_NAME, config_from_args
+
+REPO = Path(__file__).resolve().parents[2]
+ENV_SETTINGS = ("CELERY_BROKER_URL", "ETT_SPOOL_DIR", "ETT_COLLECTOR_STATE", "ETT_SOURCE",
+                "ETT_INGEST_QUEUE", "ETT_BATCH_LINES", "ETT_BATCH_BYTES", "ETT_BATCH_WAIT",
+                "ETT_POLL_INTERVAL", "ETT_LOG_LEVEL")
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """CI exports CELERY_BROKER_URL; these tests decide every setting themselves."""
+    for name in ENV_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+GOOD = ["--broker", "redis://127.0.0.1:6379/0"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "names"),
+    [
+        ([], {}, "--broker (CELERY_BROKER_URL) is required"),
+        ([], {"CELERY_BROKER_URL": "  "}, "--broker (CELERY_BROKER_URL) is required"),
+        (["--broker", "http://example.com"], {}, "unsupported scheme 'http'"),
+        (["--broker", "localhost:6379"], {}, "--broker (CELERY_BROKER_URL)"),
+        (["--broker", "redis://host:port/0"], {}, "--broker (CELERY_BROKER_URL) is not a valid"),
+        (["--broker", "redis:///0"], {}, "--broker (CELERY_BROKER_URL) needs a host"),
+        (["--broker", "redis://h/cache"], {}, "a Redis database is a number"),
+        (["--broker", "redis+socket://"], {}, "needs a socket path"),
+        ([], {"CELERY_BROKER_URL": "amqp://"}, "--broker (CELERY_BROKER_URL) needs a host"),
+        ([*GOOD, "--batch-lines", "0"], {}, "--batch-lines (ETT_BATCH_LINES) must be >= 1"),
+        (GOOD, {"ETT_BATCH_LINES": "many"}, "--batch-lines (ETT_BATCH_LINES) must be an integer"),
+        ([*GOOD, "--batch-bytes", "1.5"], {}, "--batch-bytes (ETT_BATCH_BYTES) must be an integer"),
+        ([*GOOD, "--batch-wait", "-1"], {}, "--batch-wait (ETT_BATCH_WAIT) must be >= 0"),
+        ([*GOOD, "--batch-wait", "nan"], {}, "--batch-wait (ETT_BATCH_WAIT) must be >= 0"),
+        ([*GOOD, "--poll-interval", "0"], {}, "--poll-interval (ETT_POLL_INTERVAL) must be > 0"),
+        ([*GOOD, "--retry-max", "inf"], {}, "--retry-max must be > 0"),
+        ([*GOOD, "--source", " "], {}, "--source (ETT_SOURCE) must not be empty"),
+        ([*GOOD, "--log-level", "LOUD"], {}, "--log-level (ETT_LOG_LEVEL) must be one of"),
+        ([*GOOD, "--spool-dir", "afile"], {}, "--spool-dir (ETT_SPOOL_DIR) 'afile' is not a"),
+        ([*GOOD, "--bogus"], {}, "unrecognized arguments: --bogus"),
+        (["--broker"], {}, "argument --broker: expected one argument"),
+    ],
+)
+def test_bad_setting_exits_2_with_one_line_naming_it(
+        argv: list[str], env: dict[str, str], names: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    Path("afile").write_text("")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("ett-collector: error: "), err
+    assert names in err
+    assert not Path("var").exists()  # it stopped before creating the spool
+
+
+def test_the_module_exits_2_without_a_broker(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ENV_SETTINGS}
+    result = subprocess.run([sys.executable, "-m", "collector", "--once"], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "ett-collector: error: --broker (CELERY_BROKER_URL) is required "
+        "(e.g. redis://127.0.0.1:6379/0)"]
+
+
+def test_help_describes_the_agent(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for words in ("ett.ingest_batch", "CELERY_BROKER_URL", "--once", "--batch-bytes",
+                  "ETT_SPOOL_DIR", "SIGTERM"):
+        assert words in out
+
+
+def test_defaults_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = config_from_args(GOOD)
+    assert cfg.spool_dir == Path("var/spool")
+    assert cfg.state_file == Path("var/spool") / STATE_FILE_NAME
+    assert cfg.source == socket.gethostname()
+    assert (cfg.queue, cfg.batch_lines, cfg.batch_bytes, cfg.once) == (
+        "celery", 1000, 1024 * 1024, False)
+
+    monkeypatch.setenv("CELERY_BROKER_URL", "redis+socket:///run/redis.sock")
+    monkeypatch.setenv("ETT_SPOOL_DIR", "/data/spool")
+    monkeypatch.setenv("ETT_BATCH_LINES", "50")
+    monkeypatch.setenv("ETT_SOURCE", "node-9")
+    cfg = config_from_args(["--batch-lines", "70", "--once", "--batch-wait", "0"])
+    assert cfg.broker_url == "redis+socket:///run/redis.sock"
+    assert cfg.state_file == Path("/data/spool") / STATE_FILE_NAME
+    assert (cfg.batch_lines, cfg.source, cfg.once, cfg.batch_wait_s) == (70, "node-9", True, 0)
+
+
+@pytest.mark.parametrize(
+    ("url", "confirms"),
+    [("amqp://guest:guest@127.0.0.1:5672//", True), ("pyamqp://h//", True),
+     ("redis://127.0.0.1:6379/0", False), ("redis+socket:///tmp/r.sock", False)],
+)
+def test_publisher_confirms_on_amqp_only(url: str, confirms: bool) -> None:
+    options = transport_options(config_from_args(["--broker", url]))
+    assert options.get("confirm_publish", False) is confirms
+    assert options["max_retries"] == 0  # the agent's own loop retries, with backoff

@@ -1,0 +1,163 @@
+"""Properties that must hold for any valid timeline, however inconsistent (§1, §3)."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collector.schema import validate_event
+from ettweb.attribution.engine import JobAttribution, attribute, attribute_job
+
+PHASES = ["train", "compile", "eval", "checkpoint_save", "publish"]
+STATUSES = ["completed", "failed", "preempted", "cancelled"]
+# Quarter seconds: exact in binary floating point, yet not all whole numbers.
+times = st.integers(min_value=0, max_value=160).map(lambda quarters: quarters / 4)
+
+
+@st.composite
+def span_events(draw: st.DrawFn, attempt: int) -> dict[str, Any]:
+    phase = draw(st.sampled_from(PHASES))
+    start = draw(times)
+    event: dict[str, Any] = {
+        "kind": "span", "attempt": attempt, "phase": phase, "start": start,
+        "end": start + draw(times) / 2, "rank": draw(st.integers(0, 2)),
+        "blocking": draw(st.booleans()),
+    }
+    if phase == "train":
+        step_start = draw(st.integers(0, 100))
+        event["step_start"] = step_start
+        event["step_end"] = step_start + draw(st.integers(0, 50))
+    return event
+
+
+@st.composite
+def mark_events(draw: st.DrawFn, attempt: int) -> dict[str, Any]:
+    mark = draw(st.sampled_from(["attempt_start", "attempt_end", "heartbeat"]))
+    attrs: dict[str, Any] = {}
+    if mark == "attempt_start" and draw(st.booleans()):
+        attrs["gpus"] = draw(st.integers(1, 8))
+    if mark == "attempt_end":
+        attrs["status"] = draw(st.sampled_from(STATUSES))
+    return {"kind": "mark", "attempt": attempt, "mark": mark, "ts": draw(times), "attrs": attrs}
+
+
+@st.composite
+def job_events(draw: st.DrawFn) -> list[dict[str, Any]]:
+    raw: list[dict[str, Any]] = []
+    for attempt in range(draw(st.integers(1, 3))):
+        raw += draw(st.lists(span_events(attempt), max_size=8))
+        raw += draw(st.lists(mark_events(attempt), min_size=1, max_size=3))
+    return [validate_event({"v": 1, "id": f"e{i}", "job": "j", **e}) for i, e in enumerate(raw)]
+
+
+def _lost_total(job: JobAttribution, gpu: bool = False) -> float:
+    return sum((job.lost_gpu_s if gpu else job.lost_s).values())
+
+
+@settings(max_examples=300, deadline=None)
+@given(job_events())
+def test_categories_sum_to_wall(events: list[dict[str, Any]]) -> None:
+    job = attribute_job(events)
+    assert job.productive_s + _lost_total(job) == pytest.approx(job.wall_s, abs=1e-9)
+    assert job.productive_gpu_s + _lost_total(job, gpu=True) == pytest.approx(
+        job.wall_gpu_s, abs=1e-9)
+    assert all(seconds > 0 for seconds in job.lost_s.values())
+    assert 0.0 <= job.ett_pct <= 100.0
+    per_day_total = sum(sum(day.values()) for day in job.per_day_gpu_s().values())
+    assert per_day_total == pytest.approx(job.wall_gpu_s, abs=1e-9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(job_events())
+def test_segments_tile_the_job_window(events: list[dict[str, Any]]) -> None:
+    job = attribute_job(events)
+    segments = job.segments
+    if not segments:
+        assert job.wall_s == 0.0
+        return
+    assert segments[0].start == job.attempts[0].start
+    assert segments[-1].end == job.attempts[-1].end
+    for before, after in zip(segments, segments[1:], strict=False):
+        assert before.end == after.start
+    for segment in segments:
+        assert segment.end > segment.start
+        assert sum(segment.shares.values()) == pytest.approx(segment.duration_s, abs=1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(job_events(), st.randoms(use_true_random=False))
+def test_independent_of_order_and_duplicates(
+    events: list[dict[str, Any]], rng: random.Random
+) -> None:
+    reference = attribute_job(events)
+    shuffled = list(events)
+    rng.shuffle(shuffled)
+    assert attribute_job(shuffled) == reference
+    repeated = shuffled + rng.sample(events, k=len(events) // 2 + 1)
+    rng.shuffle(repeated)
+    again = attribute_job(repeated)
+    assert again.duplicates == len(events) // 2 + 1
+    assert dataclasses.replace(again, duplicates=0) == reference
+    assert attribute(repeated).jobs == [again]
+
+
+def _naive_high_water(span: dict[str, Any], train: list[dict[str, Any]]) -> int:
+    return max((o["step_end"] for o in train if o is not span and o["end"] <= span["start"]),
+               default=0)
+
+
+def _naive_piece(active: list[dict[str, Any]], train: list[dict[str, Any]],
+                 ) -> dict[str, float] | None:
+    """§3.3.1-3.3.3 read literally for one piece, as fractions; None if nothing is active."""
+    trains = [s for s in active if s["phase"] == "train"]
+    if trains:
+        span = min(trains, key=lambda s: (s["rank"], s["start"], s["id"]))
+        s0, s1 = span["step_start"], span["step_end"]
+        h = _naive_high_water(span, train)
+        f = 0.0 if s1 == s0 else min(1.0, max(0.0, (min(s1, h) - s0) / (s1 - s0)))
+        return {"productive": 1 - f, "repeated_training": f}
+    blocking = [s for s in active if s["blocking"]]
+    kept = [s for s in blocking if not any(
+        o["rank"] == s["rank"] and s["cs"] <= o["cs"] and o["ce"] <= s["ce"]
+        and (o["cs"], o["ce"]) != (s["cs"], s["ce"]) for o in blocking)]
+    names = {s["phase"] for s in kept} or {s["phase"] for s in active}
+    return {name: 1 / len(names) for name in names} if names else None
+
+
+def _naive_totals(events: list[dict[str, Any]], job: JobAttribution) -> dict[str, float]:
+    """An O(n^2) oracle for the sweep, on the engine's own windows (tested by the goldens)."""
+    spans = [dict(e) for e in events if e["kind"] == "span"]
+    train = [s for s in spans if s["phase"] == "train"]
+    totals: dict[str, float] = {}
+    for window in job.attempts:
+        mine = [s for s in spans if s["attempt"] == window.attempt]
+        for s in mine:
+            s["cs"] = min(max(s["start"], window.start), window.end)
+            s["ce"] = min(max(s["end"], window.start), window.end)
+        cuts = sorted({window.start, window.end, window.last_event}
+                      | {s["cs"] for s in mine} | {s["ce"] for s in mine})
+        for a, b in zip(cuts, cuts[1:], strict=False):
+            active = [s for s in mine if s["cs"] <= a and s["ce"] >= b]
+            shares = _naive_piece(active, train)
+            if shares is None:
+                failed = window.status in ("failed", "preempted", "lost")
+                shares = {"failure" if failed and a >= window.last_event else "unattributed": 1}
+            for name, fraction in shares.items():
+                totals[name] = totals.get(name, 0.0) + fraction * (b - a)
+    for before, after in zip(job.attempts, job.attempts[1:], strict=False):
+        totals["restart_gap"] = totals.get("restart_gap", 0.0) + after.start - before.end
+    return {name: seconds for name, seconds in totals.items() if seconds > 1e-12}
+
+
+@settings(max_examples=300, deadline=None)
+@given(job_events())
+def test_sweep_matches_a_naive_reading_of_the_rules(events: list[dict[str, Any]]) -> None:
+    job = attribute_job(events)
+    engine = {**job.lost_s, "productive": job.productive_s}
+    engine = {name: seconds for name, seconds in engine.items() if seconds > 1e-12}
+    assert engine == pytest.approx(_naive_totals(events, job), abs=1e-9)

@@ -1,0 +1,41 @@
+"""The Celery task: registered by the exact name the collector sends, JSON-only config."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import InterfaceError, OperationalError
+
+from ettweb.celery import app
+from ettweb.ingest.models import Event, QuarantinedEvent
+from ettweb.ingest.tasks import ingest_batch
+
+
+def test_task_is_discoverable_by_name() -> None:
+    app.loader.import_default_modules()
+    assert app.tasks["ett.ingest_batch"].name == ingest_batch.name == "ett.ingest_batch"
+
+
+def test_worker_reliability_settings() -> None:
+    conf = app.conf
+    assert conf.accept_content == ["json"]
+    assert conf.task_serializer == "json"
+    assert conf.task_acks_late is True
+    assert conf.task_reject_on_worker_lost is True
+    assert conf.worker_prefetch_multiplier == 1
+
+
+def test_database_outages_are_retried_not_acked_away() -> None:
+    retried = ingest_batch.autoretry_for  # type: ignore[attr-defined]  # set by shared_task
+    assert set(retried) == {OperationalError, InterfaceError}
+    assert ingest_batch.max_retries is None
+
+
+@pytest.mark.django_db
+def test_task_ingests_a_batch(worked_example_lines: list[str]) -> None:
+    lines = [*worked_example_lines, '{"v": 1}']
+    assert ingest_batch(lines, source="collector@node-3") == {
+        "stored": len(worked_example_lines), "duplicates": 0, "rejected": 1}
+    assert Event.objects.count() == len(worked_example_lines)
+    quarantined = QuarantinedEvent.objects.get()
+    assert quarantined.source == "collector@node-3"
+    assert quarantined.reason == "missing required field 'id'"

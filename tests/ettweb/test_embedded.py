@@ -1,0 +1,84 @@
+"""Embedded Postgres + Redis: start, attach from another process, stop cleanly.
+
+Uses its own ETT_VAR_DIR so the servers the rest of the test run uses are never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import redis
+
+from ettweb import embedded
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def var_root() -> Iterator[Path]:
+    """A private data dir beside the real one. Not pytest's tmp_path: when tests run as root,
+    Postgres runs as the ``pgserver`` user, and every new pytest session resets
+    /tmp/pytest-of-root to mode 700 — a concurrent session would lock Postgres out."""
+    base = embedded.var_dir()
+    base.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="test-embedded-", dir=base))
+    root.chmod(0o755)
+    try:
+        yield root
+    finally:
+        embedded.stop(root)  # never leave servers behind, even when a test fails
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _cli(root: Path, command: str) -> subprocess.CompletedProcess[str]:
+    environ = {**os.environ, "ETT_VAR_DIR": str(root)}
+    return subprocess.run([sys.executable, "-m", "ettweb.embedded", command], cwd=REPO,
+                          env=environ, capture_output=True, text=True, timeout=120)
+
+
+def test_start_attach_stop(var_root: Path) -> None:
+    urls = embedded.start(root=var_root)
+    assert urls.database_url and urls.broker_url
+    assert str(var_root) in urls.database_url and urls.broker_url.startswith("redis+socket://")
+    with psycopg.connect(urls.database_url) as conn:
+        assert conn.execute("SELECT current_database()").fetchone() == ("ett",)
+    assert redis.Redis(unix_socket_path=urls.broker_url.removeprefix("redis+socket://")).ping()
+
+    # Another process attaches to the same servers instead of starting new ones.
+    cli_env = _cli(var_root, "env")
+    assert cli_env.returncode == 0, cli_env.stderr
+    assert cli_env.stdout.splitlines() == urls.export_lines()
+    assert embedded.start(root=var_root) == urls
+
+    assert embedded.stop(var_root) == {"postgres": True, "redis": True}
+    assert embedded.status(var_root) == {"postgres": None, "redis": None}
+    assert embedded.stop(var_root) == {"postgres": False, "redis": False}
+
+
+def test_cli_status_and_restart_keeps_data(var_root: Path) -> None:
+    assert "not running" in _cli(var_root, "status").stdout
+    urls = embedded.start(root=var_root)
+    assert urls.database_url is not None
+    with psycopg.connect(urls.database_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE kept (n int)")
+        conn.execute("INSERT INTO kept VALUES (42)")
+    stopped = _cli(var_root, "stop")
+    assert stopped.returncode == 0 and "postgres: stopped" in stopped.stdout
+    again = embedded.start(root=var_root)
+    assert again.database_url is not None
+    with psycopg.connect(again.database_url) as conn:
+        assert conn.execute("SELECT n FROM kept").fetchone() == (42,)
+
+
+def test_only_asked_for_servers_start(var_root: Path) -> None:
+    urls = embedded.start(postgres=False, redis=True, root=var_root)
+    assert urls.database_url is None and urls.broker_url is not None
+    assert embedded.status(var_root)["postgres"] is None

@@ -1,0 +1,201 @@
+"""Command-line flags of the reference trainer, shared by the supervisor and the training process.
+
+Why one module: the supervisor (``python -m trainer``) validates every flag *before* it starts
+any work or imports torch, then forwards the training flags to the child
+(``python -m trainer.train``), which parses them with the very same definitions. Keeping both
+sides on one parser means a flag can never be accepted by one and refused by the other. This
+module imports only the standard library so that ``--help`` and flag errors are instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import NoReturn
+
+from collector.reporter import DEFAULT_SPOOL_DIR
+
+#: Criteo's layout: 13 dense ("integer") features and 26 categorical ones.
+CRITEO_DENSE, CRITEO_SPARSE = 13, 26
+DEFAULT_STEPS = 2000
+DEFAULT_BATCH = 512
+DEFAULT_CHECKPOINT_EVERY = 250
+DEFAULT_ROWS = 50_000
+DEFAULT_DIM = 64
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (no usage dump), as a CLI user expects."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """What one training process needs to know; every field is a flag of the same name."""
+
+    job: str
+    steps: int
+    batch_size: int
+    checkpoint_every: int
+    checkpoint_dir: str
+    spool_dir: str
+    fail_at_step: int | None
+    seed: int
+    compile: bool
+    embedding_rows: int
+    embedding_dim: int
+    dense_features: int
+    sparse_features: int
+    eval_batches: int
+    log_every: int
+    lr: float
+
+    def to_argv(self) -> list[str]:
+        """The flags that recreate this config in a child process."""
+        argv: list[str] = []
+        for field in fields(self):
+            value = getattr(self, field.name)
+            flag = "--" + field.name.replace("_", "-")
+            if isinstance(value, bool):
+                argv.append(flag if value else "--no-" + field.name.replace("_", "-"))
+            elif value is not None:
+                argv += [flag, str(value)]
+        return argv
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = non_negative_int(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number >= 0")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be greater than 0")
+    return value
+
+
+def _job_id(text: str) -> str:
+    # ETT_SPEC §2: a job id is 1-200 characters.
+    if not 1 <= len(text) <= 200:
+        raise argparse.ArgumentTypeError("a job id must be 1-200 characters")
+    return text
+
+
+def default_job() -> str:
+    """A fresh job id per invocation, so a default run never resumes someone else's checkpoint."""
+    return time.strftime("dlrm-%Y%m%d-%H%M%S", time.gmtime())
+
+
+def safe_name(text: str) -> str:
+    """A job id made safe to use as one path component."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:120].lstrip(".") or "job"
+
+
+def add_training_args(parser: argparse.ArgumentParser) -> None:
+    """The flags of one training process (also accepted, and forwarded, by the supervisor)."""
+    job = parser.add_argument_group("job and files")
+    job.add_argument("--job", type=_job_id, default=None,
+                     help="job id, stable across restarts (default: dlrm-<UTC time>)")
+    job.add_argument("--checkpoint-dir", default=None,
+                     help="where checkpoints go (default: var/checkpoints/<job>); an existing "
+                          "checkpoint there is resumed")
+    job.add_argument("--spool-dir", default=None,
+                     help="where ETT events are spooled (default: $ETT_SPOOL_DIR or var/spool)")
+
+    run = parser.add_argument_group("training")
+    run.add_argument("--steps", type=positive_int, default=DEFAULT_STEPS,
+                     help="global steps to train (default: %(default)s)")
+    run.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH,
+                     help="samples per rank per step (default: %(default)s)")
+    run.add_argument("--checkpoint-every", type=non_negative_int,
+                     default=DEFAULT_CHECKPOINT_EVERY,
+                     help="save a checkpoint every N steps; 0 = only at the end "
+                          "(default: %(default)s)")
+    run.add_argument("--fail-at-step", type=non_negative_int, default=None,
+                     help="crash (exit 1) on reaching this step, on attempt 0 only")
+    run.add_argument("--seed", type=non_negative_int, default=0,
+                     help="seed of the model init and the synthetic data (default: %(default)s)")
+    run.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
+                     help="torch.compile the dense and over arch (default: on)")
+    run.add_argument("--lr", type=positive_float, default=0.05,
+                     help="learning rate (default: %(default)s)")
+    run.add_argument("--eval-batches", type=non_negative_int, default=4,
+                     help="batches of the final evaluation; 0 = none (default: %(default)s)")
+    run.add_argument("--log-every", type=positive_int, default=10,
+                     help="print a progress line every N steps (default: %(default)s)")
+
+    model = parser.add_argument_group("model size")
+    model.add_argument("--embedding-rows", type=positive_int, default=DEFAULT_ROWS,
+                       help="rows of each embedding table (default: %(default)s)")
+    model.add_argument("--embedding-dim", type=positive_int, default=DEFAULT_DIM,
+                       help="embedding dimension (default: %(default)s)")
+    model.add_argument("--dense-features", type=positive_int, default=CRITEO_DENSE,
+                       help="dense features per sample (default: %(default)s, as Criteo)")
+    model.add_argument("--sparse-features", type=positive_int, default=CRITEO_SPARSE,
+                       help="sparse features = embedding tables (default: %(default)s)")
+
+
+def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> TrainConfig:
+    """Build a TrainConfig, rejecting combinations of flags that no single flag can check."""
+    if args.fail_at_step is not None and args.fail_at_step >= args.steps:
+        parser.error(f"--fail-at-step {args.fail_at_step} is not before the last step "
+                     f"(--steps {args.steps}); use 0..{args.steps - 1}")
+    if args.checkpoint_every > args.steps:
+        parser.error(f"--checkpoint-every {args.checkpoint_every} is more than --steps "
+                     f"{args.steps}; use 0 for a checkpoint only at the end")
+    job = args.job or default_job()
+    checkpoint_dir = args.checkpoint_dir or str(Path("var/checkpoints") / safe_name(job))
+    spool_dir = args.spool_dir or _env_spool_dir()
+    return TrainConfig(
+        job=job, steps=args.steps, batch_size=args.batch_size,
+        checkpoint_every=args.checkpoint_every,
+        checkpoint_dir=str(Path(checkpoint_dir).absolute()),
+        spool_dir=str(Path(spool_dir).absolute()), fail_at_step=args.fail_at_step,
+        seed=args.seed, compile=args.compile, embedding_rows=args.embedding_rows,
+        embedding_dim=args.embedding_dim, dense_features=args.dense_features,
+        sparse_features=args.sparse_features, eval_batches=args.eval_batches,
+        log_every=args.log_every, lr=args.lr,
+    )
+
+
+def _env_spool_dir() -> str:
+    return os.environ.get("ETT_SPOOL_DIR") or DEFAULT_SPOOL_DIR
+
+
+def parse_train_config(argv: list[str] | None = None, prog: str | None = None) -> TrainConfig:
+    """Parse the flags of one training process (``python -m trainer.train``)."""
+    parser = OneLineParser(prog=prog or "python -m trainer.train",
+                           description="One training process of the reference DLRM trainer.")
+    add_training_args(parser)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    return config_from_args(args, parser)

@@ -1,0 +1,206 @@
+"""The supervisor, ``python -m trainer``: owns a job's attempts and restarts it after a failure.
+
+Why a separate process: an attempt's boundaries must be reported by something that outlives the
+attempt. The supervisor emits ``attempt_start`` (hardware allocated) before it spawns the
+training process and ``attempt_end`` after that process exits, including when it crashed and
+could report nothing itself. The wait before a restart stands in for a scheduler finding new
+hardware: ETT sees it as ``restart_gap``. It imports no torch, so flag errors are instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from collector.reporter import Reporter
+from trainer.config import (
+    OneLineParser,
+    TrainConfig,
+    add_training_args,
+    config_from_args,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+)
+
+LAUNCH_TS_ENV = "ETT_LAUNCH_TS"  # same name as trainer.train reads; kept here to avoid torch
+DEFAULT_COMPILE_CACHE = "var/compile-cache"
+STOP_GRACE_S = 10.0
+EXIT_CANCELLED = 130
+
+
+@dataclass(frozen=True)
+class SupervisorOptions:
+    """What the supervisor adds to the training flags."""
+
+    nproc_per_node: int
+    restart_delay: float
+    max_restarts: int
+    team: str | None
+    cluster: str | None
+    compile_cache_dir: str
+
+
+class Cancelled(Exception):
+    """The supervisor was asked to stop (Ctrl-C or SIGTERM)."""
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(
+        prog="python -m trainer",
+        description="Train the reference TorchRec DLRM on synthetic Criteo-like data, reporting "
+                    "every lifecycle phase to ETT, and restart it from its latest checkpoint "
+                    "when it fails.",
+        epilog="Demo (about 2 minutes on 2 cores, one crash and restart): python -m trainer "
+               "--job demo --fail-at-step 1150",
+    )
+    add_training_args(parser)
+    sup = parser.add_argument_group("supervisor")
+    sup.add_argument("--nproc-per-node", type=positive_int, default=1,
+                     help="training processes (ranks); >1 launches them with torchrun "
+                          "(default: %(default)s)")
+    sup.add_argument("--restart-delay", type=non_negative_float, default=5.0,
+                     help="seconds to wait before a restart, as a scheduler would "
+                          "(default: %(default)s)")
+    sup.add_argument("--max-restarts", type=non_negative_int, default=3,
+                     help="restarts after failures before giving up (default: %(default)s)")
+    sup.add_argument("--team", default=None, help="team that owns the job (attempt_start attrs)")
+    sup.add_argument("--cluster", default=None, help="cluster it runs on (attempt_start attrs)")
+    sup.add_argument("--compile-cache-dir", default=None,
+                     help="inductor cache kept across restarts (default: $TORCHINDUCTOR_CACHE_DIR "
+                          f"or {DEFAULT_COMPILE_CACHE})")
+    return parser
+
+
+def parse(argv: list[str] | None = None) -> tuple[TrainConfig, SupervisorOptions]:
+    parser = build_parser()
+    args: argparse.Namespace = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    cfg = config_from_args(args, parser)
+    cache = (args.compile_cache_dir or os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+             or DEFAULT_COMPILE_CACHE)
+    options = SupervisorOptions(args.nproc_per_node, args.restart_delay, args.max_restarts,
+                                args.team, args.cluster, str(Path(cache).absolute()))
+    return cfg, options
+
+
+class Supervisor:
+    """Runs attempt after attempt of one job until one completes or restarts run out."""
+
+    def __init__(self, cfg: TrainConfig, options: SupervisorOptions) -> None:
+        self.cfg = cfg
+        self.options = options
+
+    def run(self) -> int:
+        """Returns the process exit status: 0 completed, 1 failed, 130 cancelled."""
+        attempt = 0
+        while True:
+            status = self.run_attempt(attempt)
+            if status == "completed":
+                return 0
+            if status == "cancelled":
+                return EXIT_CANCELLED
+            if attempt >= self.options.max_restarts:
+                self.say(f"attempt {attempt} failed; no restarts left "
+                         f"(--max-restarts {self.options.max_restarts})")
+                return 1
+            self.say(f"attempt {attempt} failed; restarting in {self.options.restart_delay:g} s "
+                     f"(restart {attempt + 1} of {self.options.max_restarts})")
+            try:
+                time.sleep(self.options.restart_delay)
+            except Cancelled:
+                return EXIT_CANCELLED
+            attempt += 1
+
+    def run_attempt(self, attempt: int) -> str:
+        """One attempt: mark its start, run the training process(es), mark how it ended."""
+        reporter = Reporter(self.cfg.job, attempt=attempt, rank=0, spool_dir=self.cfg.spool_dir,
+                            heartbeat_s=0)  # liveness comes from the trainer, which knows steps
+        try:
+            reporter.attempt_start(gpus=self.options.nproc_per_node, **self._attempt_attrs())
+            self.say(f"attempt {attempt} starting: {' '.join(self.command())}")
+            status, detail = self._run_child(attempt)
+            reporter.attempt_end(status, **detail)
+            self.say(f"attempt {attempt} {status} (exit code {detail['exit_code']})")
+            return status
+        finally:
+            reporter.shutdown()
+
+    def _attempt_attrs(self) -> dict[str, Any]:
+        attrs = {"model": "dlrm", "team": self.options.team, "cluster": self.options.cluster}
+        return {key: value for key, value in attrs.items() if value}
+
+    def _run_child(self, attempt: int) -> tuple[str, dict[str, int]]:
+        child = subprocess.Popen(self.command(), env=self.child_env(attempt))
+        try:
+            code = child.wait()
+        except Cancelled:
+            return "cancelled", {"exit_code": stop(child)}
+        return ("completed" if code == 0 else "failed"), {"exit_code": code}
+
+    def command(self) -> list[str]:
+        """``python -m trainer.train ...``, or torchrun around it for several ranks.
+
+        torchrun gets ``--max-restarts 0``: restarts are this supervisor's job, so that each one
+        is a new ETT attempt with its own marks.
+        """
+        train_args = ["-m", "trainer.train", *self.cfg.to_argv()]
+        if self.options.nproc_per_node == 1:
+            return [sys.executable, *train_args]
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node", str(self.options.nproc_per_node), "--max-restarts", "0",
+                *train_args]
+
+    def child_env(self, attempt: int) -> dict[str, str]:
+        """The attempt number, spool, launch time and a compile cache that survives restarts.
+
+        Why the cache settings: inductor's default cache is under /tmp, which a rescheduled
+        container loses; a kept folder turns the restart's compile from ~30 s into ~3 s on CPU,
+        and TORCH_COMPILE_JOB_ID lets PT2 reuse its saved shape profiles (PYTORCH_NOTES).
+        """
+        env = dict(os.environ)
+        env.update({
+            "ETT_ATTEMPT": str(attempt),
+            "ETT_SPOOL_DIR": self.cfg.spool_dir,
+            "TORCHINDUCTOR_CACHE_DIR": self.options.compile_cache_dir,
+            "TORCH_COMPILE_JOB_ID": self.cfg.job,
+            LAUNCH_TS_ENV: repr(time.time()),
+        })
+        return env
+
+    def say(self, message: str) -> None:
+        print(f"[{self.cfg.job} supervisor] {message}", file=sys.stderr, flush=True)
+
+
+def stop(child: subprocess.Popen[bytes]) -> int:
+    """Stop a child politely (SIGINT, as Ctrl-C would), then firmly; returns its exit code."""
+    for sig, wait_s in ((signal.SIGINT, STOP_GRACE_S), (signal.SIGTERM, STOP_GRACE_S)):
+        if child.poll() is not None:
+            break
+        child.send_signal(sig)
+        try:
+            return child.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+        except Cancelled:  # asked again: stop waiting politely
+            break
+    child.kill()
+    return child.wait()
+
+
+def _cancel(signum: int, frame: FrameType | None) -> None:
+    raise Cancelled(signal.Signals(signum).name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg, options = parse(argv)
+    signal.signal(signal.SIGINT, _cancel)
+    signal.signal(signal.SIGTERM, _cancel)
+    return Supervisor(cfg, options).run()
