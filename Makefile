@@ -45,7 +45,7 @@ test-integration: install install-trainer  ## only the tests that run real proce
 
 lint: install  ## ruff + mypy
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy
+	DATABASE_URL=postgres://lint@localhost/lint CELERY_BROKER_URL=redis://localhost:6379/0 $(VENV)/bin/mypy
 
 bench: install install-trainer  ## run every benchmark
 	@for b in bench/*.py; do n=$$(basename $$b .py); [ $$n = __init__ ] || $(PY) -m bench.$$n; done

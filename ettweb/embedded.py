@@ -208,8 +208,6 @@ def _wait_until(check: Callable[[], bool], what: str) -> None:
 def _start_redis(root: Path) -> str:
     """Attach to the embedded Redis or start it; return its ``redis+socket://`` broker URL."""
     sock = _redis_socket(root)
-    if len(str(sock)) > MAX_SOCKET_PATH:
-        raise EmbeddedError(f"ETT_VAR_DIR: redis socket path longer than {MAX_SOCKET_PATH} bytes")
     if not _redis_ping(sock):
         directory = _redis_dir(root)
         directory.mkdir(parents=True, exist_ok=True)
@@ -241,6 +239,10 @@ def _stop_redis(root: Path) -> bool:
 def start(*, postgres: bool = True, redis: bool = True, root: Path | None = None) -> ServiceUrls:
     """Attach to (or start) the asked-for embedded servers and return their URLs."""
     root = root or var_dir()
+    if redis and len(str(_redis_socket(root)).encode()) > MAX_SOCKET_PATH:
+        # Checked before anything starts, so a bad ETT_VAR_DIR leaves no half-started servers.
+        raise EmbeddedError(f"ETT_VAR_DIR: {root} is too long for a unix socket "
+                            f"(the redis socket path must be <= {MAX_SOCKET_PATH} bytes)")
     with _locked(root):
         database_url = _start_postgres(root) if postgres else None
         broker_url = _start_redis(root) if redis else None

@@ -138,7 +138,10 @@ class Supervisor:
         return {key: value for key, value in attrs.items() if value}
 
     def _run_child(self, attempt: int) -> tuple[str, dict[str, int]]:
-        child = subprocess.Popen(self.command(), env=self.child_env(attempt))
+        # Its own session: a terminal's Ctrl-C reaches only the supervisor, which forwards one
+        # SIGINT, so the child is never interrupted twice in the middle of its cleanup.
+        child = subprocess.Popen(self.command(), env=self.child_env(attempt),
+                                 start_new_session=True)
         try:
             code = child.wait()
         except Cancelled:

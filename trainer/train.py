@@ -266,6 +266,7 @@ def crash_on_simulated_failure(reporter: Reporter) -> Iterator[None]:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_train_config(argv)
+    torch.set_num_threads(cfg.threads)
     default_distributed_env()
     reporter = Reporter(cfg.job, spool_dir=cfg.spool_dir)
     report_process_start(reporter)

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 from collector.schema import EventError, parse_event
 
 from .components import DEFAULT_PHASE_COMPONENTS
-from .engine import Event, FleetAttribution, JobAttribution, attribute
+from .engine import Event, FleetAttribution, JobAttribution, attribute, gc_paused
 
 EXIT_OK = 0
 EXIT_UNREADABLE = 2
@@ -39,16 +39,17 @@ def parse_lines(
     """
     events: list[Event] = []
     rejected: list[Rejection] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            events.append(parse_event(line))
-        except EventError as err:
-            entry: Rejection = {"line": number, "reason": str(err)}
-            if source is not None:
-                entry["file"] = source
-            rejected.append(entry)
+    with gc_paused():  # one dict per line, no cycles: see engine.gc_paused
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                events.append(parse_event(line))
+            except EventError as err:
+                entry: Rejection = {"line": number, "reason": str(err)}
+                if source is not None:
+                    entry["file"] = source
+                rejected.append(entry)
     return events, rejected
 
 
@@ -109,9 +110,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m ettweb.attribution",
         description=(
             "Offline ETT report (ETT_SPEC section 5): read schema-v1 JSONL event files and "
-            "print one JSON document with each job's ETT%%, wall and productive (GPU-)seconds, "
+            "print one JSON document with each job's ETT%, wall and productive (GPU-)seconds, "
             "lost time by category and by owning component, and the fleet's GPU-weighted "
-            "ETT%%. Invalid lines are listed under 'rejected' with their reason; the rest is "
+            "ETT%. Invalid lines are listed under 'rejected' with their reason; the rest is "
             "still reported."
         ),
         epilog="Exit status: 0 on success (even with rejected lines), 2 if a file cannot be read.",

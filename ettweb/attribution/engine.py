@@ -19,9 +19,11 @@ Shape of the computation, per job:
 
 from __future__ import annotations
 
+import gc
 import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from itertools import accumulate
@@ -219,15 +221,17 @@ def attribute(events: Iterable[Event]) -> FleetAttribution:
     by_job: dict[str, list[Event]] = {}
     owner: dict[str, str] = {}  # event id -> job of its first occurrence
     dups_by_job: dict[str, int] = {}
-    for event in events:
-        event_id = event["id"]
-        first_job = owner.get(event_id)
-        if first_job is not None:
-            dups_by_job[first_job] = dups_by_job.get(first_job, 0) + 1
-            continue
-        owner[event_id] = event["job"]
-        by_job.setdefault(event["job"], []).append(event)
-    jobs = [_attribute_unique(job, by_job[job], dups_by_job.get(job, 0)) for job in sorted(by_job)]
+    with gc_paused():
+        for event in events:
+            event_id = event["id"]
+            first_job = owner.get(event_id)
+            if first_job is not None:
+                dups_by_job[first_job] = dups_by_job.get(first_job, 0) + 1
+                continue
+            owner[event_id] = event["job"]
+            by_job.setdefault(event["job"], []).append(event)
+        jobs = [_attribute_unique(job, by_job[job], dups_by_job.get(job, 0))
+                for job in sorted(by_job)]
     return FleetAttribution(jobs=jobs, duplicates=sum(dups_by_job.values()))
 
 
@@ -247,7 +251,26 @@ def attribute_job(events: Iterable[Event]) -> JobAttribution:
     jobs = {event["job"] for event in unique.values()}
     if len(jobs) != 1:
         raise ValueError(f"attribute_job needs the events of exactly one job, got {len(jobs)}")
-    return _attribute_unique(jobs.pop(), list(unique.values()), duplicates)
+    with gc_paused():
+        return _attribute_unique(jobs.pop(), list(unique.values()), duplicates)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a timeline is built.
+
+    Attribution allocates one small dict and tuple per piece of timeline and none of them
+    form reference cycles, yet every allocation burst triggers full collections that
+    rescan all of them: pausing roughly doubled throughput in measurements. The previous
+    state is restored, so a caller that disabled GC keeps it disabled.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _attribute_unique(job: str, events: list[Event], duplicates: int) -> JobAttribution:
@@ -319,7 +342,7 @@ class _Attempt:
         # wins, so no rank's teardown is cut. Ties break on the unique id, never on input order.
         self.start_mark: tuple[float, str, dict[str, Any]] | None = min(
             ((m["ts"], m["id"], m["attrs"]) for m in marks if m["mark"] == "attempt_start"),
-            key=_TS_ID, default=None,
+            key=_ts_id, default=None,
         )
         self.end_mark: tuple[float, str, str] | None = max(
             ((m["ts"], m["id"], m["attrs"]["status"]) for m in marks
@@ -341,8 +364,6 @@ _TS: Final = itemgetter("ts")
 def _ts_id(mark: tuple[float, str, dict[str, Any]]) -> tuple[float, str]:
     return mark[0], mark[1]
 
-
-_TS_ID: Final = _ts_id
 
 
 class _Totals:

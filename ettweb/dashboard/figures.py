@@ -105,10 +105,15 @@ def fleet_lost_stacked(jobs: Sequence[str], lost: Sequence[Mapping[str, float]],
     return fig
 
 
+def _piece_order(category: str) -> tuple[int, str]:
+    """Repeated steps first: a restarted train span re-does old steps before new ones (§3.7)."""
+    return (0 if category == "repeated_training" else 1, category)
+
+
 def _pieces(segment: Segment) -> list[tuple[str, float, float]]:
     """Lay a segment's shares side by side in time so each category gets its own bar."""
     pieces, cursor = [], segment.start
-    for category, seconds in sorted(segment.shares.items()):
+    for category, seconds in sorted(segment.shares.items(), key=lambda kv: _piece_order(kv[0])):
         pieces.append((category, cursor, seconds))
         cursor += seconds
     return pieces

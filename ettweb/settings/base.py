@@ -25,9 +25,18 @@ def embedded_defaults(database_url: str | None, broker_url: str | None) -> tuple
     """Fill unset service URLs from the embedded servers (started only for what is unset)."""
     if database_url and broker_url:
         return database_url, broker_url
+    import subprocess
+
+    from django.core.exceptions import ImproperlyConfigured
+
     from ettweb import embedded
 
-    urls = embedded.start(postgres=database_url is None, redis=broker_url is None)
+    try:
+        urls = embedded.start(postgres=database_url is None, redis=broker_url is None)
+    except (embedded.EmbeddedError, OSError, subprocess.SubprocessError) as exc:
+        unset = " and ".join(name for name, url in (("DATABASE_URL", database_url),
+                                                    ("CELERY_BROKER_URL", broker_url)) if not url)
+        raise ImproperlyConfigured(f"{unset} unset and the embedded servers failed: {exc}") from exc
     return (database_url or str(urls.database_url), broker_url or str(urls.broker_url))
 
 

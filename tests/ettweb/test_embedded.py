@@ -82,3 +82,13 @@ def test_only_asked_for_servers_start(var_root: Path) -> None:
     urls = embedded.start(postgres=False, redis=True, root=var_root)
     assert urls.database_url is None and urls.broker_url is not None
     assert embedded.status(var_root)["postgres"] is None
+
+
+def test_too_long_var_dir_is_refused_before_starting_anything(tmp_path: Path) -> None:
+    root = tmp_path / ("x" * 120)
+    with pytest.raises(embedded.EmbeddedError, match=r"^ETT_VAR_DIR: .* too long for a unix"):
+        embedded.start(root=root)
+    assert not root.exists()
+    cli = _cli(root, "start")
+    assert cli.returncode == 2
+    assert cli.stderr.startswith("ettweb.embedded: ETT_VAR_DIR:") and cli.stderr.count("\n") == 1

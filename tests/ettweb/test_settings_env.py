@@ -131,3 +131,16 @@ def test_entry_points_fail_in_one_line_on_bad_local_settings(argv: list[str]) ->
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
         "configuration error: DJANGO_DEBUG: not a boolean: 'maybe' (use true/false)")
+
+
+def test_embedded_failure_is_one_configuration_line(tmp_path: Path) -> None:
+    environ = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL",
+                                                                 "CELERY_BROKER_URL")}
+    environ |= {"DJANGO_SETTINGS_MODULE": "ettweb.settings.local",
+                "ETT_VAR_DIR": str(tmp_path / ("x" * 120))}
+    proc = subprocess.run([sys.executable, str(REPO / "manage.py"), "check"], cwd=REPO,
+                          env=environ, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("configuration error: DATABASE_URL and CELERY_BROKER_URL unset "
+                                  "and the embedded servers failed: ETT_VAR_DIR:")
+    assert proc.stderr.count("\n") == 1

@@ -440,3 +440,54 @@ def test_attribute_job_refuses_mixed_jobs() -> None:
     t.mark(0, "attempt_start", 0, job="b")
     with pytest.raises(ValueError, match="exactly one job"):
         attribute_job(t.events)
+
+
+# --- readings of points the spec leaves open (listed in the report to the lead) ------------
+
+
+def test_repeated_steps_sum_over_every_rank() -> None:
+    t = Timeline()
+    t.mark(0, "attempt_start", 0)
+    t.train(0, 0, 10, (0, 100), rank=0)
+    t.train(0, 0, 10, (0, 100), rank=1)
+    t.mark(0, "attempt_end", 10, status="failed")
+    t.mark(1, "attempt_start", 10)
+    t.train(1, 10, 20, (50, 150), rank=0)
+    t.train(1, 10, 20, (50, 150), rank=1)
+    t.mark(1, "attempt_end", 20, status="completed")
+    job = attribute_job(t.events)
+    # §3.6 read literally: "sum over its train spans" counts both ranks' 50 repeated steps
+    assert job.repeated_steps == 100
+    assert job.lost_s == {"repeated_training": 5.0}  # time follows rank 0 only
+
+
+def test_latest_attempt_end_wins() -> None:
+    t = Timeline()
+    t.mark(0, "attempt_start", 0)
+    t.span(0, "shutdown", 0, 4)
+    t.mark(0, "attempt_end", 5, status="cancelled")  # rank 1 gave up first
+    t.mark(0, "attempt_end", 8, status="failed")  # rank 0's end is later: it decides
+    job = attribute_job(t.events)
+    assert (job.attempts[0].end, job.attempts[0].status) == (8.0, "failed")
+    assert job.lost_s == {"shutdown": 4.0, "failure": 4.0}
+
+
+def test_first_copy_of_a_repeated_id_wins() -> None:
+    t = Timeline()
+    t.mark(0, "attempt_start", 0)
+    first = t.span(0, "compile", 0, 10)
+    t.mark(0, "attempt_end", 10, status="completed")
+    clash = {**first, "phase": "eval"}
+    job = attribute_job([*t.events, clash])
+    assert job.duplicates == 1
+    assert job.lost_s == {"compile": 10.0}
+
+
+def test_time_to_start_never_negative() -> None:
+    t = Timeline()
+    t.train(0, 5, 10, (0, 5))  # reported before the attempt_start mark (clock skew)
+    t.mark(0, "attempt_start", 8)
+    t.mark(0, "attempt_end", 10, status="completed")
+    job = attribute_job(t.events)
+    assert job.time_to_start_s == 0.0
+    assert job.productive_s == 2.0  # clamped to the window [8, 10]

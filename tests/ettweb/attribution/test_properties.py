@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 from typing import Any
 
@@ -82,7 +83,7 @@ def test_segments_tile_the_job_window(events: list[dict[str, Any]]) -> None:
         return
     assert segments[0].start == job.attempts[0].start
     assert segments[-1].end == job.attempts[-1].end
-    for before, after in zip(segments, segments[1:], strict=False):
+    for before, after in itertools.pairwise(segments):
         assert before.end == after.start
     for segment in segments:
         assert segment.end > segment.start
@@ -141,7 +142,7 @@ def _naive_totals(events: list[dict[str, Any]], job: JobAttribution) -> dict[str
             s["ce"] = min(max(s["end"], window.start), window.end)
         cuts = sorted({window.start, window.end, window.last_event}
                       | {s["cs"] for s in mine} | {s["ce"] for s in mine})
-        for a, b in zip(cuts, cuts[1:], strict=False):
+        for a, b in itertools.pairwise(cuts):
             active = [s for s in mine if s["cs"] <= a and s["ce"] >= b]
             shares = _naive_piece(active, train)
             if shares is None:

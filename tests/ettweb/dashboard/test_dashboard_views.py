@@ -76,6 +76,7 @@ def test_job_page_headline_numbers_and_charts(logged_in: Client,
     assert "21.0 s" in html  # time to recover
     assert 'id="phase-timeline"' in html and 'id="lost-by-component"' in html
     assert "1 rejected line" in html  # only the line naming j1
+    assert "model dlrm · team ads</p>" in html
     figure = _figure(html, "phase-timeline")
     rows = {y for trace in figure["data"] for y in trace["y"]}
     assert rows == {"attempt 0", "attempt 1"}
@@ -138,3 +139,17 @@ def test_timeline_merges_touching_pieces(logged_in: Client, event_line: Any) -> 
     productive = [trace for trace in figure["data"] if trace["name"] == "productive"]
     assert len(productive) == 1
     assert productive[0]["x"] == [10.0] and productive[0]["base"] == [0.0]  # minutes
+
+
+def test_timeline_draws_repeated_steps_before_new_ones(logged_in: Client,
+                                                       worked_example_lines: list[str]) -> None:
+    """Attempt 1 re-trains steps 600-680 (1093-1101) before new steps (1101-1113)."""
+    ingest_lines(worked_example_lines)
+    figure = _figure(logged_in.get("/jobs/j1/").content.decode(), "phase-timeline")
+    by_name = {trace["name"]: trace for trace in figure["data"]}
+    repeated = by_name["repeated_training"]
+    assert repeated["y"] == ["attempt 1"]
+    assert repeated["base"] == [pytest.approx(93.0)] and repeated["x"] == [pytest.approx(8.0)]
+    productive = by_name["productive"]
+    last_new = max(zip(productive["base"], productive["x"], strict=True))
+    assert last_new == (pytest.approx(101.0), pytest.approx(12.0))

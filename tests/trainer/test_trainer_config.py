@@ -14,6 +14,12 @@ def test_forwarded_flags_rebuild_the_same_config() -> None:
     assert cfg.compile is False and cfg.fail_at_step == 7 and cfg.checkpoint_every == 0
 
 
+def test_a_short_run_keeps_the_default_checkpoint_interval() -> None:
+    """--steps below --checkpoint-every is fine: the last step is always saved."""
+    cfg = parse_train_config(["--steps", "40"])
+    assert cfg.steps == 40 and cfg.checkpoint_every > 40
+
+
 def test_defaults_give_a_fresh_job_and_absolute_paths() -> None:
     cfg = parse_train_config([])
     assert cfg.job.startswith("dlrm-")

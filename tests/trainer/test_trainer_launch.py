@@ -1,5 +1,8 @@
 """The supervisor and trainer end to end: a tiny job crashes at step 25 and is restarted.
 
+Why module-scoped runs: one tiny run with a crash and a restart takes ~30-50 s on 2 cores (most
+of it the first, cold inductor compile), so the tests that inspect it share it.
+
 Every assertion reads what a real run left behind: spool files (validated line by line by
 ``collector.schema``), checkpoint folders and progress lines.
 """
@@ -15,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import (
+from trainer_runs import (
     REPO,
     TINY,
     TrainerRun,
@@ -25,6 +28,8 @@ from conftest import (
 )
 
 from collector.schema import parse_event
+
+pytestmark = pytest.mark.integration  # real supervisor and trainer processes
 
 JOB = "tiny-crash"
 STEPS, FAIL_AT, EVERY = 40, 25, 10
@@ -184,7 +189,7 @@ BAD_FLAGS = [
     (["--restart-delay", "-1"], "--restart-delay: -1 is not a finite number >= 0"),
     (["--max-restarts", "-1"], "--max-restarts: -1 is negative"),
     (["--nproc-per-node", "0"], "--nproc-per-node: must be at least 1"),
-    (["--steps", "40", "--checkpoint-every", "50"], "--checkpoint-every 50 is more than"),
+    (["--checkpoint-every", "1.5"], "--checkpoint-every: '1.5' is not an integer"),
     (["--embedding-dim", "0"], "--embedding-dim: must be at least 1"),
     (["--job", ""], "a job id must be 1-200 characters"),
     (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
