@@ -23,8 +23,9 @@ $(VENV)/.web-installed: pyproject.toml
 # distribution by name, so the CPU build and torchrec are installed with --no-deps.
 $(VENV)/.trainer-installed: $(VENV)/.web-installed
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q --no-deps fbgemm-gpu-cpu==1.8.0 torchrec==1.8.0
-	$(PIP) install -q tensordict torchmetrics==1.0.3 tqdm pyre-extensions iopath typing-inspect
+	$(PIP) install -q fbgemm-gpu-cpu==1.8.0
+	$(PIP) install -q --no-deps torchrec==1.8.0
+	$(PIP) install -q tensordict torchmetrics==1.0.3 tqdm pyre-extensions
 	@touch $@
 
 install: $(VENV)/.web-installed  ## web + worker + dev tools into .venv (no torch)

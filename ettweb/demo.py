@@ -207,8 +207,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--job", default=f"demo-dlrm-{time.strftime('%Y%m%d-%H%M%S')}",
                         help="job id (default: demo-dlrm-<timestamp>)")
-    parser.add_argument("--steps", type=int, default=600, help="global steps to train")
-    parser.add_argument("--fail-at-step", type=int, default=400,
+    parser.add_argument("--steps", type=int, default=2000, help="global steps to train")
+    parser.add_argument("--fail-at-step", type=int, default=1150,
                         help="the first attempt crashes at this step")
     parser.add_argument("--restart-delay", type=float, default=5.0,
                         help="seconds between the crash and the restart (the restart gap)")

@@ -116,6 +116,7 @@ def test_train_spans_exclude_checkpoint_time(crashed_run: TrainerRun) -> None:
                 assert train["end"] <= save["start"] or train["start"] >= save["end"]
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # reading without ranks
 def test_last_two_checkpoints_are_kept_and_the_final_one_holds_the_last_step(
         crashed_run: TrainerRun) -> None:
     import torch.distributed.checkpoint as dcp
