@@ -101,8 +101,18 @@ class Demo:
         cmd = [PY, "-m", "trainer", "--job", a.job, "--steps", str(a.steps),
                "--fail-at-step", str(a.fail_at_step), "--spool-dir", str(self.spool),
                "--checkpoint-dir", str(self.work / "checkpoints" / a.job),
-               "--restart-delay", str(a.restart_delay), *a.trainer_arg]
-        return subprocess.call(cmd, cwd=REPO_ROOT, env=self.env)
+               "--restart-delay", str(a.restart_delay), "--log-every", "100", *a.trainer_arg]
+        trainer = subprocess.Popen(cmd, cwd=REPO_ROOT, env=self.env)
+        try:
+            return trainer.wait()
+        except KeyboardInterrupt:
+            # The supervisor reports the attempt as cancelled on SIGINT; give it time to.
+            trainer.send_signal(signal.SIGINT)
+            try:
+                trainer.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                trainer.kill()
+            raise
 
     def wait_stored(self) -> dict[str, object]:
         _say("5/6", "waiting for the collector and worker to store every event…")
@@ -174,7 +184,15 @@ def _print_job(report: dict[str, object]) -> None:
               flush=True)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def run(args: argparse.Namespace) -> int:
+    # Ctrl-C and `kill` both end the demo cleanly, also when it was started in the background
+    # (a non-interactive shell starts background jobs with SIGINT ignored).
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     demo = Demo(args)
     with demo.running():
         demo.servers()
@@ -231,7 +249,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(parse_args(argv))
+    try:
+        return run(parse_args(argv))
+    except KeyboardInterrupt:
+        print("demo: interrupted; everything it started is stopped", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,0 +1,55 @@
+"""`make demo` runs `python -m ettweb.demo`: here with a tiny job and --no-serve, against the test
+database and broker, so the orchestration (migrate, login, worker, collector, web, trainer, drain)
+is exercised by real processes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from ettweb.demo import parse_args
+from ettweb.ingest.models import Event
+from tests.test_end_to_end import _test_database_url
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_impossible_plan_is_refused_before_any_work(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["--steps", "100", "--fail-at-step", "100"])
+    assert exc.value.code == 2
+    assert "--fail-at-step" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_demo_trains_a_job_and_stores_every_event(tmp_path: Path) -> None:
+    env = dict(os.environ, DATABASE_URL=_test_database_url(),
+               CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
+               DJANGO_SETTINGS_MODULE="ettweb.settings.test")
+    job = "demo-test-job"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ettweb.demo", "--no-serve", "--job", job, "--steps", "40",
+         "--fail-at-step", "25", "--restart-delay", "1", "--port", str(_free_port()),
+         "--var-dir", str(tmp_path), "--trainer-arg=--checkpoint-every=20",
+         "--trainer-arg=--embedding-rows=1000", "--trainer-arg=--batch-size=64"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=420)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"job {job}: 2 attempts" in proc.stdout
+    assert "login: demo / " in proc.stdout
+    spooled = sum(len(p.read_text().splitlines()) for p in (tmp_path / "demo/spool").glob("*.jsonl"))
+    assert Event.objects.filter(job=job).count() == spooled > 0
+    phases = set(Event.objects.filter(job=job).values_list("phase", flat=True))
+    assert {"compile", "checkpoint_save", "checkpoint_load", "train"} <= phases
