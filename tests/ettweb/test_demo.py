@@ -49,7 +49,8 @@ def test_demo_trains_a_job_and_stores_every_event(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"job {job}: 2 attempts" in proc.stdout
     assert "login: demo / " in proc.stdout
-    spooled = sum(len(p.read_text().splitlines()) for p in (tmp_path / "demo/spool").glob("*.jsonl"))
+    spool = tmp_path / "demo" / "spool"
+    spooled = sum(len(p.read_text().splitlines()) for p in spool.glob("*.jsonl"))
     assert Event.objects.filter(job=job).count() == spooled > 0
     phases = set(Event.objects.filter(job=job).values_list("phase", flat=True))
     assert {"compile", "checkpoint_save", "checkpoint_load", "train"} <= phases
