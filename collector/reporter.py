@@ -12,11 +12,12 @@ the product must not lose events.
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import functools
+import itertools
 import logging
 import os
-import queue
 import socket
 import threading
 import time
@@ -38,6 +39,8 @@ R = TypeVar("R")
 ATTEMPT_ENV_VARS = ("ETT_ATTEMPT", "TORCHELASTIC_RESTART_COUNT")
 DEFAULT_SPOOL_DIR = "var/spool"
 _STOP = object()
+#: Most events serialized and written in one go by the background thread.
+WRITE_BATCH = 4096
 
 
 def _env_int(name: str) -> int | None:
@@ -143,6 +146,7 @@ class Reporter:
         self.heartbeat_s = heartbeat_s
         self.train_slice_s = train_slice_s
         self._queue_size = queue_size
+        self._wake_at = max(1, queue_size // 4)
         self._flush_interval_s = flush_interval_s
         self._fsync = fsync
         self.dropped_full = 0
@@ -156,7 +160,13 @@ class Reporter:
 
     # ---------------------------------------------------------------- pipeline
     def _start_pipeline(self) -> None:
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=self._queue_size)
+        # A deque, not a queue.Queue: ``append`` is atomic under the GIL and wakes nobody, so
+        # the caller pays no lock and no thread switch. The writer wakes every
+        # ``flush_interval_s`` (or at once when asked to flush or stop) and drains in batches.
+        self._buffer: collections.deque[Any] = collections.deque()
+        self._wake = threading.Event()
+        self._id_prefix = os.urandom(8).hex()  # new in a forked child: ids stay unique
+        self._id_counter = itertools.count()
         stem = f"{_safe(self.job)}.a{self.attempt}.r{self.rank}"
         self._writer = _SpoolWriter(self.spool_dir, stem, self._fsync)
         self._closed = False
@@ -165,9 +175,9 @@ class Reporter:
         self._worker.start()
 
     def _after_fork_in_child(self) -> None:
-        """A forked child inherits no threads: give it a fresh queue, thread and spool file.
+        """A forked child inherits no threads: give it a fresh buffer, thread and spool file.
 
-        Events still queued in the parent belong to the parent, which writes them; the child
+        Events still buffered in the parent belong to the parent, which writes them; the child
         starts empty and writes to a file named with its own pid, so nothing is duplicated.
         A reporter the parent had already shut down stays shut down.
         """
@@ -177,16 +187,17 @@ class Reporter:
         self.dropped_full = self.dropped_invalid = 0
         if not self._closed:
             self._start_pipeline()
+        else:
+            self._buffer = collections.deque()
 
     def _drain_forever(self) -> None:
         stopping = False
         while not stopping:
-            batch: list[str] = []
-            try:
-                item = self._queue.get(timeout=self._flush_interval_s)
-            except queue.Empty:
-                continue
-            while True:
+            self._wake.wait(self._flush_interval_s)
+            self._wake.clear()
+            batch: list[dict[str, Any]] = []
+            while self._buffer:
+                item = self._buffer.popleft()
                 if item is _STOP:
                     stopping = True
                 elif isinstance(item, threading.Event):
@@ -195,20 +206,26 @@ class Reporter:
                     item.set()
                 else:
                     batch.append(item)
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
+                if len(batch) >= WRITE_BATCH:
+                    self._write(batch)
+                    batch = []
             self._write(batch)
         self._writer.close()
 
-    def _write(self, batch: list[str]) -> None:
+    def _write(self, batch: list[dict[str, Any]]) -> None:
         if not batch:
             return
+        lines = []
+        for event in batch:  # serialized here, off the caller's path
+            try:
+                lines.append(dump_event(event))
+            except (TypeError, ValueError) as exc:
+                self.dropped_invalid += 1
+                self._warn_once("serialize", f"event not serializable, dropped: {exc}")
         try:
-            self._writer.write(batch)
+            self._writer.write(lines)
         except OSError as exc:  # disk full, permissions: count, never raise into training
-            self.dropped_full += len(batch)
+            self.dropped_full += len(lines)
             self._warn_once("spool", f"cannot write spool {self._writer.path}: {exc}")
 
     # ---------------------------------------------------------------- emit
@@ -219,12 +236,16 @@ class Reporter:
 
     def emit(self, kind: str, **fields: Any) -> str | None:
         """Validate and enqueue one event; returns its id, or None when it was dropped."""
-        event_id = uuid.uuid4().hex
+        # 16 random hex digits per process (re-drawn after fork) + a counter: unique like a
+        # UUID for this purpose, at a fraction of uuid4's cost (no syscall per event).
+        event_id = f"{self._id_prefix}{next(self._id_counter):x}"
         event = {"v": 1, "id": event_id, "job": self.job, "attempt": self.attempt,
                  "kind": kind, "rank": self.rank, "host": self.host}
         event.update(fields)
+        if "attrs" in fields and isinstance(fields["attrs"], dict):
+            event["attrs"] = dict(fields["attrs"])  # serialized later: take a snapshot now
         try:
-            line = dump_event(validate_event(event))
+            valid = validate_event(event)
         except (EventError, ValueError, TypeError) as exc:
             self.dropped_invalid += 1
             self._warn_once(f"invalid:{str(exc).split(':')[0]}", f"invalid event dropped: {exc}")
@@ -233,12 +254,13 @@ class Reporter:
             self.dropped_full += 1
             self._warn_once("closed", "event emitted after shutdown")
             return None
-        try:
-            self._queue.put_nowait(line)
-        except queue.Full:
+        if len(self._buffer) >= self._queue_size:
             self.dropped_full += 1
             self._warn_once("full", "queue full, event dropped")
             return None
+        self._buffer.append(valid)
+        if len(self._buffer) >= self._wake_at:
+            self._wake.set()  # a burst: write it now rather than at the next interval
         return event_id
 
     def span(self, phase: str, start: float, end: float, **fields: Any) -> str | None:
@@ -295,10 +317,8 @@ class Reporter:
         if self._closed or not self._worker.is_alive():
             return False
         done = threading.Event()
-        try:
-            self._queue.put(done, timeout=timeout)
-        except queue.Full:
-            return False
+        self._buffer.append(done)
+        self._wake.set()
         return done.wait(timeout)
 
     def shutdown(self, timeout: float = 5.0) -> bool:
@@ -307,10 +327,8 @@ class Reporter:
         if self._closed:
             return True
         self._closed = True
-        try:
-            self._queue.put(_STOP, timeout=timeout)
-        except queue.Full:
-            return False
+        self._buffer.append(_STOP)
+        self._wake.set()
         self._worker.join(timeout)
         return not self._worker.is_alive()
 

@@ -33,6 +33,10 @@ FIELDS: Final = frozenset(
 
 Event = dict[str, Any]
 
+#: One encoder for every event: ``json.dumps`` with non-default options builds a new encoder on
+#: each call, which is most of its cost on the Reporter's emit path.
+_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
 
 class EventError(ValueError):
     """An event that breaks schema v1; ``str(err)`` is the reason shown to people."""
@@ -122,8 +126,15 @@ def _check_optional(event: Event) -> None:
     attrs = event.get("attrs", {})
     if not isinstance(attrs, dict):
         raise EventError("'attrs' must be an object")
-    if attrs and len(json.dumps(attrs, separators=(",", ":")).encode()) > MAX_ATTRS_BYTES:
-        raise EventError("'attrs' larger than 8 KiB")
+    if attrs:
+        try:
+            size = len(_ENCODER.encode(attrs).encode())
+        except (TypeError, ValueError) as exc:  # a tensor, NaN, a set…: not JSON
+            raise EventError(f"'attrs' is not JSON: {exc}") from None
+        except RecursionError:
+            raise EventError("'attrs' is not JSON: nested too deeply") from None
+        if size > MAX_ATTRS_BYTES:
+            raise EventError("'attrs' larger than 8 KiB")
     event["attrs"] = attrs
 
 
@@ -163,4 +174,4 @@ def parse_event(line: str | bytes) -> Event:
 
 def dump_event(event: Event) -> str:
     """Serialize an event as one compact JSONL line (no trailing newline)."""
-    return json.dumps(event, separators=(",", ":"), allow_nan=False)
+    return _ENCODER.encode(event)

@@ -10,6 +10,10 @@ Input decisions, documented here because the spec leaves them open:
 * With several files, line numbers restart at 1 in each file and every rejection also names
   its ``file``; with one file the entries are exactly ``{"line", "reason"}`` as in §5.
 * ``-`` reads standard input.
+* Each job entry carries two keys beyond §5 (extra keys leave §5's shape intact):
+  ``recoveries`` (one ``{"attempt", "start", "end", "by_category"}`` per value of
+  ``time_to_recover_s``: the restart tax by category) and ``anomalies`` (counts of
+  inconsistent-but-valid things, see ``engine.ANOMALY_KINDS``; ``{}`` when none).
 """
 
 from __future__ import annotations
@@ -90,6 +94,12 @@ def _job_entry(job: JobAttribution) -> dict[str, Any]:
         "lost_by_component_s": dict(
             sorted(job.lost_by_component_s(DEFAULT_PHASE_COMPONENTS).items())
         ),
+        "recoveries": [
+            {"attempt": r.attempt, "start": r.start, "end": r.end,
+             "by_category": dict(sorted(r.by_category.items()))}
+            for r in job.recoveries
+        ],
+        "anomalies": dict(sorted(job.anomalies.items())),
     }
 
 

@@ -14,7 +14,10 @@ Shape of the computation, per job:
 2. give every ``train`` span its repeated share from the job-wide high-water mark (§3.3.1);
 3. sweep each window over its sorted span boundaries, classifying each piece (§3.3) and
    merging adjacent pieces whose category *fractions* are identical into ``Segment``s;
-4. add ``restart_gap`` segments between windows, weight by GPUs (§3.4) and total up.
+4. add ``restart_gap`` segments between windows, weight by GPUs (§3.4) and total up;
+5. read each recovery's categories off the segments (§3.7: the restart tax by category) and
+   count the anomalies (``ANOMALY_KINDS``): valid timelines a correct trainer would not
+   produce, attributed by the rules all the same and shown on the job page.
 """
 
 from __future__ import annotations
@@ -22,13 +25,13 @@ from __future__ import annotations
 import gc
 import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from itertools import accumulate
+from itertools import accumulate, groupby
 from math import gcd
-from operator import itemgetter
+from operator import attrgetter, itemgetter, lt
 from typing import Any, Final, NamedTuple
 
 from collector.schema import FAILED_STATUSES, TRAIN_PHASE
@@ -103,6 +106,31 @@ class Segment(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class Recovery:
+    """One value of ``time_to_recover_s`` (§3.7) and what the restart tax was spent on.
+
+    ``[start, end)`` runs from the failed attempt's last event other than ``attempt_end`` to
+    the job's first productive second after it, so ``end - start`` is the time to recover.
+    ``by_category`` holds the wall seconds of each category inside that interval (failure
+    tail, restart_gap, init phases, repeated_training, ...) and sums to ``end - start``:
+    infra owners need the parts of the restart tax, not only its total. Inside a training
+    segment the repeated seconds are laid out first, as §3.7 reads a train span, so the
+    interval holds no productive seconds when it ends where training turns productive.
+    ``by_category_gpu_s`` weighs the same seconds by the GPUs held (§3.4), for fleet days.
+    """
+
+    attempt: int
+    start: float
+    end: float
+    by_category: dict[str, float]
+    by_category_gpu_s: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True, slots=True)
 class JobAttribution:
     """Everything §3 says about one job; the offline report and the web read from this."""
 
@@ -120,6 +148,10 @@ class JobAttribution:
     failures: int
     segments: list[Segment]
     duplicates: int = 0
+    #: One per value of ``time_to_recover_s``, same order (§3.7 with its parts).
+    recoveries: list[Recovery] = field(default_factory=list)
+    #: Counts of inconsistent-but-valid things (keys in ``ANOMALY_KINDS``); zeros left out.
+    anomalies: dict[str, int] = field(default_factory=dict)
 
     @property
     def ett_pct(self) -> float:
@@ -218,21 +250,47 @@ def attribute(events: Iterable[Event]) -> FleetAttribution:
     Event ids are unique across the fleet, so a repeated id is dropped wherever it appears
     (the first occurrence is kept) and counted in ``duplicates``.
     """
-    by_job: dict[str, list[Event]] = {}
-    owner: dict[str, str] = {}  # event id -> job of its first occurrence
+    events = events if isinstance(events, list) else list(events)
     dups_by_job: dict[str, int] = {}
     with gc_paused():
-        for event in events:
-            event_id = event["id"]
-            first_job = owner.get(event_id)
-            if first_job is not None:
-                dups_by_job[first_job] = dups_by_job.get(first_job, 0) + 1
-                continue
-            owner[event_id] = event["job"]
-            by_job.setdefault(event["job"], []).append(event)
+        ids = list(map(_ID, events))
+        if len(set(ids)) == len(ids):  # the common case: one C-level pass proves no repeats
+            by_job = _group_by_job(events)
+        else:
+            by_job, dups_by_job = _group_by_job_dropping_repeats(events)
         jobs = [_attribute_unique(job, by_job[job], dups_by_job.get(job, 0))
                 for job in sorted(by_job)]
     return FleetAttribution(jobs=jobs, duplicates=sum(dups_by_job.values()))
+
+
+def _group_by_job(events: list[Event]) -> dict[str, list[Event]]:
+    """Events per job; runs of one job (how files and batches arrive) move in one step."""
+    by_job: dict[str, list[Event]] = {}
+    for job, run in groupby(events, _JOB):
+        bucket = by_job.get(job)
+        if bucket is None:
+            by_job[job] = list(run)
+        else:
+            bucket.extend(run)
+    return by_job
+
+
+def _group_by_job_dropping_repeats(
+    events: list[Event],
+) -> tuple[dict[str, list[Event]], dict[str, int]]:
+    """Events per job keeping the first copy of each id; repeats counted on its first job."""
+    by_job: dict[str, list[Event]] = {}
+    owner: dict[str, str] = {}  # event id -> job of its first occurrence
+    dups_by_job: dict[str, int] = {}
+    for event in events:
+        event_id = event["id"]
+        first_job = owner.get(event_id)
+        if first_job is not None:
+            dups_by_job[first_job] = dups_by_job.get(first_job, 0) + 1
+            continue
+        owner[event_id] = event["job"]
+        by_job.setdefault(event["job"], []).append(event)
+    return by_job, dups_by_job
 
 
 def attribute_job(events: Iterable[Event]) -> JobAttribution:
@@ -276,18 +334,18 @@ def gc_paused() -> Iterator[None]:
 def _attribute_unique(job: str, events: list[Event], duplicates: int) -> JobAttribution:
     """Attribute one job whose events are already deduplicated."""
     grouped: dict[int, list[Event]] = {}
-    for event in events:
-        attempt = event["attempt"]
+    for attempt, run in groupby(events, _ATTEMPT):  # runs: events arrive attempt by attempt
         bucket = grouped.get(attempt)
         if bucket is None:
-            grouped[attempt] = [event]
+            grouped[attempt] = list(run)
         else:
-            bucket.append(event)
+            bucket.extend(run)
     ordered = [_Attempt(attempt, grouped[attempt]) for attempt in sorted(grouped)]
     train = [span for attempt in ordered for span in attempt.spans
              if span["phase"] == TRAIN_PHASE]
     sigs, repeated_steps = _train_signatures(train)
     windows = _attempt_windows(ordered)
+    recovered = _times_to_recover(windows, ordered, sigs)
     totals = _Totals()
     previous: AttemptWindow | None = None
     for window, attempt in zip(windows, ordered, strict=True):
@@ -310,10 +368,13 @@ def _attribute_unique(job: str, events: list[Event], duplicates: int) -> JobAttr
         lost_gpu_s={k: v for k, v in totals.gpu_seconds.items() if v != 0.0},
         repeated_steps=repeated_steps,
         time_to_start_s=_time_to_start(windows, train),
-        time_to_recover_s=_times_to_recover(windows, ordered, sigs),
+        time_to_recover_s=[end - start for _, start, end in recovered],
         failures=sum(1 for window in windows if window.status in FAILED_STATUSES),
         segments=totals.segments,
         duplicates=duplicates,
+        recoveries=[_recovery(attempt, start, end, totals.segments)
+                    for attempt, start, end in recovered],
+        anomalies=_anomalies(ordered, windows),
     )
 
 
@@ -324,12 +385,13 @@ class _Attempt:
     hottest path of the offline report.
     """
 
-    __slots__ = ("attempt", "end_mark", "first", "last", "last_activity", "spans", "start_mark")
+    __slots__ = ("attempt", "end_mark", "first", "last", "last_activity", "marks", "spans",
+                 "start_mark")
 
     def __init__(self, attempt: int, events: list[Event]) -> None:
         self.attempt = attempt
         self.spans = [event for event in events if event["kind"] == "span"]
-        marks = [event for event in events if event["kind"] != "span"]
+        self.marks = marks = [event for event in events if event["kind"] != "span"]
         span_end = max(map(_END, self.spans), default=-_INF)
         self.first = min(min(map(_START, self.spans), default=_INF),
                          min(map(_TS, marks), default=_INF))
@@ -359,6 +421,9 @@ _INF: Final = float("inf")
 _START: Final = itemgetter("start")
 _END: Final = itemgetter("end")
 _TS: Final = itemgetter("ts")
+_ID: Final = itemgetter("id")
+_JOB: Final = itemgetter("job")
+_ATTEMPT: Final = itemgetter("attempt")
 
 
 def _ts_id(mark: tuple[float, str, dict[str, Any]]) -> tuple[float, str]:
@@ -491,6 +556,8 @@ def _sweep(window: AttemptWindow, spans: list[Event], sigs: Mapping[str, Signatu
     cuts = sorted({ws, we, window.last_event, *cs, *ce})
     by_start = sorted(range(n), key=cs.__getitem__)
     by_end = sorted(range(n), key=ce.__getitem__)
+    start_at = [cs[i] for i in by_start]
+    end_at = [ce[i] for i in by_end]
     train_sig = [sigs.get(span["id"]) if span["phase"] == TRAIN_PHASE else None
                  for span in live]
     on = bytearray(n)
@@ -502,8 +569,9 @@ def _sweep(window: AttemptWindow, spans: list[Event], sigs: Mapping[str, Signatu
     current: Signature | None = None
     current_start = ws
     next_start = next_end = 0
+    push, pop = heapq.heappush, heapq.heappop
     for at in cuts[:-1]:
-        while next_end < n and ce[by_end[next_end]] <= at:
+        while next_end < n and end_at[next_end] <= at:
             i = by_end[next_end]
             next_end += 1
             if train_sig[i] is not None:
@@ -512,30 +580,30 @@ def _sweep(window: AttemptWindow, spans: list[Event], sigs: Mapping[str, Signatu
                 blocking.remove(i)
             else:
                 _count(background, live[i]["phase"], -1)
-        while next_start < n and cs[by_start[next_start]] <= at:
+        while next_start < n and start_at[next_start] <= at:
             i = by_start[next_start]
             next_start += 1
             span = live[i]
             if train_sig[i] is not None:
                 on[i] = 1
-                heapq.heappush(heap, (span["rank"], span["start"], span["id"], i))
+                push(heap, (span["rank"], span["start"], span["id"], i))
             elif span["blocking"]:
                 blocking.add(i)
             else:
                 _count(background, span["phase"], 1)
         while heap and not on[heap[0][3]]:
-            heapq.heappop(heap)
+            pop(heap)
         if heap:
             sig: Signature = train_sig[heap[0][3]] or _PRODUCTIVE_SIG
         elif blocking.phases():
-            sig = _split(blocking.counts)
+            sig = blocking.signature()
         elif background:
             sig = _split(background)
         elif failed and at >= tail:
             sig = _FAILURE_SIG
         else:
             sig = _UNATTRIBUTED_SIG
-        if sig != current:
+        if sig is not current and sig != current:  # shared signature objects: identity first
             if current is not None:  # inlined _emit: this is the hottest line of the report
                 length = at - current_start
                 durations[current] = durations.get(current, 0.0) + length
@@ -549,10 +617,17 @@ def _sweep(window: AttemptWindow, spans: list[Event], sigs: Mapping[str, Signatu
 
 def _clamped(spans: list[Event], ws: float, we: float,
              ) -> tuple[list[Event], list[float], list[float]]:
-    """Spans clamped into [ws, we]; those left with no length cannot be active anywhere."""
+    """Spans clamped into [ws, we]; those left with no length cannot be active anywhere.
+
+    Most attempts have every span inside their window and none of zero length: that case
+    is proved with C-level passes and skips the per-span clamping.
+    """
+    cs = list(map(_START, spans))
+    ce = list(map(_END, spans))
+    if spans and min(cs) >= ws and max(ce) <= we and all(map(lt, cs, ce)):
+        return spans, cs, ce
     live: list[Event] = []
-    cs: list[float] = []
-    ce: list[float] = []
+    cs, ce = [], []
     for span in spans:
         start, end = span["start"], span["end"]
         start = ws if start < ws else we if start > we else start
@@ -580,41 +655,95 @@ def _count(counter: dict[str, int], key: str, delta: int) -> None:
 
 
 class _Blocking:
-    """Active blocking spans per rank and the distinct innermost phases across ranks."""
+    """Active blocking spans per rank and the distinct innermost phases across ranks.
 
-    __slots__ = ("ce", "counts", "cs", "dirty", "live", "rank_phases", "ranks")
+    A rank going from no active blocking span to one, or from one to none, updates the
+    phase counts at once (the common case: each rank runs its init phases one after the
+    other); anything else marks the rank dirty for ``phases`` to recompute. ``signature``
+    re-derives the equal-share split only after the set of phase names changed (equal
+    shares go to distinct names, however many ranks run each).
+    """
+
+    __slots__ = ("ce", "changed", "counts", "cs", "dirty", "live", "rank_phases", "ranks",
+                 "sig")
 
     def __init__(self, live: list[Event], cs: list[float], ce: list[float]) -> None:
         self.live, self.cs, self.ce = live, cs, ce
         self.ranks: dict[int, list[int]] = {}
-        self.rank_phases: dict[int, frozenset[str]] = {}
+        self.rank_phases: dict[int, Collection[str]] = {}
         self.counts: dict[str, int] = {}  # phase -> ranks having it innermost
         self.dirty: set[int] = set()
+        self.changed = False
+        self.sig: Signature = _UNATTRIBUTED_SIG
 
     def add(self, index: int) -> None:
-        rank = self.live[index]["rank"]
-        self.ranks.setdefault(rank, []).append(index)
-        self.dirty.add(rank)
+        span = self.live[index]
+        rank = span["rank"]
+        active = self.ranks.get(rank)
+        if active is None:
+            self.ranks[rank] = active = []
+        active.append(index)
+        if len(active) == 1 and rank not in self.dirty:
+            phase = span["phase"]
+            self.rank_phases[rank] = (phase,)
+            ranks_in_phase = self.counts.get(phase, 0)
+            self.counts[phase] = ranks_in_phase + 1
+            if not ranks_in_phase:
+                self.changed = True  # a new phase name: the split changes
+        else:
+            self.dirty.add(rank)
 
     def remove(self, index: int) -> None:
         rank = self.live[index]["rank"]
-        self.ranks[rank].remove(index)
-        self.dirty.add(rank)
+        active = self.ranks[rank]
+        active.remove(index)
+        if active or rank in self.dirty:
+            self.dirty.add(rank)
+            return
+        counts = self.counts
+        for phase in self.rank_phases.pop(rank, ()):
+            left = counts[phase] - 1
+            if left:
+                counts[phase] = left
+            else:
+                del counts[phase]
+                self.changed = True  # a phase name left: the split changes
+
+    def signature(self) -> Signature:
+        """The split of a piece among the active phases (call after ``phases``)."""
+        if self.changed:
+            self.sig = _split(self.counts)
+            self.changed = False
+        return self.sig
 
     def phases(self) -> dict[str, int]:
-        """The distinct innermost phases now active (refreshing only the ranks that changed)."""
+        """The distinct innermost phases now active (refreshing only the ranks that changed).
+
+        Counter updates are inlined and a rank with one active span skips the innermost
+        search: this runs at nearly every cut of a multi-rank init phase.
+        """
         if self.dirty:
+            counts = self.counts
             for rank in self.dirty:
                 for phase in self.rank_phases.pop(rank, ()):
-                    _count(self.counts, phase, -1)
+                    left = counts[phase] - 1
+                    if left:
+                        counts[phase] = left
+                    else:
+                        del counts[phase]
                 active = self.ranks.get(rank)
-                if active:
+                if not active:
+                    continue
+                if len(active) == 1:
+                    phases: Collection[str] = (self.live[active[0]]["phase"],)
+                else:
                     phases = _innermost_phases(
                         [(self.cs[i], self.ce[i], self.live[i]["phase"]) for i in active])
-                    self.rank_phases[rank] = phases
-                    for phase in phases:
-                        _count(self.counts, phase, 1)
+                self.rank_phases[rank] = phases
+                for phase in phases:
+                    counts[phase] = counts.get(phase, 0) + 1
             self.dirty.clear()
+            self.changed = True
         return self.counts
 
 
@@ -676,8 +805,10 @@ def _time_to_start(windows: list[AttemptWindow], train: list[Event]) -> float | 
 
 
 def _times_to_recover(windows: list[AttemptWindow], ordered: list[_Attempt],
-                      sigs: Mapping[str, Signature]) -> list[float]:
+                      sigs: Mapping[str, Signature]) -> list[tuple[int, float, float]]:
     """§3.7: per failed/preempted/lost attempt, its last event -> the next productive second.
+
+    Returns ``(attempt, start, end)`` per value, in attempt order.
 
     The productive second is taken from train spans (repeated steps first: start + f x
     length), restricted to the part of the span inside its own attempt window. Only
@@ -686,12 +817,12 @@ def _times_to_recover(windows: list[AttemptWindow], ordered: list[_Attempt],
     failed = [i for i, window in enumerate(windows) if window.status in FAILED_STATUSES]
     if not failed:
         return []
-    recover: list[float] = []
+    recover: list[tuple[int, float, float]] = []
     upcoming: float | None = None
     for index in range(len(windows) - 1, failed[0] - 1, -1):
         window = windows[index]
         if window.status in FAILED_STATUSES and upcoming is not None:
-            recover.append(upcoming - window.last_event)
+            recover.append((window.attempt, window.last_event, upcoming))
         here = _first_productive(window, ordered[index].spans, sigs)
         if here is not None and (upcoming is None or here < upcoming):
             upcoming = here
@@ -719,3 +850,118 @@ def _first_productive(window: AttemptWindow, spans: list[Event],
         if moment < min(end, window.end) and (first is None or moment < first):
             first = moment
     return first
+
+
+def _recovery(attempt: int, start: float, end: float, segments: list[Segment]) -> Recovery:
+    """The categories inside one recovery interval, read off the job's segments."""
+    seconds: dict[str, float] = {}
+    gpu_seconds: dict[str, float] = {}
+    index = bisect_right(segments, start, key=_SEGMENT_END)
+    while index < len(segments) and segments[index].start < end:
+        seg = segments[index]
+        for category, part in _overlap_shares(seg, start, end).items():
+            seconds[category] = seconds.get(category, 0.0) + part
+            gpu_seconds[category] = gpu_seconds.get(category, 0.0) + part * seg.gpus
+        index += 1
+    return Recovery(attempt, start, end, seconds, gpu_seconds)
+
+
+_SEGMENT_END: Final = attrgetter("end")
+
+
+def _overlap_shares(seg: Segment, start: float, end: float) -> dict[str, float]:
+    """Seconds per category of ``seg`` inside ``[start, end)``.
+
+    Shares are uniform over a segment, except training: its repeated seconds come first
+    (§3.7), so the interval up to the first productive second holds no productive time.
+    """
+    lo, hi = max(seg.start, start), min(seg.end, end)
+    if hi <= lo:
+        return {}
+    repeated = seg.shares.get(REPEATED_TRAINING, 0.0)
+    if PRODUCTIVE in seg.shares and repeated > 0.0:
+        turn = seg.start + repeated
+        parts = {REPEATED_TRAINING: max(0.0, min(hi, turn) - lo),
+                 PRODUCTIVE: max(0.0, hi - max(lo, turn))}
+        return {category: part for category, part in parts.items() if part > 0.0}
+    duration = seg.end - seg.start
+    return {category: share * (hi - lo) / duration for category, share in seg.shares.items()}
+
+
+#: Every anomaly key ``JobAttribution.anomalies`` may hold, with what it counts. Each is a
+#: valid timeline the spec still attributes (clamping, cutting, first/last mark wins), but
+#: that a correct trainer and supervisor would not produce: worth a look by the job owner.
+ANOMALY_KINDS: Final[dict[str, str]] = {
+    "span_outside_attempt":
+        "spans (partly) outside their attempt window; the outside part is not attributed",
+    "heartbeat_outside_attempt": "heartbeat marks outside their attempt window",
+    "events_after_later_attempt_start":
+        "events of an attempt (span start or mark time) after a later attempt had started",
+    "attempt_starts_before_previous":
+        "attempts starting before the previous attempt started (window moved to its end)",
+    "attempt_end_before_start": "attempts whose attempt_end mark precedes their attempt_start",
+    "repeated_attempt_start": "attempt_start marks beyond the first of an attempt",
+    "repeated_attempt_end": "attempt_end marks beyond the first of an attempt",
+    "conflicting_attempt_end_status": "attempts whose attempt_end marks disagree on the status",
+    "train_steps_backwards":
+        "train spans starting at a step below every train span of the earlier attempts: a "
+        "restart cannot resume before the point where the job had started training",
+}
+
+
+def _anomalies(ordered: list[_Attempt], windows: list[AttemptWindow]) -> dict[str, int]:
+    """Count the inconsistent-but-valid things of one job (keys: ``ANOMALY_KINDS``).
+
+    Never raises: the attribution of such timelines is defined by §3; this only makes them
+    visible. Attempts are in attempt-number order, as are their windows.
+    """
+    counts = dict.fromkeys(ANOMALY_KINDS, 0)
+    later_start = _INF  # earliest raw start of any later attempt
+    lowest_step: int | None = None  # lowest train step_start of the earlier attempts
+    for attempt, window in zip(ordered, windows, strict=True):
+        _count_window_anomalies(counts, attempt, window)
+        train_starts = [span["step_start"] for span in attempt.spans
+                        if span["phase"] == TRAIN_PHASE]
+        if lowest_step is not None:
+            counts["train_steps_backwards"] += sum(1 for step in train_starts
+                                                   if step < lowest_step)
+        if train_starts:
+            lowest = min(train_starts)
+            lowest_step = lowest if lowest_step is None else min(lowest_step, lowest)
+    previous_start: float | None = None
+    for attempt in ordered:
+        if previous_start is not None and attempt.start < previous_start:
+            counts["attempt_starts_before_previous"] += 1
+        previous_start = attempt.start
+    for attempt in reversed(ordered):
+        if attempt.last > later_start:  # else no event of it can be after (the usual case)
+            counts["events_after_later_attempt_start"] += (
+                sum(1 for span in attempt.spans if span["start"] > later_start)
+                + sum(1 for mark in attempt.marks if mark["ts"] > later_start))
+        later_start = min(later_start, attempt.start)
+    return {key: value for key, value in counts.items() if value}
+
+
+def _count_window_anomalies(counts: dict[str, int], attempt: _Attempt,
+                            window: AttemptWindow) -> None:
+    """The anomalies visible within one attempt: its marks and its spans vs its window."""
+    ws, we = window.start, window.end
+    if attempt.first < ws or attempt.last > we:  # else every span is inside (the usual case)
+        counts["span_outside_attempt"] += sum(
+            1 for span in attempt.spans if span["start"] < ws or span["end"] > we)
+    starts = ends = 0
+    statuses: set[str] = set()
+    for mark in attempt.marks:
+        kind = mark["mark"]
+        if kind == "attempt_start":
+            starts += 1
+        elif kind == "attempt_end":
+            ends += 1
+            statuses.add(mark["attrs"]["status"])
+        elif not ws <= mark["ts"] <= we:
+            counts["heartbeat_outside_attempt"] += 1
+    counts["repeated_attempt_start"] += max(0, starts - 1)
+    counts["repeated_attempt_end"] += max(0, ends - 1)
+    counts["conflicting_attempt_end_status"] += len(statuses) > 1
+    if attempt.start_mark and attempt.end_mark and attempt.end_mark[0] < attempt.start_mark[0]:
+        counts["attempt_end_before_start"] += 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import date
 
 import plotly.graph_objects as go
 
@@ -155,4 +156,69 @@ def phase_timeline(segments: Sequence[Segment], job_start: float) -> go.Figure:
                       xaxis_title=f"{unit.name} since the job started",
                       yaxis={"categoryorder": "array", "categoryarray": rows[::-1]},
                       legend_title="category")
+    return fig
+
+
+def ett_trend(series: Mapping[str, Sequence[tuple[date, float]]], interval: str) -> go.Figure:
+    """ETT% per day or week, one line per group (GPU-weighted within each point)."""
+    fig = go.Figure([
+        go.Scatter(name=group, x=[p.isoformat() for p, _ in points], y=[v for _, v in points],
+                   mode="lines+markers",
+                   hovertemplate="%{x}: %{y:.2f}%<extra>" + group + "</extra>")
+        for group, points in series.items()
+    ])
+    fig.update_layout(**LAYOUT, height=340, yaxis={"title": "ETT%", "range": [0, 100]},
+                      xaxis_title=f"{interval} (UTC)", legend_title="group")
+    return fig
+
+
+def lost_gpu_hours_bar(gpu_hours: Mapping[str, float]) -> go.Figure:
+    """The fleet's lost GPU-hours per owning component, largest first."""
+    items = sorted(((c, h) for c, h in gpu_hours.items() if h > 0), key=lambda kv: -kv[1])
+    names = [c for c, _ in items]
+    fig = go.Figure(go.Bar(
+        x=[h for _, h in items], y=names, orientation="h",
+        marker_color=[colour_of(c) for c in names],
+        hovertemplate="%{y}: %{x:.2f} GPU-hours<extra></extra>",
+    ))
+    fig.update_layout(**LAYOUT, height=80 + 28 * max(len(items), 1),
+                      xaxis_title="lost GPU-hours", yaxis={"autorange": "reversed"})
+    return fig
+
+
+def restart_tax_stacked(periods: Sequence[date], by_category: Sequence[Mapping[str, float]],
+                        categories: Sequence[str]) -> go.Figure:
+    """GPU-hours spent recovering from failures per period, stacked by what they went to."""
+    fig = go.Figure([
+        go.Bar(name=category, x=[p.isoformat() for p in periods],
+               y=[row.get(category, 0.0) for row in by_category],
+               marker_color=colour_of(category),
+               hovertemplate="%{x}: %{y:.2f} GPU-hours<extra>" + category + "</extra>")
+        for category in categories
+    ])
+    fig.update_layout(**LAYOUT, barmode="stack", height=320, yaxis_title="GPU-hours",
+                      legend_title="category")
+    return fig
+
+
+def lifecycle_chart(periods: Sequence[date], time_to_start_s: Sequence[float | None],
+                    time_to_recover_s: Sequence[float | None],
+                    failures: Sequence[int]) -> go.Figure:
+    """Mean time to start and to recover (minutes, lines) and failures (bars, right axis)."""
+    x = [p.isoformat() for p in periods]
+
+    def minutes(values: Sequence[float | None]) -> list[float | None]:
+        return [None if v is None else v / 60.0 for v in values]
+
+    fig = go.Figure([
+        go.Bar(name="failures", x=x, y=list(failures), yaxis="y2", opacity=0.35,
+               marker_color=colour_of("failure")),
+        go.Scatter(name="time to start", x=x, y=minutes(time_to_start_s),
+                   mode="lines+markers", connectgaps=True),
+        go.Scatter(name="time to recover", x=x, y=minutes(time_to_recover_s),
+                   mode="lines+markers", connectgaps=True),
+    ])
+    fig.update_layout(**LAYOUT, height=320, yaxis_title="mean minutes",
+                      yaxis2={"title": "failures", "overlaying": "y", "side": "right",
+                              "rangemode": "tozero"})
     return fig

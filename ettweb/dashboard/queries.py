@@ -1,30 +1,420 @@
 """Query runners: typed input → ``calculate()`` → typed result (PostHog-style).
 
-Views never touch models or the engine directly; they run a query and render its result.
-This skeleton loads a job's events and runs the attribution engine on every request — the
-numbers are exactly the offline report's. Rollups (per-day tables) replace the event scan in
-a later issue without changing these result types.
+The ONE query layer the dashboard and the (future) e-mail reports share. Views never touch
+models or the engine directly; they run a query and render its result.
+
+Fleet numbers come from the rollup tables (``ettweb.rollups``), never from an event scan:
+ranges read the per-UTC-day rows, the job list reads the per-job rows. Rollups store time by
+*category*; categories are mapped to owning components here, at query time, from the editable
+:class:`PhaseComponent` table, so an owner's edit shows on the next page load. Only the job
+page runs the engine, on that one job's events, to draw its timeline; its headline numbers
+are the rollup's.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import groupby
-from typing import Any
+from datetime import UTC, date, datetime, timedelta
+from typing import Any, Final, Literal, overload
 
-from ettweb.attribution.engine import FleetAttribution, JobAttribution, attribute, attribute_job
+from django.db.models import F, Max, Q, Sum
+from django.db.models.functions import TruncWeek
+
+from collector.schema import FAILED_STATUSES
+from ettweb.attribution.components import DEFAULT_PHASE_COMPONENTS, PRODUCTIVE, component_of
+from ettweb.attribution.engine import JobAttribution, attribute_job
 from ettweb.ingest.models import Event, Job, QuarantinedEvent
+from ettweb.rollups.logic import refresh_jobs
+from ettweb.rollups.models import (
+    AttemptRollup,
+    DailyCategoryRollup,
+    JobRollup,
+    PhaseComponent,
+    RecoveryRollup,
+)
 
-HOUR_S = 3600.0
+HOUR_S: Final = 3600.0
+DAY_S: Final = 86400.0
+Interval = Literal["day", "week"]
+Grouping = Literal["none", "model", "team", "cluster", "gpus"]
+INTERVALS: Final[tuple[Interval, ...]] = ("day", "week")
+GROUPINGS: Final[tuple[Grouping, ...]] = ("none", "model", "team", "cluster", "gpus")
+#: GPU-size buckets (lowest, highest or None, label): jobs of similar size fail and restart
+#: alike, so owners compare like with like.
+GPU_BUCKETS: Final = ((1, 1, "1"), (2, 8, "2-8"), (9, 64, "9-64"), (65, 512, "65-512"),
+                      (513, None, "513+"))
+#: The label of the single series when nothing is grouped.
+ALL: Final = "all"
+#: Longest range a query accepts: bounds the rows a page can ask Postgres for.
+MAX_RANGE_DAYS: Final = 3 * 366
 
 
-def _events(job: str | None = None) -> Iterator[dict[str, Any]]:
-    """Schema-v1 dicts of stored events (one job, or all), in a stable order."""
-    rows = Event.objects.all() if job is None else Event.objects.filter(job=job)
-    for event in rows.order_by("job", "id").iterator(chunk_size=2000):
-        yield event.as_schema()
+def gpu_bucket(gpus: int) -> str:
+    """The GPU-size bucket label of a job holding ``gpus`` accelerators."""
+    for low, high, label in GPU_BUCKETS:
+        if gpus >= low and (high is None or gpus <= high):
+            return label
+    return GPU_BUCKETS[0][2]
 
+
+def phase_components() -> dict[str, str]:
+    """The phase→component map as owners edited it (read on every query: no cache).
+
+    An empty table is never a deliberate map (it would send every second to ``unknown``):
+    it means the seed was wiped (a test flush, a restore), so ETT_SPEC §4's defaults apply.
+    """
+    mapping = dict(PhaseComponent.objects.values_list("phase", "component"))
+    return mapping or dict(DEFAULT_PHASE_COMPONENTS)
+
+
+def _pct(part: float, whole: float) -> float:
+    return 0.0 if whole <= 0.0 else min(100.0, max(0.0, 100.0 * part / whole))
+
+
+def _epoch(day: date) -> float:
+    return datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()
+
+
+def _day_of(ts: float) -> date:
+    return datetime.fromtimestamp(ts, UTC).date()
+
+
+@dataclass(frozen=True)
+class DateRange:
+    """Inclusive range of UTC days; rejects an inverted or oversized range with a reason."""
+
+    date_from: date
+    date_to: date
+
+    def __post_init__(self) -> None:
+        if self.date_from > self.date_to:
+            raise ValueError(f"date_from {self.date_from} is after date_to {self.date_to}")
+        if (self.date_to - self.date_from).days >= MAX_RANGE_DAYS:
+            raise ValueError(f"range longer than {MAX_RANGE_DAYS} days")
+
+    @property
+    def epoch_bounds(self) -> tuple[float, float]:
+        """[start, end) in epoch seconds."""
+        return _epoch(self.date_from), _epoch(self.date_to + timedelta(days=1))
+
+    def period_of(self, day: date, interval: Interval) -> date:
+        """The first day of the period ``day`` falls in (weeks start on Monday, as ISO)."""
+        return day - timedelta(days=day.weekday()) if interval == "week" else day
+
+
+def default_range(days: int = 30) -> DateRange:
+    """The last ``days`` days that have data (a demo's data may be years old), else today's."""
+    latest = DailyCategoryRollup.objects.aggregate(latest=Max("day"))["latest"]
+    end = latest or datetime.now(UTC).date()
+    return DateRange(end - timedelta(days=days - 1), end)
+
+
+def _validated(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+
+
+# --------------------------------------------------------------------------- ETT% trend
+
+@dataclass(frozen=True)
+class TrendQuery:
+    """Fleet or group ETT% (GPU-weighted) per day or week over a range."""
+
+    range: DateRange
+    interval: Interval = "day"
+    group_by: Grouping = "none"
+
+    def __post_init__(self) -> None:
+        _validated("interval", self.interval, INTERVALS)
+        _validated("group_by", self.group_by, GROUPINGS)
+
+
+@dataclass(frozen=True)
+class TrendPoint:
+    """One group's GPU-seconds in one period; ``ett_pct`` = productive / wall."""
+
+    period: date
+    group: str
+    wall_gpu_s: float
+    productive_gpu_s: float
+
+    @property
+    def ett_pct(self) -> float:
+        return _pct(self.productive_gpu_s, self.wall_gpu_s)
+
+
+@dataclass(frozen=True)
+class TrendResult:
+    """Points sorted by (group, period), and the whole range's totals."""
+
+    points: list[TrendPoint]
+    groups: list[str]
+    wall_gpu_s: float
+    productive_gpu_s: float
+
+    @property
+    def ett_pct(self) -> float:
+        return _pct(self.productive_gpu_s, self.wall_gpu_s)
+
+    def series(self, group: str) -> list[TrendPoint]:
+        return [point for point in self.points if point.group == group]
+
+
+_GROUP_FIELDS: Final[dict[str, str]] = {"model": "job__model", "team": "job__team",
+                                        "cluster": "job__cluster", "gpus": "job__gpus"}
+
+
+def _group_label(group_by: Grouping, value: Any) -> str:
+    if group_by == "none":
+        return ALL
+    if group_by == "gpus":
+        return gpu_bucket(int(value))
+    return str(value) if value else "(none)"
+
+
+def _day_rows(query_range: DateRange) -> Any:
+    return DailyCategoryRollup.objects.filter(day__gte=query_range.date_from,
+                                              day__lte=query_range.date_to)
+
+
+def _periods(rows: Any, interval: Interval) -> Any:
+    return rows.annotate(period=TruncWeek("day") if interval == "week" else F("day"))
+
+
+class TrendQueryRunner:
+    def __init__(self, query: TrendQuery) -> None:
+        self.query = query
+
+    def calculate(self) -> TrendResult:
+        q = self.query
+        keys = ["period"] + ([_GROUP_FIELDS[q.group_by]] if q.group_by != "none" else [])
+        rows = (_periods(_day_rows(q.range), q.interval).values(*keys)
+                .annotate(wall=Sum("gpu_seconds"),
+                          productive=Sum("gpu_seconds", filter=Q(category=PRODUCTIVE))))
+        folded: dict[tuple[date, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+        for row in rows:
+            label = _group_label(q.group_by, row.get(keys[-1]))
+            bucket = folded[(_as_date(row["period"]), label)]
+            bucket[0] += row["wall"] or 0.0
+            bucket[1] += row["productive"] or 0.0
+        points = [TrendPoint(period, group, wall, productive)
+                  for (period, group), (wall, productive) in folded.items()]
+        points.sort(key=lambda p: (p.group, p.period))
+        return TrendResult(points=points, groups=sorted({p.group for p in points}),
+                           wall_gpu_s=sum(p.wall_gpu_s for p in points),
+                           productive_gpu_s=sum(p.productive_gpu_s for p in points))
+
+
+def _as_date(value: date | datetime) -> date:
+    return value.date() if isinstance(value, datetime) else value
+
+
+# --------------------------------------------------------------------------- lost by component
+
+@dataclass(frozen=True)
+class LostByComponentQuery:
+    """Lost GPU-seconds per owning component over a range (map read at query time)."""
+
+    range: DateRange
+
+
+@dataclass(frozen=True)
+class ComponentLoss:
+    component: str
+    gpu_s: float
+    categories: dict[str, float]
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpu_s / HOUR_S
+
+
+@dataclass(frozen=True)
+class LostByComponentResult:
+    """Components, largest loss first."""
+
+    components: list[ComponentLoss]
+
+    @property
+    def lost_gpu_hours(self) -> float:
+        return sum(c.gpu_s for c in self.components) / HOUR_S
+
+
+class LostByComponentQueryRunner:
+    def __init__(self, query: LostByComponentQuery) -> None:
+        self.query = query
+
+    def calculate(self) -> LostByComponentResult:
+        mapping = phase_components()
+        rows = (_day_rows(self.query.range).exclude(category=PRODUCTIVE)
+                .values("category").annotate(gpu_s=Sum("gpu_seconds")))
+        grouped: dict[str, dict[str, float]] = defaultdict(dict)
+        for row in rows:
+            grouped[component_of(row["category"], mapping)][row["category"]] = row["gpu_s"]
+        components = [ComponentLoss(name, sum(cats.values()), cats)
+                      for name, cats in grouped.items()]
+        components.sort(key=lambda c: (-c.gpu_s, c.component))
+        return LostByComponentResult(components)
+
+
+# --------------------------------------------------------------------------- top jobs
+
+@dataclass(frozen=True)
+class TopJobsQuery:
+    """Jobs that lost the most GPU-hours inside the range."""
+
+    range: DateRange
+    limit: int = 10
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.limit <= 1000:
+            raise ValueError(f"limit must be between 1 and 1000, not {self.limit}")
+
+
+@dataclass(frozen=True)
+class TopJob:
+    job: str
+    lost_gpu_s: float
+    wall_gpu_s: float
+    gpus: int
+    status: str
+    model: str
+    team: str
+    cluster: str
+
+    @property
+    def lost_gpu_hours(self) -> float:
+        return self.lost_gpu_s / HOUR_S
+
+    @property
+    def ett_pct(self) -> float:
+        """ETT% of the job inside the range (not over its whole life)."""
+        return _pct(self.wall_gpu_s - self.lost_gpu_s, self.wall_gpu_s)
+
+
+@dataclass(frozen=True)
+class TopJobsResult:
+    jobs: list[TopJob]
+
+
+class TopJobsQueryRunner:
+    def __init__(self, query: TopJobsQuery) -> None:
+        self.query = query
+
+    def calculate(self) -> TopJobsResult:
+        lost = ~Q(category=PRODUCTIVE)
+        rows = (_day_rows(self.query.range).values("job_id")
+                .annotate(lost=Sum("gpu_seconds", filter=lost), wall=Sum("gpu_seconds"))
+                .filter(lost__gt=0).order_by("-lost", "job_id")[:self.query.limit])
+        rows = list(rows)
+        meta = {r.job: r for r in JobRollup.objects.filter(job__in=[x["job_id"] for x in rows])}
+        jobs = [TopJob(job=row["job_id"], lost_gpu_s=row["lost"], wall_gpu_s=row["wall"],
+                       gpus=meta[row["job_id"]].gpus, status=meta[row["job_id"]].status,
+                       model=meta[row["job_id"]].model, team=meta[row["job_id"]].team,
+                       cluster=meta[row["job_id"]].cluster)
+                for row in rows]
+        return TopJobsResult(jobs)
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+@dataclass(frozen=True)
+class LifecycleQuery:
+    """Time to start, time to recover (with its parts), failures per fleet day or week.
+
+    A job's time to start counts on the day its first attempt started; a recovery and a
+    failure count on the day the failed attempt's last event (resp. its end) falls.
+    """
+
+    range: DateRange
+    interval: Interval = "day"
+
+    def __post_init__(self) -> None:
+        _validated("interval", self.interval, INTERVALS)
+
+
+@dataclass
+class LifecyclePoint:
+    """One period's sub-metrics (ETT_SPEC §3.7) across the fleet."""
+
+    period: date
+    starts: list[float] = field(default_factory=list)
+    recoveries: list[float] = field(default_factory=list)
+    failures: int = 0
+    restart_tax_gpu_s: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def mean_time_to_start_s(self) -> float | None:
+        return sum(self.starts) / len(self.starts) if self.starts else None
+
+    @property
+    def mean_time_to_recover_s(self) -> float | None:
+        return sum(self.recoveries) / len(self.recoveries) if self.recoveries else None
+
+    @property
+    def restart_tax_gpu_hours(self) -> float:
+        return sum(self.restart_tax_gpu_s.values()) / HOUR_S
+
+
+@dataclass(frozen=True)
+class LifecycleResult:
+    points: list[LifecyclePoint]
+    categories: list[str]
+
+    @property
+    def failures(self) -> int:
+        return sum(p.failures for p in self.points)
+
+    @property
+    def recoveries(self) -> int:
+        return sum(len(p.recoveries) for p in self.points)
+
+    @property
+    def restart_tax_gpu_s(self) -> dict[str, float]:
+        total: dict[str, float] = defaultdict(float)
+        for point in self.points:
+            for category, value in point.restart_tax_gpu_s.items():
+                total[category] += value
+        return dict(total)
+
+
+class LifecycleQueryRunner:
+    def __init__(self, query: LifecycleQuery) -> None:
+        self.query = query
+        self.points: dict[date, LifecyclePoint] = {}
+
+    def _point(self, day: date) -> LifecyclePoint:
+        period = self.query.range.period_of(day, self.query.interval)
+        return self.points.setdefault(period, LifecyclePoint(period))
+
+    def calculate(self) -> LifecycleResult:
+        low, high = self.query.range.epoch_bounds
+        for start, seconds in (JobRollup.objects
+                               .filter(window_start__gte=low, window_start__lt=high,
+                                       time_to_start_s__isnull=False)
+                               .values_list("window_start", "time_to_start_s")):
+            if start is not None and seconds is not None:  # both filtered, for the type
+                self._point(_day_of(start)).starts.append(seconds)
+        for (end,) in (AttemptRollup.objects
+                       .filter(end__gte=low, end__lt=high, status__in=FAILED_STATUSES)
+                       .values_list("end")):
+            self._point(_day_of(end)).failures += 1
+        rows = RecoveryRollup.objects.filter(day__gte=self.query.range.date_from,
+                                             day__lte=self.query.range.date_to)
+        for day, seconds, parts in rows.values_list("day", "seconds", "by_category_gpu"):
+            point = self._point(day)
+            point.recoveries.append(seconds)
+            for category, value in parts.items():
+                tax = point.restart_tax_gpu_s
+                tax[category] = tax.get(category, 0.0) + value
+        points = sorted(self.points.values(), key=lambda p: p.period)
+        categories = sorted({c for p in points for c in p.restart_tax_gpu_s})
+        return LifecycleResult(points, categories)
+
+
+# --------------------------------------------------------------------------- jobs list
 
 @dataclass(frozen=True)
 class JobMeta:
@@ -42,52 +432,8 @@ class JobMeta:
 
 
 @dataclass(frozen=True)
-class JobQuery:
-    """One job's numbers; ``components`` overrides the default phase→component map."""
-
-    job: str
-    components: Mapping[str, str] | None = None
-
-
-@dataclass(frozen=True)
-class JobResult:
-    """A job's attribution plus what the page shows beside it."""
-
-    job: str
-    attribution: JobAttribution
-    lost_by_component_s: dict[str, float]
-    quarantined: int
-    meta: JobMeta
-
-
-class JobQueryRunner:
-    """Runs a :class:`JobQuery`; ``calculate()`` is ``None`` for a job with no stored events."""
-
-    def __init__(self, query: JobQuery) -> None:
-        self.query = query
-
-    def calculate(self) -> JobResult | None:
-        events = list(_events(self.query.job))
-        if not events:
-            return None
-        attribution = attribute_job(events)
-        return JobResult(
-            job=self.query.job,
-            attribution=attribution,
-            lost_by_component_s=attribution.lost_by_component_s(self.query.components),
-            quarantined=QuarantinedEvent.objects.filter(job=self.query.job).count(),
-            meta=_job_meta(self.query.job),
-        )
-
-
-def _job_meta(job: str) -> JobMeta:
-    row = Job.objects.filter(job_id=job).values("model", "team", "cluster").first()
-    return JobMeta(**row) if row else JobMeta()
-
-
-@dataclass(frozen=True)
 class FleetQuery:
-    """Every job with stored events; ``components`` overrides the default map."""
+    """Every job with rollups; ``components`` overrides the edited phase→component map."""
 
     components: Mapping[str, str] | None = None
 
@@ -104,6 +450,7 @@ class JobRow:
     ett_pct: float
     lost_gpu_hours: float
     lost_by_component_s: dict[str, float]
+    anomalies: int = 0
 
 
 @dataclass(frozen=True)
@@ -126,38 +473,180 @@ class FleetResult:
         return (self.wall_gpu_s - self.productive_gpu_s) / HOUR_S
 
 
+def _by_component(seconds: Mapping[str, float], mapping: Mapping[str, str]) -> dict[str, float]:
+    grouped: dict[str, float] = defaultdict(float)
+    for category, value in seconds.items():
+        grouped[component_of(category, mapping)] += value
+    return {k: v for k, v in grouped.items() if v}
+
+
 class FleetQueryRunner:
-    """Runs a :class:`FleetQuery` over all stored events."""
+    """Runs a :class:`FleetQuery` over the per-job rollups (no event scan)."""
 
     def __init__(self, query: FleetQuery) -> None:
         self.query = query
 
     def calculate(self) -> FleetResult:
-        fleet = _attribute_fleet()
-        rows = [_row(job, self.query.components) for job in fleet.jobs]
-        components = sorted({name for row in rows for name in row.lost_by_component_s})
+        mapping = self.query.components or phase_components()
+        rows = [_job_row(rollup, mapping) for rollup in JobRollup.objects.order_by("job")]
+        totals = JobRollup.objects.aggregate(wall=Sum("wall_gpu_s"),
+                                             productive=Sum("productive_gpu_s"))
+        wall, productive = totals["wall"] or 0.0, totals["productive"] or 0.0
         return FleetResult(
-            rows=rows, wall_gpu_s=fleet.wall_gpu_s, productive_gpu_s=fleet.productive_gpu_s,
-            ett_pct=fleet.ett_pct, quarantined=QuarantinedEvent.objects.count(),
-            components=components,
+            rows=rows, wall_gpu_s=wall, productive_gpu_s=productive,
+            ett_pct=_pct(productive, wall), quarantined=QuarantinedEvent.objects.count(),
+            components=sorted({name for row in rows for name in row.lost_by_component_s}),
         )
 
 
-def _attribute_fleet() -> FleetAttribution:
-    """Attribute job by job so one job's events are in memory at a time, not the fleet's."""
-    jobs = [attribute_job(list(group)) for _, group in groupby(_events(), key=lambda e: e["job"])]
-    return FleetAttribution(jobs=jobs) if jobs else attribute([])
+def _job_row(rollup: JobRollup, mapping: Mapping[str, str]) -> JobRow:
+    return JobRow(job=rollup.job, attempts=rollup.attempts, status=rollup.status,
+                  gpus=rollup.gpus, wall_s=rollup.wall_s, ett_pct=rollup.ett_pct,
+                  lost_gpu_hours=(rollup.wall_gpu_s - rollup.productive_gpu_s) / HOUR_S,
+                  lost_by_component_s=_by_component(rollup.lost_s, mapping),
+                  anomalies=rollup.anomaly_count)
 
 
-def _row(job: JobAttribution, components: Mapping[str, str] | None) -> JobRow:
-    last = job.attempts[-1] if job.attempts else None
-    return JobRow(
-        job=job.job,
-        attempts=len(job.attempts),
-        status=last.status if last else "",
-        gpus=last.gpus if last else 0,
-        wall_s=job.wall_s,
-        ett_pct=job.ett_pct,
-        lost_gpu_hours=sum(job.lost_gpu_s.values()) / HOUR_S,
-        lost_by_component_s={k: v for k, v in job.lost_by_component_s(components).items() if v},
+# --------------------------------------------------------------------------- one job
+
+@dataclass(frozen=True)
+class JobQuery:
+    """One job's numbers; ``components`` overrides the edited phase→component map."""
+
+    job: str
+    components: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    attempt: int
+    status: str
+    gpus: int
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class RecoveryRow:
+    attempt: int
+    seconds: float
+    by_category: dict[str, float]
+
+
+@dataclass(frozen=True)
+class JobHeadline:
+    """The numbers a job page shows: exactly the job's rollup row."""
+
+    ett_pct: float
+    wall_s: float
+    productive_s: float
+    wall_gpu_s: float
+    productive_gpu_s: float
+    time_to_start_s: float | None
+    time_to_recover_s: list[float]
+    failures: int
+    repeated_steps: int
+    attempts: list[AttemptRow]
+    anomalies: dict[str, int]
+    recoveries: list[RecoveryRow]
+
+    @property
+    def anomaly_count(self) -> int:
+        return sum(self.anomalies.values())
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """A job's headline (from rollups), its attribution (for the timeline) and context."""
+
+    job: str
+    headline: JobHeadline
+    attribution: JobAttribution
+    lost_by_component_s: dict[str, float]
+    quarantined: int
+    meta: JobMeta
+
+
+def _events(job: str) -> Iterator[dict[str, Any]]:
+    for event in Event.objects.filter(job=job).order_by("id").iterator(chunk_size=2000):
+        yield event.as_schema()
+
+
+def _headline(rollup: JobRollup) -> JobHeadline:
+    recoveries = [RecoveryRow(r.attempt, r.seconds, r.by_category)
+                  for r in rollup.recovery_rows.order_by("attempt")]
+    attempts = [AttemptRow(a.attempt, a.status, a.gpus, a.end - a.start)
+                for a in rollup.attempt_rows.order_by("attempt")]
+    return JobHeadline(
+        ett_pct=rollup.ett_pct, wall_s=rollup.wall_s, productive_s=rollup.productive_s,
+        wall_gpu_s=rollup.wall_gpu_s, productive_gpu_s=rollup.productive_gpu_s,
+        time_to_start_s=rollup.time_to_start_s,
+        time_to_recover_s=[r.seconds for r in recoveries], failures=rollup.failures,
+        repeated_steps=rollup.repeated_steps, attempts=attempts,
+        anomalies={k: int(v) for k, v in rollup.anomalies.items() if v},
+        recoveries=recoveries,
     )
+
+
+def _rollup(job: str) -> JobRollup | None:
+    """The job's rollup; a job whose events predate rollups is refreshed on first view."""
+    rollup = JobRollup.objects.filter(job=job).first()
+    if rollup is None and Event.objects.filter(job=job).exists():
+        refresh_jobs([job])
+        rollup = JobRollup.objects.filter(job=job).first()
+    return rollup
+
+
+class JobQueryRunner:
+    """Runs a :class:`JobQuery`; ``calculate()`` is ``None`` for a job with no stored events."""
+
+    def __init__(self, query: JobQuery) -> None:
+        self.query = query
+
+    def calculate(self) -> JobResult | None:
+        rollup = _rollup(self.query.job)
+        events = list(_events(self.query.job))
+        if rollup is None or not events:
+            return None
+        mapping = self.query.components or phase_components()
+        return JobResult(
+            job=self.query.job, headline=_headline(rollup), attribution=attribute_job(events),
+            lost_by_component_s=_by_component(rollup.lost_s, mapping),
+            quarantined=QuarantinedEvent.objects.filter(job=self.query.job).count(),
+            meta=_job_meta(self.query.job, rollup),
+        )
+
+
+def _job_meta(job: str, rollup: JobRollup) -> JobMeta:
+    row = Job.objects.filter(job_id=job).values("model", "team", "cluster").first()
+    if row:
+        return JobMeta(**row)
+    return JobMeta(model=rollup.model, team=rollup.team, cluster=rollup.cluster)
+
+
+# --------------------------------------------------------------------------- one entry point
+
+AnyQuery = (TrendQuery | LostByComponentQuery | TopJobsQuery | LifecycleQuery | FleetQuery
+            | JobQuery)
+
+
+@overload
+def calculate(query: TrendQuery) -> TrendResult: ...
+@overload
+def calculate(query: LostByComponentQuery) -> LostByComponentResult: ...
+@overload
+def calculate(query: TopJobsQuery) -> TopJobsResult: ...
+@overload
+def calculate(query: LifecycleQuery) -> LifecycleResult: ...
+@overload
+def calculate(query: FleetQuery) -> FleetResult: ...
+@overload
+def calculate(query: JobQuery) -> JobResult | None: ...
+def calculate(query: AnyQuery) -> Any:
+    """Run any query with its runner: what views and reports call."""
+    runners: dict[type, Any] = {
+        TrendQuery: TrendQueryRunner, LostByComponentQuery: LostByComponentQueryRunner,
+        TopJobsQuery: TopJobsQueryRunner, LifecycleQuery: LifecycleQueryRunner,
+        FleetQuery: FleetQueryRunner, JobQuery: JobQueryRunner,
+    }
+    return runners[type(query)](query).calculate()
+

@@ -8,5 +8,6 @@ app_name = "dashboard"
 
 urlpatterns = [
     path("", views.jobs, name="jobs"),
+    path("fleet/", views.fleet, name="fleet"),
     path("jobs/<path:job>/", views.job_detail, name="job"),
 ]

@@ -7,14 +7,32 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.db import connection
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    JsonResponse,
+)
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from kombu import Connection
 
 from ettweb.dashboard import figures
-from ettweb.dashboard.queries import FleetQuery, FleetQueryRunner, JobQuery, JobQueryRunner
+from ettweb.dashboard.forms import FleetFilterForm
+from ettweb.dashboard.queries import (
+    HOUR_S,
+    FleetQuery,
+    JobQuery,
+    LifecycleQuery,
+    LifecycleResult,
+    LostByComponentQuery,
+    TopJobsQuery,
+    TrendQuery,
+    TrendResult,
+    calculate,
+)
 
 BROKER_TIMEOUT_S = 2
 
@@ -23,7 +41,7 @@ BROKER_TIMEOUT_S = 2
 @require_GET
 def jobs(request: HttpRequest) -> HttpResponse:
     """``/``: every job with its ETT%, the fleet's GPU-weighted ETT% and lost time by owner."""
-    result = FleetQueryRunner(FleetQuery()).calculate()
+    result = calculate(FleetQuery())
     chart = ""
     if result.rows:
         fig = figures.fleet_lost_stacked([r.job for r in result.rows],
@@ -36,15 +54,17 @@ def jobs(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def job_detail(request: HttpRequest, job: str) -> HttpResponse:
-    """``/jobs/<job>/``: headline numbers, lost time by component and the phase timeline."""
-    result = JobQueryRunner(JobQuery(job=job)).calculate()
+    """``/jobs/<job>/``: headline numbers (the job's rollup), lost time by component, the
+    phase timeline (the engine on this job's events) and its anomalies."""
+    result = calculate(JobQuery(job=job))
     if result is None:
         raise Http404(f"no events for job {job!r}")
     attribution = result.attribution
     job_start = attribution.attempts[0].start if attribution.attempts else 0.0
     context: dict[str, Any] = {
         "result": result,
-        "a": attribution,
+        "h": result.headline,
+        "anomalies": sorted(result.headline.anomalies.items()),
         "lost_chart": figures.to_fragment(
             figures.lost_by_component_bar(result.lost_by_component_s), "lost-by-component"),
         "timeline": figures.to_fragment(
@@ -53,6 +73,56 @@ def job_detail(request: HttpRequest, job: str) -> HttpResponse:
                             key=lambda kv: -kv[1]),
     }
     return render(request, "dashboard/job.html", context)
+
+
+@login_required
+@require_GET
+def fleet(request: HttpRequest) -> HttpResponse:
+    """``/fleet/``: ETT% trend, lost GPU-hours by component, top jobs, restart tax, lifecycle.
+
+    Inputs come from GET parameters through :class:`FleetFilterForm`; bad ones are a 400
+    that names the parameter and the problem, never a guess.
+    """
+    form = FleetFilterForm(request.GET)
+    if not form.is_valid():
+        return HttpResponseBadRequest(f"bad parameters: {form.reason()}",
+                                      content_type="text/plain")
+    data = form.cleaned_data
+    trend = calculate(TrendQuery(data["range"], data["interval"], data["group_by"]))
+    lost = calculate(LostByComponentQuery(data["range"]))
+    top = calculate(TopJobsQuery(data["range"]))
+    lifecycle = calculate(LifecycleQuery(data["range"], data["interval"]))
+    context: dict[str, Any] = {
+        "form": form, "range": data["range"], "interval": data["interval"],
+        "group_by": data["group_by"], "trend": trend, "lost": lost, "top": top,
+        "lifecycle": lifecycle, "charts": _fleet_charts(trend, lost.components, lifecycle,
+                                                        data["interval"]),
+    }
+    return render(request, "dashboard/fleet.html", context)
+
+
+def _fleet_charts(trend: TrendResult, components: Any, lifecycle: LifecycleResult,
+                  interval: str) -> dict[str, str]:
+    """The overview's figures as HTML fragments (empty when there is nothing to draw)."""
+    charts: dict[str, str] = {}
+    if trend.points:
+        series = {g: [(p.period, p.ett_pct) for p in trend.series(g)] for g in trend.groups}
+        charts["trend"] = figures.to_fragment(figures.ett_trend(series, interval), "ett-trend")
+    if components:
+        hours = {c.component: c.gpu_hours for c in components}
+        charts["lost"] = figures.to_fragment(figures.lost_gpu_hours_bar(hours),
+                                             "lost-by-component")
+    points = lifecycle.points
+    if lifecycle.categories:
+        tax = [{k: v / HOUR_S for k, v in p.restart_tax_gpu_s.items()} for p in points]
+        charts["tax"] = figures.to_fragment(figures.restart_tax_stacked(
+            [p.period for p in points], tax, lifecycle.categories), "restart-tax")
+    if points:
+        charts["lifecycle"] = figures.to_fragment(figures.lifecycle_chart(
+            [p.period for p in points], [p.mean_time_to_start_s for p in points],
+            [p.mean_time_to_recover_s for p in points], [p.failures for p in points]),
+            "lifecycle")
+    return charts
 
 
 def _database_status() -> str:

@@ -35,11 +35,17 @@ EVENT_COLUMNS = (
 
 @dataclass(frozen=True)
 class IngestResult:
-    """What happened to a batch: every input line lands in exactly one of the three counts."""
+    """What happened to a batch: every input line lands in exactly one of the three counts.
+
+    ``jobs`` names every job a valid event of the batch belongs to, duplicates included: the
+    caller refreshes their rollups, and a batch retried after a failed refresh is all
+    duplicates the second time yet must still refresh its jobs.
+    """
 
     stored: int
     duplicates: int
     rejected: int
+    jobs: tuple[str, ...] = field(default=(), compare=False)
 
     def as_dict(self) -> dict[str, int]:
         return {"stored": self.stored, "duplicates": self.duplicates, "rejected": self.rejected}
@@ -220,4 +226,6 @@ def ingest_lines(lines: Iterable[Any], source: str = "") -> IngestResult:
         stored, refused = _store_one_by_one(batch, source)
     QuarantinedEvent.objects.bulk_create(batch.rejected)
     duplicates = len(batch.events) - stored - refused + batch.in_batch_duplicates
-    return IngestResult(stored=stored, duplicates=duplicates, rejected=len(batch.rejected))
+    jobs = tuple(sorted({event["job"] for event in batch.events}))
+    return IngestResult(stored=stored, duplicates=duplicates, rejected=len(batch.rejected),
+                        jobs=jobs)

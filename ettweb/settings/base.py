@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "ettweb.ingest",
+    "ettweb.rollups",
     "ettweb.dashboard",
 ]
 

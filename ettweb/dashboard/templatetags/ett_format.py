@@ -31,3 +31,9 @@ def pct(value: float | None) -> str:
 def durations(values: list[float]) -> str:
     """A list of durations, comma-separated (time to recover has one per failure)."""
     return ", ".join(duration(v) for v in values) if values else "—"
+
+
+@register.filter
+def gpu_hours(gpu_seconds: float | None) -> str:
+    """GPU-seconds shown as GPU-hours with two decimals."""
+    return "—" if gpu_seconds is None else f"{gpu_seconds / 3600.0:.2f}"

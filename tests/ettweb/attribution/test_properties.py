@@ -8,11 +8,17 @@ import random
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 from collector.schema import validate_event
-from ettweb.attribution.engine import JobAttribution, attribute, attribute_job
+from ettweb.attribution.engine import (
+    ANOMALY_KINDS,
+    JobAttribution,
+    attribute,
+    attribute_job,
+    per_day,
+)
 
 PHASES = ["train", "compile", "eval", "checkpoint_save", "publish"]
 STATUSES = ["completed", "failed", "preempted", "cancelled"]
@@ -162,3 +168,120 @@ def test_sweep_matches_a_naive_reading_of_the_rules(events: list[dict[str, Any]]
     engine = {**job.lost_s, "productive": job.productive_s}
     engine = {name: seconds for name, seconds in engine.items() if seconds > 1e-12}
     assert engine == pytest.approx(_naive_totals(events, job), abs=1e-9)
+
+
+# --- rollups, recoveries and anomalies ---------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(job_events())
+def test_per_day_rollups_sum_to_the_job_totals_per_category(
+    events: list[dict[str, Any]],
+) -> None:
+    job = attribute_job(events)
+    for gpu_weighted, productive, lost in ((True, job.productive_gpu_s, job.lost_gpu_s),
+                                           (False, job.productive_s, job.lost_s)):
+        summed: dict[str, float] = {}
+        for day in per_day(job.segments, gpu_weighted=gpu_weighted).values():
+            for category, seconds in day.items():
+                summed[category] = summed.get(category, 0.0) + seconds
+        expected = {**lost, "productive": productive}
+        assert {k: v for k, v in summed.items() if abs(v) > 1e-9} == pytest.approx(
+            {k: v for k, v in expected.items() if abs(v) > 1e-9}, abs=1e-9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(job_events())
+def test_recoveries_follow_time_to_recover_and_anomalies_are_known(
+    events: list[dict[str, Any]],
+) -> None:
+    job = attribute_job(events)
+    assert len(job.recoveries) == len(job.time_to_recover_s) <= job.failures
+    for recovery, value in zip(job.recoveries, job.time_to_recover_s, strict=True):
+        assert recovery.end - recovery.start == value >= 0.0
+        assert sum(recovery.by_category.values()) == pytest.approx(value, abs=1e-9)
+        assert all(seconds >= 0.0 for seconds in recovery.by_category.values())
+        failed = {a.attempt for a in job.attempts if a.status in ("failed", "preempted", "lost")}
+        assert recovery.attempt in failed
+    assert [r.attempt for r in job.recoveries] == sorted(r.attempt for r in job.recoveries)
+    assert set(job.anomalies) <= set(ANOMALY_KINDS)
+    assert all(count > 0 for count in job.anomalies.values())
+
+
+# --- splitting a span into two adjacent spans of the same phase --------------------------------
+#
+# What §3 makes hold, and so what is tested: the span lies inside its attempt window (f is
+# spread evenly over the clamped span, so a clamped whole and two clamped halves repeat
+# different seconds); the split point m does not touch another span of the same rank (the
+# innermost rule compares bounds, so a span crossing m would stop being contained, or start
+# to contain a half); and for `train` the steps split in proportion to time (f is linear in
+# steps, so two proportional halves repeat exactly the seconds the whole did), no other train
+# span ends in (start, m] or starts in [m, end) (it would see the first half's step_end in
+# H), and no lower-rank train span overlaps it (the span must decide all of its own pieces).
+# test_rules.py::test_split_counterexample_* shows other numbers when one is broken.
+
+
+def _touches(other: dict[str, Any], m: float) -> bool:
+    return other["start"] <= m <= other["end"]
+
+
+def _split_points(span: dict[str, Any], events: list[dict[str, Any]], job: JobAttribution,
+                  ) -> list[tuple[float, int | None]]:
+    """Split times m (and the step there, for train) that leave §3's numbers unchanged."""
+    start, end = span["start"], span["end"]
+    window = next(a for a in job.attempts if a.attempt == span["attempt"])
+    others = [e for e in events if e["kind"] == "span" and e is not span]
+    if not window.start <= start < end <= window.end or (span["phase"] == "train" and any(
+            o["phase"] == "train" and o["rank"] < span["rank"]
+            and o["start"] < end and o["end"] > start for o in others)):
+        return []
+    if span["phase"] == "train":
+        s0, s1 = span["step_start"], span["step_end"]
+        candidates: list[tuple[float, int | None]] = [
+            (start + (end - start) * k / (s1 - s0), s0 + k) for k in range(1, s1 - s0)]
+    else:
+        candidates = [(start + (end - start) * q / 4, None) for q in (1, 2, 3)]
+    valid = []
+    for m, step in candidates:
+        if not start < m < end:
+            continue
+        if any(o["rank"] == span["rank"] and _touches(o, m) for o in others):
+            continue
+        if span["phase"] == "train" and any(
+                o["phase"] == "train" and (start < o["end"] <= m or m <= o["start"] < end)
+                for o in others):
+            continue
+        valid.append((m, step))
+    return valid
+
+
+def _split(span: dict[str, Any], m: float, step: int | None) -> list[dict[str, Any]]:
+    first, second = {**span, "end": m}, {**span, "id": span["id"] + "-b", "start": m}
+    if step is not None:
+        first["step_end"] = second["step_start"] = step
+    return [first, second]
+
+
+@settings(max_examples=300, deadline=None)
+@given(job_events(), st.data())
+def test_independent_of_splitting_a_span_into_two_of_the_same_phase(
+    events: list[dict[str, Any]], data: st.DataObject,
+) -> None:
+    whole = attribute_job(events)
+    splittable = [(e, points) for e in events if e["kind"] == "span"
+                  for points in [_split_points(e, events, whole)] if points]
+    assume(splittable)
+    span, points = data.draw(st.sampled_from(splittable))
+    m, step = data.draw(st.sampled_from(points))
+    event(f"split a {'train' if step is not None else 'non-train'} span")
+    split = [piece for e in events for piece in (_split(e, m, step) if e is span else [e])]
+    halves = attribute_job(split)
+    assert halves.wall_s == whole.wall_s
+    assert halves.productive_s == pytest.approx(whole.productive_s, abs=1e-9)
+    assert {k: v for k, v in halves.lost_s.items() if v > 1e-9} == pytest.approx(
+        {k: v for k, v in whole.lost_s.items() if v > 1e-9}, abs=1e-9)
+    assert halves.wall_gpu_s == pytest.approx(whole.wall_gpu_s, abs=1e-9)
+    assert halves.repeated_steps == whole.repeated_steps
+    assert halves.time_to_start_s == whole.time_to_start_s
+    assert halves.time_to_recover_s == pytest.approx(whole.time_to_recover_s, abs=1e-9)
+    assert halves.failures == whole.failures

@@ -24,6 +24,13 @@ WORKED_EXAMPLE_REPORT = {
                    "restart_gap": 7.0},
         "lost_by_component_s": {"checkpointing": 5.0, "distributed_runtime": 4.0,
                                 "pt2_compiler": 6.0, "reliability": 11.0, "scheduler": 7.0},
+        # extra keys beyond §5: the restart tax of the one recovery (1080 -> 1101 = 21 s:
+        # failure 1080-1083, gap 1083-1090, load 1090-1093, repeated 1093-1101) ...
+        "recoveries": [{"attempt": 0, "start": 1080.0, "end": 1101.0,
+                        "by_category": {"checkpoint_load": 3.0, "failure": 3.0,
+                                        "repeated_training": 8.0, "restart_gap": 7.0}}],
+        # ... and no anomalies in a consistent timeline
+        "anomalies": {},
     }],
     "fleet": {"wall_gpu_s": 452.0, "productive_gpu_s": 320.0, "ett_pct": 70.8},
     "rejected": [],

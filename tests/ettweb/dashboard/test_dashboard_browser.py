@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Browser, sync_playwright
 from pytest_django.live_server_helper import LiveServer
 
-from ettweb.ingest.logic import ingest_lines
+from ettweb.ingest.tasks import ingest_batch
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -38,7 +38,7 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def prepared(transactional_db: None, worked_example_lines: list[str]) -> str:
-    ingest_lines(worked_example_lines)
+    ingest_batch(worked_example_lines)
     User.objects.create_user(username="viewer", password=PASSWORD)
     return "viewer"
 
@@ -65,3 +65,16 @@ def test_login_and_job_timeline_renders(prepared: str, live_server: LiveServer,
     assert bars.count() > 5  # one bar per timeline piece, drawn as SVG by plotly.js
     assert page.locator("#lost-by-component.js-plotly-plot").count() == 1
     assert external == []  # nothing loaded from outside our server
+
+    # The fleet overview draws its charts too, and the group selector reloads the page.
+    page.goto(f"{live_server.url}/fleet/")
+    assert page.text_content("#range-ett") == "70.80%"
+    for chart in ("ett-trend", "lost-by-component", "restart-tax", "lifecycle"):
+        page.wait_for_selector(f"#{chart}.js-plotly-plot", timeout=30_000)
+    page.select_option("#id_group_by", "team")
+    page.click("#fleet-filters button[type=submit]")
+    page.wait_for_url("**group_by=team**")
+    page.wait_for_selector("#ett-trend.js-plotly-plot", timeout=30_000)
+    names = page.evaluate("document.getElementById('ett-trend').data.map(t => t.name)")
+    assert names == ["ads"]  # the worked example's team
+    assert external == []

@@ -15,7 +15,7 @@ from django.test.utils import override_settings
 
 from collector.schema import parse_event
 from ettweb.attribution.engine import attribute
-from ettweb.ingest.logic import ingest_lines
+from ettweb.ingest.tasks import ingest_batch
 
 pytestmark = pytest.mark.django_db
 
@@ -49,7 +49,7 @@ def test_login_page_renders(client: Client) -> None:
 
 def test_jobs_list_shows_job_and_gpu_weighted_fleet_ett(
         logged_in: Client, worked_example_lines: list[str], one_gpu_job_lines: list[str]) -> None:
-    ingest_lines(worked_example_lines + one_gpu_job_lines)
+    ingest_batch(worked_example_lines + one_gpu_job_lines)
     fleet = attribute(parse_event(line) for line in worked_example_lines + one_gpu_job_lines)
     html = logged_in.get("/").content.decode()
     fleet_tile = re.search(r'id="fleet-ett">([^<]+)<', html)
@@ -65,8 +65,8 @@ def test_jobs_list_shows_job_and_gpu_weighted_fleet_ett(
 
 def test_job_page_headline_numbers_and_charts(logged_in: Client,
                                               worked_example_lines: list[str]) -> None:
-    ingest_lines(worked_example_lines)
-    ingest_lines(['{"v": 1, "job": "j1"}', '{"v": 1, "job": "other"}'])
+    ingest_batch(worked_example_lines)
+    ingest_batch(['{"v": 1, "job": "j1"}', '{"v": 1, "job": "other"}'])
     response = logged_in.get("/jobs/j1/")
     html = response.content.decode()
     assert response.status_code == 200
@@ -97,7 +97,7 @@ def test_unknown_job_is_404(logged_in: Client) -> None:
 
 
 def test_job_ids_with_slashes_are_reachable(logged_in: Client) -> None:
-    ingest_lines([json.dumps({"v": 1, "id": "x1", "job": "team/exp 1", "attempt": 0,
+    ingest_batch([json.dumps({"v": 1, "id": "x1", "job": "team/exp 1", "attempt": 0,
                               "kind": "mark", "mark": "heartbeat", "ts": 5.0})])
     assert logged_in.get("/jobs/team/exp%201/").status_code == 200
 
@@ -119,7 +119,7 @@ def test_healthz_is_503_when_broker_is_down(client: Client, tmp_path: Path) -> N
 def test_plotly_js_is_served_locally(logged_in: Client, worked_example_lines: list[str]) -> None:
     found = finders.find("vendor/plotly.min.js")
     assert isinstance(found, str) and Path(found).stat().st_size > 1_000_000
-    ingest_lines(worked_example_lines)
+    ingest_batch(worked_example_lines)
     html = logged_in.get("/jobs/j1/").content.decode()
     scripts = re.findall(r'<script[^>]+src="([^"]+)"', html)
     assert scripts == ["/static/vendor/plotly.min.js"]
@@ -134,7 +134,7 @@ def test_timeline_merges_touching_pieces(logged_in: Client, event_line: Any) -> 
     lines = [event_line(kind="mark", mark="attempt_start", ts=0.0, attrs={"gpus": 2})]
     lines += [event_line(kind="span", phase="train", start=60.0 * i, end=60.0 * (i + 1),
                          step_start=10 * i, step_end=10 * (i + 1)) for i in range(10)]
-    ingest_lines(lines)
+    ingest_batch(lines)
     figure = _figure(logged_in.get("/jobs/j1/").content.decode(), "phase-timeline")
     productive = [trace for trace in figure["data"] if trace["name"] == "productive"]
     assert len(productive) == 1
@@ -144,7 +144,7 @@ def test_timeline_merges_touching_pieces(logged_in: Client, event_line: Any) -> 
 def test_timeline_draws_repeated_steps_before_new_ones(logged_in: Client,
                                                        worked_example_lines: list[str]) -> None:
     """Attempt 1 re-trains steps 600-680 (1093-1101) before new steps (1101-1113)."""
-    ingest_lines(worked_example_lines)
+    ingest_batch(worked_example_lines)
     figure = _figure(logged_in.get("/jobs/j1/").content.decode(), "phase-timeline")
     by_name = {trace["name"]: trace for trace in figure["data"]}
     repeated = by_name["repeated_training"]

@@ -73,7 +73,7 @@ def test_nan_in_attrs_and_deep_nesting_are_rejected(event_line: LineFactory) -> 
     result = ingest_lines([nan_attrs, deep])
     assert result == IngestResult(stored=0, duplicates=0, rejected=2)
     reasons = set(QuarantinedEvent.objects.values_list("reason", flat=True))
-    assert reasons == {"event.attrs.loss: NaN or infinite number cannot be stored",
+    assert reasons == {"'attrs' is not JSON: Out of range float values are not JSON compliant",
                        "JSON nested too deeply"}
 
 
@@ -115,3 +115,12 @@ def test_large_batch_is_inserted_in_chunks(event_line: LineFactory) -> None:
     assert ingest_lines(lines).stored == 2500
     assert Event.objects.count() == 2500
     assert Job.objects.filter(job_id__startswith="big").count() == 3
+
+
+def test_result_names_every_job_of_the_valid_events(event_line: LineFactory) -> None:
+    lines = [event_line(kind="mark", mark="heartbeat", ts=1.0, job=job)
+             for job in ("b", "a", "b")]
+    first = ingest_lines([*lines, event_line(kind="bogus", job="c")])
+    assert first.jobs == ("a", "b")  # sorted, once each; the rejected line's job is not one
+    again = ingest_lines(lines)
+    assert again.stored == 0 and again.jobs == ("a", "b")  # duplicates still name them

@@ -6,8 +6,10 @@ import pytest
 from django.db import InterfaceError, OperationalError
 
 from ettweb.celery import app
+from ettweb.ingest.logic import ingest_lines
 from ettweb.ingest.models import Event, QuarantinedEvent
 from ettweb.ingest.tasks import ingest_batch
+from ettweb.rollups.models import JobRollup
 
 
 def test_task_is_discoverable_by_name() -> None:
@@ -39,3 +41,23 @@ def test_task_ingests_a_batch(worked_example_lines: list[str]) -> None:
     quarantined = QuarantinedEvent.objects.get()
     assert quarantined.source == "collector@node-3"
     assert quarantined.reason == "missing required field 'id'"
+
+
+@pytest.mark.django_db
+def test_task_refreshes_the_rollups_of_the_jobs_in_the_batch(
+        worked_example_lines: list[str], one_gpu_job_lines: list[str]) -> None:
+    ingest_batch(worked_example_lines[:6])
+    partial = JobRollup.objects.get(job="j1")
+    assert (partial.status, partial.wall_s) == ("running", 80.0)  # live: 1000 -> 1080
+    ingest_batch(worked_example_lines[6:] + one_gpu_job_lines)
+    assert {r.job: (r.status, r.wall_s) for r in JobRollup.objects.all()} == {
+        "j1": ("completed", 113.0), "j2": ("completed", 100.0)}
+
+
+@pytest.mark.django_db
+def test_a_retried_batch_refreshes_its_jobs_again(worked_example_lines: list[str]) -> None:
+    """A batch whose refresh failed is retried; its events are duplicates by then."""
+    ingest_lines(worked_example_lines)  # stored, but the refresh never ran
+    assert not JobRollup.objects.exists()
+    assert ingest_batch(worked_example_lines)["duplicates"] == len(worked_example_lines)
+    assert round(JobRollup.objects.get(job="j1").ett_pct, 2) == 70.80

@@ -1,0 +1,48 @@
+"""GET-parameter forms: a page's inputs are validated before any query runs."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django import forms
+
+from ettweb.dashboard.queries import GROUPINGS, INTERVALS, DateRange, default_range
+
+DEFAULT_DAYS = 30
+GROUP_LABELS = {"none": "whole fleet", "model": "model", "team": "team", "cluster": "cluster",
+                "gpus": "GPU-size bucket"}
+
+
+class FleetFilterForm(forms.Form):
+    """Fleet overview inputs; every field is optional and defaults to the last 30 data days."""
+
+    date_from = forms.DateField(required=False, input_formats=["%Y-%m-%d"])
+    date_to = forms.DateField(required=False, input_formats=["%Y-%m-%d"])
+    interval = forms.ChoiceField(required=False, choices=[(i, i) for i in INTERVALS])
+    group_by = forms.ChoiceField(required=False,
+                                 choices=[(g, GROUP_LABELS[g]) for g in GROUPINGS])
+
+    def clean(self) -> dict[str, Any]:
+        """Fill defaults and build the :class:`DateRange` (its own checks become form errors)."""
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        fallback = default_range(DEFAULT_DAYS)
+        date_to = data.get("date_to") or fallback.date_to
+        date_from = data.get("date_from") or date_to - timedelta(days=DEFAULT_DAYS - 1)
+        try:
+            data["range"] = DateRange(date_from, date_to)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        data["interval"] = data.get("interval") or "day"
+        data["group_by"] = data.get("group_by") or "none"
+        return data
+
+    def reason(self) -> str:
+        """All errors on one line, naming the parameter: what a 400 response says."""
+        parts = []
+        for name, errors in self.errors.items():
+            label = "parameters" if name == "__all__" else name
+            parts.append(f"{label}: {' '.join(str(e) for e in errors)}")
+        return "; ".join(parts)

@@ -1,0 +1,385 @@
+"""Keep the rollup tables equal to what the engine says about the stored events.
+
+Why recompute whole jobs rather than patch totals: attribution is not additive. One late
+event can change a piece of timeline hours away (an attempt window grows, a train span's
+high-water mark moves), so the only exact incremental unit is the job. A job is small next to
+the fleet, so refreshing the jobs a batch touched costs a small fraction of a full rebuild,
+and numbers always equal the offline report's.
+
+What IS incremental is the writing: per-day rows are compared with what is stored and only
+the rows that changed are written, so a late backlog days old rewrites exactly the days it
+touches (``DailyCategoryRollup.written_at`` shows it).
+
+Concurrency: every refresh takes ``pg_advisory_xact_lock(hashtext(job))`` for its jobs (in
+hash order, so two workers never deadlock) and only then reads the job's events. The events
+of a batch commit before its refresh starts, so whichever refresh runs last sees every
+committed event and leaves the rollup exact.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from ettweb.attribution.engine import DAY_S, Event, JobAttribution, attribute_job, per_day
+from ettweb.ingest.models import Event as StoredEvent
+from ettweb.rollups.models import AttemptRollup, DailyCategoryRollup, JobRollup, RecoveryRollup
+
+#: Jobs refreshed per transaction: bounds memory and lock time for very large batches.
+JOBS_PER_TRANSACTION = 200
+#: Rows fetched per round trip when streaming every event for a rebuild.
+STREAM_CHUNK = 20_000
+#: Two day values closer than this (relative) are "unchanged": a recompute may redistribute
+#: float rounding across a long segment without any event touching that day.
+SAME_REL_TOL = 1e-9
+
+_EVENT_COLUMNS = ("event_id", "job", "attempt", "kind", "phase", "mark", "start", "end", "ts",
+                  "rank", "step_start", "step_end", "step", "blocking", "attrs")
+DayKey = tuple[date, str]  # (UTC day, category)
+DayValues = tuple[float, float]  # (seconds, GPU-seconds)
+
+
+@dataclass(frozen=True)
+class RefreshStats:
+    """What a refresh did: jobs and events attributed, day rows written and deleted."""
+
+    jobs: int = 0
+    events: int = 0
+    day_rows_written: int = 0
+    day_rows_deleted: int = 0
+    days_written: tuple[date, ...] = ()
+    elapsed_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class _JobRows:
+    """Everything stored for one job, computed from its attribution."""
+
+    job: JobRollup
+    attempts: list[AttemptRollup]
+    recoveries: list[RecoveryRollup]
+    days: dict[DayKey, DayValues]
+
+
+# --------------------------------------------------------------------------- reading events
+
+def _select_events(where: str) -> str:
+    columns = ", ".join(connection.ops.quote_name(name) for name in _EVENT_COLUMNS)
+    return f"SELECT {columns} FROM {StoredEvent._meta.db_table} {where}"
+
+
+def _as_event(row: Sequence[Any]) -> Event:
+    """A stored row as the normalized schema-v1 dict the engine reads (host is not needed)."""
+    (event_id, job, attempt, kind, phase, mark, start, end, ts, rank,
+     step_start, step_end, step, blocking, attrs) = row
+    if isinstance(attrs, str):  # Django's psycopg setup hands jsonb over as text
+        attrs = {} if attrs == "{}" else json.loads(attrs)
+    event: Event = {"v": 1, "id": event_id, "job": job, "attempt": attempt, "kind": kind,
+                    "rank": rank, "blocking": blocking, "attrs": attrs}
+    if kind == "span":
+        event["phase"], event["start"], event["end"] = phase, start, end
+        if step_start is not None:
+            event["step_start"], event["step_end"] = step_start, step_end
+    else:
+        event["mark"], event["ts"] = mark, ts
+        if step is not None:
+            event["step"] = step
+    return event
+
+
+def load_events(job_ids: Sequence[str]) -> dict[str, list[Event]]:
+    """The stored events of ``job_ids``, grouped by job (raw SQL: no model instances)."""
+    grouped: dict[str, list[Event]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(_select_events("WHERE job = ANY(%s)"), [list(job_ids)])
+        for row in cursor.fetchall():
+            grouped.setdefault(row[1], []).append(_as_event(row))
+    return grouped
+
+
+def _stream_jobs() -> Iterator[list[Event]]:
+    """Every stored event, one job's list at a time (server-side cursor, ordered by job)."""
+    raw = connection.connection
+    assert raw is not None  # the caller holds a transaction, hence a connection
+    with raw.cursor(name="ett_rollup_rebuild") as cursor:
+        cursor.itersize = STREAM_CHUNK
+        cursor.execute(_select_events("ORDER BY job"))
+        current: list[Event] = []
+        for row in cursor:
+            if current and current[0]["job"] != row[1]:
+                yield current
+                current = []
+            current.append(_as_event(row))
+        if current:
+            yield current
+
+
+# --------------------------------------------------------------------------- computing rows
+
+def _utc_day(ts: float) -> date:
+    return datetime.fromtimestamp((ts // DAY_S) * DAY_S, UTC).date()
+
+
+def _day_values(attribution: JobAttribution) -> dict[DayKey, DayValues]:
+    """(UTC day, category) -> (seconds, GPU-seconds), productive included, zeros left out."""
+    seconds = per_day(attribution.segments, gpu_weighted=False)
+    gpu_seconds = attribution.per_day_gpu_s()
+    values: dict[DayKey, DayValues] = {}
+    for day, categories in seconds.items():
+        gpu_day = gpu_seconds.get(day, {})
+        for category, value in categories.items():
+            gpu_value = gpu_day.get(category, 0.0)
+            if value or gpu_value:
+                values[(day, category)] = (value, gpu_value)
+    return values
+
+
+def _recovery_rows(attribution: JobAttribution) -> list[RecoveryRollup]:
+    """One row per ``Recovery`` of the engine (§3.7), with its GPU-weighted split."""
+    gpus = {window.attempt: window.gpus for window in attribution.attempts}
+    return [
+        RecoveryRollup(
+            job_id=attribution.job, attempt=recovery.attempt, start=recovery.start,
+            end=recovery.end, day=_utc_day(recovery.start),
+            seconds=recovery.end - recovery.start, gpus=gpus.get(recovery.attempt, 1),
+            by_category={k: v for k, v in recovery.by_category.items() if v},
+            by_category_gpu={k: v for k, v in recovery.by_category_gpu_s.items() if v},
+        )
+        for recovery in attribution.recoveries
+    ]
+
+
+def _job_meta(attribution: JobAttribution) -> dict[str, str]:
+    """model/team/cluster from attempt_start attrs; a later attempt's value wins."""
+    meta: dict[str, str] = {}
+    for window in attribution.attempts:
+        for key in ("model", "team", "cluster"):
+            if window.attrs.get(key) is not None:
+                meta[key] = str(window.attrs[key])[:200]
+    return meta
+
+
+def job_rows(attribution: JobAttribution, events: int) -> _JobRows:
+    """Every rollup row of one job, unsaved; the single place numbers are copied from."""
+    windows = attribution.attempts
+    last = windows[-1]
+    job = JobRollup(
+        job=attribution.job, wall_s=attribution.wall_s, productive_s=attribution.productive_s,
+        wall_gpu_s=attribution.wall_gpu_s, productive_gpu_s=attribution.productive_gpu_s,
+        ett_pct=attribution.ett_pct, lost_s=dict(attribution.lost_s),
+        lost_gpu_s=dict(attribution.lost_gpu_s), attempts=len(windows), status=last.status,
+        gpus=last.gpus, window_start=windows[0].start, window_end=last.end,
+        repeated_steps=attribution.repeated_steps, time_to_start_s=attribution.time_to_start_s,
+        failures=attribution.failures, duplicates=attribution.duplicates,
+        anomalies=dict(attribution.anomalies), events=events,
+        updated_at=timezone.now(), **_job_meta(attribution),
+    )
+    attempts = [AttemptRollup(job_id=attribution.job, attempt=w.attempt, start=w.start,
+                              end=w.end, status=w.status, gpus=w.gpus) for w in windows]
+    return _JobRows(job, attempts, _recovery_rows(attribution), _day_values(attribution))
+
+
+# --------------------------------------------------------------------------- refresh
+
+def _lock_jobs(job_ids: Sequence[str]) -> None:
+    """Serialize refreshes of the same job across workers until this transaction ends.
+
+    Locks are taken in hash order: two workers holding overlapping sets never deadlock.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT DISTINCT hashtext(j) FROM unnest(%s::text[]) AS j",
+                       [list(job_ids)])
+        hashes = sorted(row[0] for row in cursor.fetchall())
+        for key in hashes:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+
+
+def _same(a: DayValues, b: DayValues) -> bool:
+    return all(abs(x - y) <= SAME_REL_TOL * max(1.0, abs(x), abs(y))
+               for x, y in zip(a, b, strict=True))
+
+
+_JOB_FIELDS = [f.name for f in JobRollup._meta.concrete_fields if f.name not in ("id", "job")]
+
+
+def _write_jobs(rows: Sequence[_JobRows], gone: Sequence[str]) -> tuple[int, int, set[date]]:
+    """Upsert job rows, replace attempts and recoveries, and diff the day rows."""
+    JobRollup.objects.filter(job__in=gone).delete()
+    JobRollup.objects.bulk_create([r.job for r in rows], update_conflicts=True,
+                                  unique_fields=["job"], update_fields=_JOB_FIELDS)
+    jobs = [r.job.job for r in rows]
+    AttemptRollup.objects.filter(job_id__in=jobs).delete()
+    AttemptRollup.objects.bulk_create([a for r in rows for a in r.attempts])
+    RecoveryRollup.objects.filter(job_id__in=jobs).delete()
+    RecoveryRollup.objects.bulk_create([x for r in rows for x in r.recoveries])
+    return _write_days({r.job.job: r.days for r in rows})
+
+
+def _write_days(wanted: dict[str, dict[DayKey, DayValues]]) -> tuple[int, int, set[date]]:
+    """Write only the day rows whose numbers changed; returns (written, deleted, days)."""
+    stored: dict[tuple[str, date, str], tuple[int, DayValues]] = {
+        (str(job), day, category): (pk, (seconds, gpu_seconds))
+        for pk, job, day, category, seconds, gpu_seconds in DailyCategoryRollup.objects
+        .filter(job_id__in=list(wanted))
+        .values_list("id", "job_id", "day", "category", "seconds", "gpu_seconds")
+    }
+    now = timezone.now()
+    inserts: list[DailyCategoryRollup] = []
+    updates: list[tuple[float, float, Any, int]] = []
+    days: set[date] = set()
+    for job, values in wanted.items():
+        for (day, category), new in values.items():
+            old = stored.pop((job, day, category), None)
+            if old is None:
+                inserts.append(DailyCategoryRollup(day=day, job_id=job, category=category,
+                                                   seconds=new[0], gpu_seconds=new[1],
+                                                   written_at=now))
+            elif not _same(old[1], new):
+                updates.append((new[0], new[1], now, old[0]))
+            else:
+                continue
+            days.add(day)
+    days.update(day for (_, day, _) in stored)
+    DailyCategoryRollup.objects.bulk_create(inserts, batch_size=2000)
+    with connection.cursor() as cursor:
+        if updates:
+            cursor.executemany(
+                f"UPDATE {DailyCategoryRollup._meta.db_table} SET seconds = %s, "
+                "gpu_seconds = %s, written_at = %s WHERE id = %s", updates)
+        if stored:
+            cursor.execute(f"DELETE FROM {DailyCategoryRollup._meta.db_table} "
+                           "WHERE id = ANY(%s)", [[pk for pk, _ in stored.values()]])
+    return len(inserts) + len(updates), len(stored), days
+
+
+def _refresh_chunk(job_ids: list[str]) -> RefreshStats:
+    with transaction.atomic():
+        _lock_jobs(job_ids)
+        events = load_events(job_ids)
+        rows = [job_rows(attribute_job(events[job]), len(events[job]))
+                for job in job_ids if job in events]
+        gone = [job for job in job_ids if job not in events]
+        written, deleted, days = _write_jobs(rows, gone)
+    return RefreshStats(jobs=len(rows), events=sum(map(len, events.values())),
+                        day_rows_written=written, day_rows_deleted=deleted,
+                        days_written=tuple(sorted(days)))
+
+
+def refresh_jobs(job_ids: Iterable[str]) -> RefreshStats:
+    """Recompute the rollups of ``job_ids`` from their stored events (exactly, per job).
+
+    A job with no stored events left loses its rollups. Safe to call concurrently for the
+    same jobs from several workers; the last one to run leaves the exact numbers.
+    """
+    began = time.perf_counter()
+    ordered = sorted(set(job_ids))
+    total = RefreshStats()
+    for at in range(0, len(ordered), JOBS_PER_TRANSACTION):
+        total = _merge(total, _refresh_chunk(ordered[at:at + JOBS_PER_TRANSACTION]))
+    return _with_elapsed(total, began)
+
+
+def _merge(a: RefreshStats, b: RefreshStats) -> RefreshStats:
+    return RefreshStats(jobs=a.jobs + b.jobs, events=a.events + b.events,
+                        day_rows_written=a.day_rows_written + b.day_rows_written,
+                        day_rows_deleted=a.day_rows_deleted + b.day_rows_deleted,
+                        days_written=tuple(sorted(set(a.days_written) | set(b.days_written))))
+
+
+def _with_elapsed(stats: RefreshStats, began: float) -> RefreshStats:
+    return RefreshStats(jobs=stats.jobs, events=stats.events,
+                        day_rows_written=stats.day_rows_written,
+                        day_rows_deleted=stats.day_rows_deleted,
+                        days_written=stats.days_written,
+                        elapsed_s=time.perf_counter() - began)
+
+
+# --------------------------------------------------------------------------- full rebuild
+
+_ROLLUP_MODELS = (RecoveryRollup, AttemptRollup, DailyCategoryRollup, JobRollup)
+
+
+def rebuild_all() -> RefreshStats:
+    """Recompute every job's rollups from every stored event (after a bug fix or a restore).
+
+    One transaction: the tables are truncated first, so a concurrent ``refresh_jobs`` waits
+    for the rebuild to commit and then re-reads its job; rows are written with COPY.
+    """
+    began = time.perf_counter()
+    with transaction.atomic():
+        tables = ", ".join(model._meta.db_table for model in _ROLLUP_MODELS)
+        with connection.cursor() as cursor:
+            # Django's FKs are deferred: checks still pending from earlier statements of an
+            # enclosing transaction would make TRUNCATE fail, so run them now.
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            cursor.execute(f"TRUNCATE {tables}")
+            cursor.execute("SET CONSTRAINTS ALL DEFERRED")
+        jobs = events = 0
+        writer = _CopyWriter()
+        for job_events in _stream_jobs():
+            writer.add(job_rows(attribute_job(job_events), len(job_events)))
+            jobs, events = jobs + 1, events + len(job_events)
+        day_rows, days = writer.flush()
+    stats = RefreshStats(jobs=jobs, events=events, day_rows_written=day_rows,
+                         days_written=tuple(sorted(days)))
+    return _with_elapsed(stats, began)
+
+
+class _CopyWriter:
+    """Buffers rollup rows and writes them with COPY (orders of magnitude faster than ORM)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[type, list[tuple[Any, ...]]] = {model: [] for model in _ROLLUP_MODELS}
+        self.days: set[date] = set()
+        self.now = timezone.now()
+
+    def add(self, rows: _JobRows) -> None:
+        self.rows[JobRollup].append(_values(rows.job))
+        self.rows[AttemptRollup].extend(_values(a) for a in rows.attempts)
+        self.rows[RecoveryRollup].extend(_values(r) for r in rows.recoveries)
+        job = rows.job.job
+        self.rows[DailyCategoryRollup].extend(
+            (day, job, category, seconds, gpu_seconds, self.now)
+            for (day, category), (seconds, gpu_seconds) in rows.days.items())
+        self.days.update(day for day, _ in rows.days)
+
+    def flush(self) -> tuple[int, set[date]]:
+        """COPY every buffered row, parents first; returns (day rows, days)."""
+        raw = connection.connection
+        assert raw is not None
+        with raw.cursor() as cursor:
+            for model in reversed(_ROLLUP_MODELS):
+                _copy(cursor, model, self.rows[model])
+        return len(self.rows[DailyCategoryRollup]), self.days
+
+
+def _copy_columns(model: type) -> list[str]:
+    return [f.column for f in model._meta.concrete_fields if f.name != "id"]  # type: ignore[attr-defined]
+
+
+def _values(obj: Any) -> tuple[Any, ...]:
+    """A model instance's column values in ``_copy_columns`` order, JSON as text."""
+    values = []
+    for f in type(obj)._meta.concrete_fields:
+        if f.name == "id":
+            continue
+        value = getattr(obj, f.attname)
+        values.append(json.dumps(value) if isinstance(value, dict) else value)
+    return tuple(values)
+
+
+def _copy(cursor: Any, model: type, rows: list[tuple[Any, ...]]) -> None:
+    if not rows:
+        return
+    table = model._meta.db_table  # type: ignore[attr-defined]
+    columns = ", ".join(connection.ops.quote_name(c) for c in _copy_columns(model))
+    with cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)

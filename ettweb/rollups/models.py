@@ -1,0 +1,146 @@
+"""Rollup tables: what the attribution engine says about the stored events, kept per job.
+
+Everything is stored by *category* (``compile``, ``restart_gap``, ``productive`` ...), never by
+owning component: owners edit :class:`PhaseComponent` and the next query maps categories to
+components, so an edit takes effect at once without recomputing anything.
+
+Child tables reference :class:`JobRollup` through its ``job`` string (``to_field``) so the job
+id is the join key everywhere, exactly as events carry it.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from ettweb.attribution.components import UNKNOWN_COMPONENT
+
+
+class PhaseComponent(models.Model):
+    """Which owning component a category of lost time belongs to (ETT_SPEC §4), editable.
+
+    Seeded from ``DEFAULT_PHASE_COMPONENTS``; an unmapped category reads as ``unknown``.
+    """
+
+    phase = models.CharField(max_length=64, unique=True,
+                             help_text="category / phase name, e.g. compile or restart_gap")
+    component = models.CharField(max_length=64, default=UNKNOWN_COMPONENT,
+                                 help_text="owning component, e.g. pt2_compiler")
+
+    class Meta:
+        ordering = ["phase"]
+
+    def __str__(self) -> str:
+        return f"{self.phase} → {self.component}"
+
+
+class JobRollup(models.Model):
+    """One job's headline numbers, equal to the offline report's entry for the job."""
+
+    job = models.CharField(max_length=200, unique=True)
+    wall_s = models.FloatField(default=0.0)
+    productive_s = models.FloatField(default=0.0)
+    wall_gpu_s = models.FloatField(default=0.0)
+    productive_gpu_s = models.FloatField(default=0.0)
+    ett_pct = models.FloatField(default=0.0)
+    lost_s = models.JSONField(default=dict, help_text="category -> seconds (non-zero only)")
+    lost_gpu_s = models.JSONField(default=dict, help_text="category -> GPU-seconds")
+    attempts = models.PositiveIntegerField(default=0)
+    status = models.CharField(max_length=16, blank=True, default="",
+                              help_text="status of the last attempt (running, completed ...)")
+    gpus = models.PositiveIntegerField(default=1, help_text="GPUs of the last attempt")
+    model = models.CharField(max_length=200, blank=True, default="")
+    team = models.CharField(max_length=200, blank=True, default="")
+    cluster = models.CharField(max_length=200, blank=True, default="")
+    window_start = models.FloatField(null=True, help_text="job window, epoch seconds")
+    window_end = models.FloatField(null=True)
+    repeated_steps = models.BigIntegerField(default=0)
+    time_to_start_s = models.FloatField(null=True)
+    failures = models.PositiveIntegerField(default=0)
+    duplicates = models.PositiveIntegerField(default=0)
+    anomalies = models.JSONField(default=dict, help_text="anomaly kind -> count")
+    events = models.PositiveIntegerField(default=0, help_text="stored events attributed")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["job"]
+        indexes = [models.Index(fields=["window_start"], name="jobrollup_start")]
+
+    def __str__(self) -> str:
+        return f"{self.job}: {self.ett_pct:.2f}%"
+
+    @property
+    def anomaly_count(self) -> int:
+        return sum(int(count) for count in self.anomalies.values())
+
+
+class AttemptRollup(models.Model):
+    """One attempt window (ETT_SPEC §3.1) after clamping."""
+
+    job = models.ForeignKey(JobRollup, to_field="job", db_column="job", on_delete=models.CASCADE,
+                            related_name="attempt_rows")
+    attempt = models.PositiveIntegerField()
+    start = models.FloatField()
+    end = models.FloatField()
+    status = models.CharField(max_length=16)
+    gpus = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["job", "attempt"]
+        constraints = [models.UniqueConstraint(fields=["job", "attempt"],
+                                               name="attemptrollup_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}#{self.attempt} {self.status}"
+
+
+class DailyCategoryRollup(models.Model):
+    """Seconds and GPU-seconds of one job in one category on one UTC day (§3.5).
+
+    ``productive`` is a category here too, so a day's wall GPU-seconds is the sum of its rows.
+    ``written_at`` changes only when the row's numbers change: it shows which days a late
+    batch actually recomputed.
+    """
+
+    day = models.DateField()
+    job = models.ForeignKey(JobRollup, to_field="job", db_column="job", on_delete=models.CASCADE,
+                            related_name="day_rows")
+    category = models.CharField(max_length=64)
+    seconds = models.FloatField()
+    gpu_seconds = models.FloatField()
+    written_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["day", "job", "category"],
+                                               name="dailyrollup_unique")]
+        indexes = [models.Index(fields=["job", "day"], name="dailyrollup_job_day")]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.job_id} {self.category}: {self.gpu_seconds:.1f} GPU-s"
+
+
+class RecoveryRollup(models.Model):
+    """One ``time_to_recover_s`` value (§3.7) and what the recovery time was spent on.
+
+    ``day`` is the UTC day the failed attempt's last event falls on: the restart tax is
+    charged to the day the failure happened.
+    """
+
+    job = models.ForeignKey(JobRollup, to_field="job", db_column="job", on_delete=models.CASCADE,
+                            related_name="recovery_rows")
+    attempt = models.PositiveIntegerField(help_text="the failed, preempted or lost attempt")
+    start = models.FloatField()
+    end = models.FloatField()
+    day = models.DateField()
+    seconds = models.FloatField()
+    gpus = models.PositiveIntegerField(default=1)
+    by_category = models.JSONField(default=dict, help_text="category -> seconds")
+    by_category_gpu = models.JSONField(default=dict, help_text="category -> GPU-seconds")
+
+    class Meta:
+        ordering = ["job", "attempt"]
+        constraints = [models.UniqueConstraint(fields=["job", "attempt"],
+                                               name="recoveryrollup_unique")]
+        indexes = [models.Index(fields=["day"], name="recoveryrollup_day")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}#{self.attempt} recovered in {self.seconds:.1f} s"
