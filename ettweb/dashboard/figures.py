@@ -10,7 +10,8 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
+from itertools import pairwise
 
 import plotly.graph_objects as go
 
@@ -159,6 +160,25 @@ def phase_timeline(segments: Sequence[Segment], job_start: float) -> go.Figure:
     return fig
 
 
+DAY_MS = 86_400_000
+
+
+def _period_axis(fig: go.Figure, periods: Sequence[str]) -> None:
+    """Days (or weeks) on the x axis as whole days: with one or two points plotly would
+    otherwise zoom into milliseconds around them and label ticks 23:59:59.999."""
+    days = sorted({date.fromisoformat(p) for p in periods})
+    fig.update_xaxes(type="date", tickformat="%b %d", hoverformat="%Y-%m-%d")
+    if not days:
+        return
+    step = min(((b - a).days for a, b in pairwise(days)), default=1)
+    # Bars on a date axis are as wide as their data says: one bar would be a hairline.
+    fig.update_traces(width=0.8 * step * DAY_MS, selector={"type": "bar"})
+    first, last = days[0] - timedelta(days=step), days[-1] + timedelta(days=step)
+    fig.update_xaxes(range=[first.isoformat(), last.isoformat()])
+    if (last - first).days <= 31:
+        fig.update_xaxes(dtick=DAY_MS)
+
+
 def ett_trend(series: Mapping[str, Sequence[tuple[date, float]]], interval: str) -> go.Figure:
     """ETT% per day or week, one line per group (GPU-weighted within each point)."""
     fig = go.Figure([
@@ -169,6 +189,7 @@ def ett_trend(series: Mapping[str, Sequence[tuple[date, float]]], interval: str)
     ])
     fig.update_layout(**LAYOUT, height=340, yaxis={"title": "ETT%", "range": [0, 100]},
                       xaxis_title=f"{interval} (UTC)", legend_title="group")
+    _period_axis(fig, [p.isoformat() for points in series.values() for p, _ in points])
     return fig
 
 
@@ -198,6 +219,7 @@ def restart_tax_stacked(periods: Sequence[date], by_category: Sequence[Mapping[s
     ])
     fig.update_layout(**LAYOUT, barmode="stack", height=320, yaxis_title="GPU-hours",
                       legend_title="category")
+    _period_axis(fig, [p.isoformat() for p in periods])
     return fig
 
 
@@ -221,4 +243,5 @@ def lifecycle_chart(periods: Sequence[date], time_to_start_s: Sequence[float | N
     fig.update_layout(**LAYOUT, height=320, yaxis_title="mean minutes",
                       yaxis2={"title": "failures", "overlaying": "y", "side": "right",
                               "rangemode": "tozero"})
+    _period_axis(fig, x)
     return fig
