@@ -58,23 +58,23 @@ def _admin(sql: str) -> None:
 
 
 @contextmanager
-def bench_database() -> Iterator[None]:
-    """Point Django's default connection at a new, migrated ``ett_bench``; drop it after."""
+def bench_database(name: str = BENCH_DATABASE) -> Iterator[None]:
+    """Point Django's default connection at a new, migrated database; drop it after."""
     from django.core.management import call_command
     from django.db import connection
 
     original = connection.settings_dict["NAME"]
-    _admin(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
-    _admin(f"CREATE DATABASE {BENCH_DATABASE}")
+    _admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    _admin(f"CREATE DATABASE {name}")
     connection.close()
-    connection.settings_dict["NAME"] = BENCH_DATABASE
+    connection.settings_dict["NAME"] = name
     try:
         call_command("migrate", verbosity=0, interactive=False)
         yield
     finally:
         connection.close()
         connection.settings_dict["NAME"] = original
-        _admin(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
+        _admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def _event_time(event: Event) -> float:

@@ -12,6 +12,12 @@ Why it works this way:
 * It publishes by task *name* (``ett.ingest_batch``) through a bare Celery app: the node needs
   neither Django nor the web code, and JSON is the only serializer.
 * It does not validate events: the worker does, and keeps rejected ones aside with a reason.
+  It does verify spool checksums (``collector.spool.read_records``): a corrupted record is
+  skipped and counted once, when the batch around it commits, and the rest of the segment ships.
+* Batches are signed (``collector.auth``) when the node has a credential, and a sealed segment
+  is deleted only after its last byte is committed and ``keep_shipped_s`` has passed.
+* Health (backlog, shipped, dropped, corrupted, last success) is a snapshot refreshed by the
+  agent's own thread, served as Prometheus text and sent as ``ett.collector_health``.
 """
 
 from __future__ import annotations
@@ -23,16 +29,19 @@ import os
 import random
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from collector.auth import sign_batch
 from collector.config import AgentConfig
+from collector.health import HealthStats, MetricsServer, prometheus_text
+from collector.spool import dropped_events, is_sealed, read_records
 
 log = logging.getLogger("ett.collector")
 
 TASK_NAME = "ett.ingest_batch"
+HEALTH_TASK_NAME = "ett.collector_health"
 STATE_VERSION = 1
 SPOOL_GLOB = "*.jsonl"
 
@@ -54,6 +63,8 @@ class ShipState:
     lines: int = 0
     batches: int = 0
     bytes: int = 0
+    corrupted: int = 0
+    last_success: float | None = None
 
     @classmethod
     def load(cls, path: Path) -> ShipState:
@@ -82,8 +93,10 @@ class ShipState:
         files = {name: FileCursor(int(cur["offset"]), int(cur["inode"]))
                  for name, cur in raw["files"].items()}
         totals = raw.get("totals", {})
+        last = totals.get("last_success")
         return cls(files, int(totals.get("lines", 0)), int(totals.get("batches", 0)),
-                   int(totals.get("bytes", 0)))
+                   int(totals.get("bytes", 0)), int(totals.get("corrupted", 0)),
+                   None if last is None else float(last))
 
     def save(self, path: Path) -> None:
         """Write atomically (tmp + fsync + rename + directory fsync): a crash at any moment
@@ -92,7 +105,8 @@ class ShipState:
             "version": STATE_VERSION,
             "files": {name: {"offset": cur.offset, "inode": cur.inode}
                       for name, cur in sorted(self.files.items())},
-            "totals": {"lines": self.lines, "batches": self.batches, "bytes": self.bytes},
+            "totals": {"lines": self.lines, "batches": self.batches, "bytes": self.bytes,
+                       "corrupted": self.corrupted, "last_success": self.last_success},
             "updated": time.time(),
         }
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -128,6 +142,7 @@ class Batch:
     ends: dict[str, FileCursor] = field(default_factory=dict)
     nbytes: int = 0
     opened_at: float | None = None  # monotonic time of the first line
+    corrupted: int = 0  # records skipped as corrupt; counted when the batch commits
 
     def fits(self, size: int, max_lines: int, max_bytes: int) -> bool:
         """Whether one more line of ``size`` bytes may join; an empty batch takes any line,
@@ -198,37 +213,62 @@ class SpoolTailer:
             self._fill_from(name, batch, max_lines, max_bytes)
 
     def _fill_from(self, name: str, batch: Batch, max_lines: int, max_bytes: int) -> None:
+        """Add this file's next records; a corrupt record is skipped and counted, and the
+        rest of the segment still ships (the shared reader resynchronises at the next line)."""
         cursor = self.read[name]
-        for end, raw in self._complete_lines(name, cursor.offset):
-            text = raw.rstrip(b"\r\n").decode("utf-8", errors="replace")
-            if text.strip():  # blank lines are skipped, but their offset still advances
-                if not batch.fits(len(raw), max_lines, max_bytes):
-                    return
-                batch.add(text, len(raw))
-            cursor.offset = end
-            batch.ends[name] = FileCursor(end, cursor.inode)
-            if batch.is_full(max_lines, max_bytes):
-                return
-
-    def _complete_lines(self, name: str, offset: int) -> Iterator[tuple[int, bytes]]:
-        """(offset after the line, the line) for each line that already ends in ``\\n``."""
+        records = read_records(self.spool_dir / name, cursor.offset)
         try:
-            spool = open(self.spool_dir / name, "rb")  # noqa: SIM115 - closed below
+            for end, payload, problem in records:
+                size = end - cursor.offset
+                if payload is not None:
+                    if not batch.fits(size, max_lines, max_bytes):
+                        return
+                    batch.add(payload, size)
+                elif problem is not None:
+                    batch.corrupted += 1
+                    log.warning("spool file %s: %s; record skipped and counted", name, problem)
+                cursor.offset = end
+                batch.ends[name] = FileCursor(end, cursor.inode)
+                if batch.is_full(max_lines, max_bytes):
+                    return
         except FileNotFoundError:
             return
-        with spool:
-            spool.seek(offset)
-            while True:
-                raw = spool.readline()
-                if not raw.endswith(b"\n"):
-                    return  # end of file, or a line still being written: wait for it
-                offset += len(raw)
-                yield offset, raw
+        finally:
+            records.close()
 
     def commit(self, batch: Batch) -> None:
         """The batch is shipped: its end offsets become the committed ones."""
         for name, end in batch.ends.items():
             self.state.files[name] = FileCursor(end.offset, end.inode)
+
+    def retire_shipped(self, keep_s: float) -> int:
+        """Delete sealed segments shipped to their end and idle for ``keep_s``; return how
+        many. Unsealed files are never deleted: their writer may still append."""
+        retired = 0
+        for name, cur in list(self.state.files.items()):
+            path = self.spool_dir / name
+            try:
+                st = path.stat()
+                if not (is_sealed(st) and cur.offset >= st.st_size
+                        and time.time() - st.st_mtime >= keep_s):
+                    continue
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            self.state.files.pop(name, None)
+            self.read.pop(name, None)
+            retired += 1
+        return retired
+
+    def backlog_events(self) -> int:
+        """Records beyond the committed offsets (complete lines, blank ones included)."""
+        total = 0
+        for name, cur in list(self.state.files.items()):
+            with contextlib.suppress(FileNotFoundError), open(self.spool_dir / name, "rb") as f:
+                f.seek(cur.offset)
+                while chunk := f.read(1 << 20):
+                    total += chunk.count(b"\n")
+        return total
 
     def backlog_bytes(self) -> int:
         """Bytes present in spool files beyond the committed offsets (shipped or not yet)."""
@@ -242,6 +282,7 @@ class SpoolTailer:
 # --------------------------------------------------------------------------- publishing
 class Publisher(Protocol):
     def publish(self, lines: list[str]) -> None: ...
+    def publish_health(self, stats: dict[str, Any]) -> None: ...
     def reset(self) -> None: ...
     def close(self) -> None: ...
 
@@ -273,10 +314,24 @@ class CeleryPublisher:
 
     def publish(self, lines: list[str]) -> None:
         """Return only once the broker has the batch; raise on any broker error."""
+        self._send(TASK_NAME, [lines, self.config.source, self._auth(lines)])
+
+    def publish_health(self, stats: dict[str, Any]) -> None:
+        """Send the health counters as ``ett.collector_health``, signed like a batch."""
+        signed = [json.dumps(stats, sort_keys=True)]
+        self._send(HEALTH_TASK_NAME, [self.config.source, stats, self._auth(signed)])
+
+    def _auth(self, lines: list[str]) -> dict[str, object] | None:
+        cfg = self.config
+        if cfg.collector_id is None or cfg.collector_secret is None:
+            return None
+        return sign_batch(cfg.collector_id, cfg.collector_secret, lines)
+
+    def _send(self, task: str, args: list[Any]) -> None:
         timeout = self.config.publish_timeout_s
-        self.app.send_task(TASK_NAME, args=[lines, self.config.source],
-                           queue=self.config.queue, connection=self.connection, retry=False,
-                           serializer="json", timeout=timeout, confirm_timeout=timeout)
+        self.app.send_task(task, args=args, queue=self.config.queue,
+                           connection=self.connection, retry=False, serializer="json",
+                           timeout=timeout, confirm_timeout=timeout)
 
     def reset(self) -> None:
         """After an error, drop the connection: the next try dials the broker afresh."""
@@ -312,6 +367,11 @@ class Agent:
         self.publisher = publisher or CeleryPublisher(config)
         self._shipped_since_log = 0
         self._last_log = time.monotonic()
+        self._last_health = time.monotonic()
+        self._last_refresh = float("-inf")
+        self._broker_ok = False
+        self.health = HealthStats()
+        self.metrics: MetricsServer | None = None
 
     def stop(self) -> None:
         """Ask the agent to finish: the batch in hand is shipped once more, then it exits."""
@@ -325,13 +385,64 @@ class Agent:
         """
         log.info("shipping %s to %s queue %r as %r", self.config.spool_dir,
                  _redact(self.config.broker_url), self.config.queue, self.config.source)
+        self._start_metrics()
         try:
             drained = self._loop()
         finally:
             self._save()
+            self.tailer.retire_shipped(self.config.keep_shipped_s)
+            self._refresh_health(force=True)
+            if self._broker_ok:  # a last report, unless the broker is the problem
+                self._send_health()
             self.publisher.close()
+            if self.metrics is not None:
+                self.metrics.close()
             self._log_progress(force=True)
         return 0 if drained or not self.config.once else 1
+
+    # ------------------------------------------------------------ health
+    def _start_metrics(self) -> None:
+        cfg = self.config
+        if cfg.metrics_port:
+            self.metrics = MetricsServer(cfg.metrics_host, cfg.metrics_port,
+                                         lambda: prometheus_text(self.health, cfg.source))
+            self.metrics.start()
+            log.info("metrics on http://%s:%d/metrics", cfg.metrics_host, self.metrics.port)
+
+    def _refresh_health(self, *, force: bool = False) -> None:
+        """Recompute the snapshot (at most once a second): scrapes read it, never the state."""
+        now = time.monotonic()
+        if not force and now - self._last_refresh < 1.0:
+            return
+        self._last_refresh = now
+        self.health = HealthStats(
+            backlog_bytes=self.tailer.backlog_bytes(),
+            backlog_events=self.tailer.backlog_events(),
+            shipped_events=self.state.lines,
+            dropped_events=dropped_events(self.config.spool_dir),
+            corrupted_records=self.state.corrupted,
+            last_success_ts=self.state.last_success,
+            spool_files=len(self.state.files),
+        )
+
+    def _housekeeping(self) -> None:
+        """Between batches (at most once a second, busy or idle): retire shipped segments,
+        refresh the health snapshot, and send it when the health interval is up."""
+        if time.monotonic() - self._last_refresh < 1.0:
+            return
+        self.tailer.retire_shipped(self.config.keep_shipped_s)
+        self._refresh_health(force=True)
+        if time.monotonic() - self._last_health >= self.config.health_interval_s:
+            self._send_health()
+
+    def _send_health(self) -> None:
+        """Best effort, never retried: the next report carries the same totals anyway."""
+        self._last_health = time.monotonic()
+        try:
+            self.publisher.publish_health(self.health.as_dict())
+        except Exception as exc:  # a broker problem shows up in the batch path too
+            log.warning("health report not sent (%s: %s)", type(exc).__name__, exc)
+            self.publisher.reset()
 
     def _loop(self) -> bool:
         cfg = self.config
@@ -345,12 +456,14 @@ class Agent:
                     return False
                 if stopping:  # a stop ships the batch in hand, not the whole backlog
                     return not cfg.once
+                self._housekeeping()
                 batch = Batch()
                 continue  # more may be waiting: look again at once
             if stopping:
                 return True
             if cfg.once:
                 return True
+            self._housekeeping()
             self._log_progress()
             self.stop_event.wait(self._idle_wait(batch))
 
@@ -369,7 +482,10 @@ class Agent:
         self.state.lines += len(batch.lines)
         self.state.bytes += batch.nbytes
         self.state.batches += 1 if batch.lines else 0
-        self._save()
+        self.state.corrupted += batch.corrupted
+        if batch.lines:
+            self.state.last_success = time.time()
+        self._save()  # before any retirement: a segment is deleted only once committed
         self._shipped_since_log += len(batch.lines)
         log.debug("shipped %d lines (%d bytes)", len(batch.lines), batch.nbytes)
         return True
@@ -382,6 +498,8 @@ class Agent:
                 self.publisher.publish(lines)
             except Exception as exc:  # any broker failure (connection, auth, nack) is retried
                 failures += 1
+                self._broker_ok = False
+                self._refresh_health()  # the metrics show the backlog growing meanwhile
                 self.publisher.reset()
                 if not retry or self.stop_event.is_set():
                     log.warning("broker error (%s: %s); stopping with %d lines unshipped",
@@ -396,6 +514,7 @@ class Agent:
                 continue
             if failures:
                 log.info("broker reachable again after %d failed tries", failures)
+            self._broker_ok = True
             return True
 
     def _save(self) -> None:

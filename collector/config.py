@@ -13,7 +13,7 @@ import os
 import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn, TypeVar
 from urllib.parse import urlsplit
@@ -55,6 +55,12 @@ class AgentConfig:
     stats_interval_s: float = 10.0
     once: bool = False
     log_level: str = "INFO"
+    collector_id: str | None = None
+    collector_secret: str | None = field(default=None, repr=False)  # never in logs
+    metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
+    health_interval_s: float = 30.0
+    keep_shipped_s: float = 600.0
 
     @property
     def is_amqp(self) -> bool:
@@ -103,6 +109,21 @@ SETTINGS: tuple[_Setting, ...] = (
              "seconds to wait for the broker to connect/answer one publish (default 10)"),
     _Setting("--stats-interval", None, "seconds between progress log lines (default 10)"),
     _Setting("--log-level", "ETT_LOG_LEVEL", f"one of {', '.join(LOG_LEVELS)} (default INFO)"),
+    _Setting("--collector-id", "ETT_COLLECTOR_ID",
+             "this collector's credential id (from 'manage.py ett_collector create NAME'); "
+             "batches are signed with HMAC-SHA256 when set"),
+    _Setting("--collector-secret", "ETT_COLLECTOR_SECRET",
+             "the credential's secret (prefer --collector-secret-file)"),
+    _Setting("--collector-secret-file", "ETT_COLLECTOR_SECRET_FILE",
+             "file holding the credential's secret (first line)"),
+    _Setting("--metrics-port", "ETT_METRICS_PORT",
+             "serve Prometheus metrics on this port (default 0: off; 9464 is customary)"),
+    _Setting("--metrics-host", "ETT_METRICS_HOST",
+             "address the metrics endpoint binds (default 127.0.0.1)"),
+    _Setting("--health-interval", "ETT_HEALTH_INTERVAL",
+             "seconds between health reports sent as 'ett.collector_health' (default 30)"),
+    _Setting("--keep-shipped", "ETT_KEEP_SHIPPED",
+             "seconds a sealed, fully shipped segment is kept before deletion (default 600)"),
 )
 _BY_DEST = {setting.dest: setting for setting in SETTINGS}
 
@@ -235,6 +256,7 @@ def config_from_args(argv: Sequence[str] | None = None,
 
     spool_dir = _spool_dir(raw("spool_dir"))
     state_raw = raw("state_file")
+    collector_id, collector_secret = _credential(raw)
     return AgentConfig(
         broker_url=check_broker_url(raw("broker")),
         spool_dir=spool_dir,
@@ -255,7 +277,50 @@ def config_from_args(argv: Sequence[str] | None = None,
                                  strict=True),
         once=bool(args.once),
         log_level=_log_level(raw("log_level")),
+        collector_id=collector_id,
+        collector_secret=collector_secret,
+        metrics_port=_port(raw("metrics_port")),
+        metrics_host=_text(raw("metrics_host"), "metrics_host", "127.0.0.1"),
+        health_interval_s=_number(raw("health_interval"), "health_interval", 30.0, float, 0,
+                                  strict=True),
+        keep_shipped_s=_number(raw("keep_shipped"), "keep_shipped", 600.0, float, 0),
     )
+
+
+def _port(raw: str | None) -> int:
+    """The metrics port: 0 (off) or a TCP port."""
+    port = _number(raw, "metrics_port", 0, int, 0)
+    if port > 65535:
+        raise ConfigError(f"{_BY_DEST['metrics_port'].label} must be a port 0-65535 "
+                          f"(0: off), got {raw!r}")
+    return port
+
+
+def _credential(raw: Callable[[str], str | None]) -> tuple[str | None, str | None]:
+    """The collector's id and secret; both or neither, the secret given one way only."""
+    collector_id, secret, secret_file = (
+        raw("collector_id"), raw("collector_secret"), raw("collector_secret_file"))
+    label = _BY_DEST["collector_secret"].label
+    file_label = _BY_DEST["collector_secret_file"].label
+    if secret is not None and secret_file is not None:
+        raise ConfigError(f"{label} and {file_label} are both set; use one")
+    if secret_file is not None:
+        try:
+            lines = Path(secret_file).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{file_label} cannot be read: {exc}") from None
+        if not lines or not lines[0].strip():
+            raise ConfigError(f"{file_label} cannot be read: empty file {secret_file!r}")
+        secret = lines[0]
+    if secret is not None and not secret.strip():
+        raise ConfigError(f"{label} must not be empty")
+    if collector_id is None and secret is not None:
+        raise ConfigError(f"{_BY_DEST['collector_id'].label} is required with a secret")
+    if collector_id is not None and secret is None:
+        raise ConfigError(f"{label} or {file_label} is required with "
+                          f"{_BY_DEST['collector_id'].label}")
+    return (collector_id.strip() if collector_id else None,
+            secret.strip() if secret else None)
 
 
 def fail(message: str) -> NoReturn:

@@ -18,17 +18,18 @@ import functools
 import itertools
 import logging
 import os
+import signal
 import socket
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any, ParamSpec, TypeVar
 
 from collector.schema import EventError, dump_event, validate_event
+from collector.spool import DEFAULT_SEGMENT_BYTES, FSYNC_POLICIES, SegmentWriter
 
 log = logging.getLogger("ett.reporter")
 
@@ -65,49 +66,6 @@ def _rank_from_env() -> int:
     return 0 if value is None else value
 
 
-class _SpoolWriter:
-    """Appends JSONL lines to one spool file; opened lazily so a fork gets its own file.
-
-    It writes through a raw file descriptor, not a buffered file object: a buffered object
-    copied into a forked child would flush the parent's pending bytes a second time when the
-    child drops it, duplicating lines in the parent's spool.
-    """
-
-    def __init__(self, directory: Path, stem: str, fsync: bool) -> None:
-        self.path = directory / f"{stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}.jsonl"
-        self._fsync = fsync
-        self._fd: int | None = None
-
-    def write(self, lines: list[str]) -> None:
-        """Append ``lines`` as one unit: on failure the file is cut back to where it was."""
-        if self._fd is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        # Lines end in a newline, so the agent (which ships complete lines only) never ships
-        # half a line; a failed write is truncated away so a later write cannot glue onto it.
-        data = "".join(line + "\n" for line in lines).encode()
-        size_before = os.fstat(self._fd).st_size
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self._fd, view):]
-            if self._fsync:
-                os.fsync(self._fd)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, size_before)
-            raise
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    def forget_after_fork(self) -> None:
-        """In a forked child: drop the parent's descriptor without touching the file."""
-        self.close()
-
-
 class Reporter:
     """Emits ETT schema-v1 events for one job attempt on one rank.
 
@@ -136,7 +94,11 @@ class Reporter:
         flush_interval_s: float = 0.2,
         heartbeat_s: float = 10.0,
         train_slice_s: float = 60.0,
-        fsync: bool = False,
+        fsync: bool | str | None = None,
+        fsync_interval_s: float = 1.0,
+        segment_bytes: int | None = None,
+        max_spool_bytes: int | None = None,
+        install_signal_handlers: bool = True,
     ) -> None:
         self.job = job
         self.attempt = attempt_from_env() if attempt is None else attempt
@@ -148,7 +110,12 @@ class Reporter:
         self._queue_size = queue_size
         self._wake_at = max(1, queue_size // 4)
         self._flush_interval_s = flush_interval_s
-        self._fsync = fsync
+        self._fsync = _fsync_policy(fsync)
+        self._fsync_interval_s = fsync_interval_s
+        self._segment_bytes = segment_bytes or _env_int("ETT_SPOOL_SEGMENT_BYTES") or \
+            DEFAULT_SEGMENT_BYTES
+        self._max_spool_bytes = max_spool_bytes or _env_int("ETT_SPOOL_MAX_BYTES")
+        self._reported_drops = (0, 0)
         self.dropped_full = 0
         self.dropped_invalid = 0
         self._warned: set[str] = set()
@@ -157,6 +124,8 @@ class Reporter:
         self._heartbeat_thread: threading.Thread | None = None
         self._start_pipeline()
         _live_reporters.add(self)
+        if install_signal_handlers:
+            _flush_on_sigterm()
 
     # ---------------------------------------------------------------- pipeline
     def _start_pipeline(self) -> None:
@@ -168,7 +137,10 @@ class Reporter:
         self._id_prefix = os.urandom(8).hex()  # new in a forked child: ids stay unique
         self._id_counter = itertools.count()
         stem = f"{_safe(self.job)}.a{self.attempt}.r{self.rank}"
-        self._writer = _SpoolWriter(self.spool_dir, stem, self._fsync)
+        self._writer = SegmentWriter(self.spool_dir, stem, fsync=self._fsync,
+                                     fsync_interval_s=self._fsync_interval_s,
+                                     segment_bytes=self._segment_bytes,
+                                     max_spool_bytes=self._max_spool_bytes)
         self._closed = False
         self._worker = threading.Thread(target=self._drain_forever, name="ett-reporter",
                                         daemon=True)
@@ -185,6 +157,7 @@ class Reporter:
         self._heartbeat_thread = None
         self._heartbeat_stop = threading.Event()  # its lock may have been held at fork time
         self.dropped_full = self.dropped_invalid = 0
+        self._reported_drops = (0, 0)
         if not self._closed:
             self._start_pipeline()
         else:
@@ -210,6 +183,7 @@ class Reporter:
                     self._write(batch)
                     batch = []
             self._write(batch)
+            self._report_drops()
         self._writer.close()
 
     def _write(self, batch: list[dict[str, Any]]) -> None:
@@ -223,10 +197,26 @@ class Reporter:
                 self.dropped_invalid += 1
                 self._warn_once("serialize", f"event not serializable, dropped: {exc}")
         try:
-            self._writer.write(lines)
+            written = self._writer.write(lines)
         except OSError as exc:  # disk full, permissions: count, never raise into training
             self.dropped_full += len(lines)
             self._warn_once("spool", f"cannot write spool {self._writer.path}: {exc}")
+            return
+        if written < len(lines):  # the spool is at max_spool_bytes: drop, never wait
+            self.dropped_full += len(lines) - written
+            self._warn_once("spool_full", f"spool {self.spool_dir} is full "
+                            f"({self._max_spool_bytes} bytes), events dropped")
+
+    def _report_drops(self) -> None:
+        """Keep the sidecar the agent ships in step with the drop counters."""
+        drops = (self.dropped_full, self.dropped_invalid)
+        if drops == self._reported_drops:
+            return
+        try:
+            self._writer.record_dropped(*drops)
+            self._reported_drops = drops
+        except OSError as exc:
+            self._warn_once("dropped", f"cannot record dropped counts: {exc}")
 
     # ---------------------------------------------------------------- emit
     def _warn_once(self, kind: str, message: str) -> None:
@@ -441,6 +431,22 @@ def _now_after(start: float) -> float:
     return max(time.time(), start)
 
 
+def _fsync_policy(fsync: bool | str | None) -> str:
+    """``True``/``False`` (the old flag) mean always/never; None reads ETT_SPOOL_FSYNC."""
+    if isinstance(fsync, bool):
+        return "always" if fsync else "never"
+    if fsync is None:
+        env = os.environ.get("ETT_SPOOL_FSYNC", "").strip().lower() or "never"
+        if env in FSYNC_POLICIES:
+            return env
+        log.warning("ETT reporter: ETT_SPOOL_FSYNC=%r is not one of %s; using 'never'",
+                    env, ", ".join(FSYNC_POLICIES))
+        return "never"
+    if fsync not in FSYNC_POLICIES:
+        raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, got {fsync!r}")
+    return fsync
+
+
 def _safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)[:80]
 
@@ -456,6 +462,39 @@ def _reinit_after_fork() -> None:
 def _shutdown_all() -> None:
     for reporter in list(_live_reporters):
         reporter.shutdown(timeout=5.0)
+
+
+_sigterm_installed = False
+
+
+def _flush_on_sigterm() -> None:
+    """Install (once per process) a SIGTERM handler that flushes every live Reporter, then
+    hands the signal on: to the handler that was there before, or to the default action
+    (terminate), re-raised so the exit status still says SIGTERM.
+
+    Why: schedulers preempt with SIGTERM, and the default action skips ``atexit``, so the
+    last phase of a preempted attempt would be lost exactly where it matters. Only the main
+    thread may install handlers; elsewhere this does nothing (atexit still flushes).
+    """
+    global _sigterm_installed
+    if _sigterm_installed or threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        for reporter in list(_live_reporters):
+            reporter.flush(timeout=2.0)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except (ValueError, OSError):  # not the main interpreter, or an embedded runtime
+        return
+    _sigterm_installed = True
 
 
 os.register_at_fork(after_in_child=_reinit_after_fork)

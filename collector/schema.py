@@ -13,6 +13,8 @@ import math
 import re
 from typing import Any, Final
 
+from collector.spool import ChecksumError, unframe
+
 SCHEMA_VERSION: Final = 1
 TRAIN_PHASE: Final = "train"
 KINDS: Final = frozenset({"span", "mark"})
@@ -164,7 +166,15 @@ def validate_event(obj: Any) -> Event:
 
 
 def parse_event(line: str | bytes) -> Event:
-    """Parse one JSONL line and validate it; bad JSON is an EventError like any other."""
+    """Parse one JSONL line and validate it; bad JSON is an EventError like any other.
+
+    A spool record (``<json>\\t<crc32>``, see ``collector.spool``) is verified and unwrapped
+    first, so every reader of events accepts spool segments as well as plain JSONL.
+    """
+    try:
+        line = unframe(line)
+    except ChecksumError as exc:
+        raise EventError(str(exc)) from None
     try:
         obj = json.loads(line)
     except (ValueError, UnicodeDecodeError) as exc:

@@ -84,13 +84,32 @@ class Demo:
         out = self.manage("ett_login", self.args.username, quiet=True)
         return out.strip().splitlines()[-1]
 
+    def collector_credential(self) -> dict[str, str]:
+        """A credential for the demo's collector, which signs batches as in production.
+
+        ``demo-node`` on a fresh database; a second demo on the same database gets a new
+        suffixed name (names are unique and the old secret was shown only once).
+        """
+        for name in ("demo-node", f"demo-node-{os.urandom(3).hex()}"):
+            proc = subprocess.run([PY, str(REPO_ROOT / "manage.py"), "ett_collector", "create",
+                                   name], cwd=REPO_ROOT, env=self.env, capture_output=True,
+                                  text=True)
+            if proc.returncode == 0:
+                pairs = (line.partition("=") for line in proc.stdout.splitlines())
+                return {key: value for key, _, value in pairs
+                        if key in ("ETT_COLLECTOR_ID", "ETT_COLLECTOR_SECRET")}
+            if "already exists" not in proc.stderr:
+                break
+        raise SystemExit(f"demo: manage.py ett_collector create failed:\n{proc.stderr.strip()}")
+
     def start_services(self) -> None:
         _say("3/6", f"starting worker, collector and web server (logs in {self.logs})…")
+        credential = self.collector_credential()
         self.spawn("worker", ["-m", "celery", "-A", "ettweb.celery", "worker",
                               "--loglevel", "INFO", "--concurrency", "1", "--without-heartbeat",
                               "--without-mingle", "--without-gossip"])
         self.spawn("collector", ["-m", "collector", "--spool-dir", str(self.spool),
-                                 "--poll-interval", "0.5"])
+                                 "--poll-interval", "0.5"], extra_env=credential)
         self.spawn("web", [str(REPO_ROOT / "manage.py"), "runserver", "--noreload",
                            f"127.0.0.1:{self.args.port}"])
 
@@ -136,11 +155,13 @@ class Demo:
             print(proc.stdout, end="")
         return proc.stdout
 
-    def spawn(self, name: str, argv: list[str]) -> None:
+    def spawn(self, name: str, argv: list[str],
+              extra_env: dict[str, str] | None = None) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
         log_path = self.logs / f"{name}.log"
         log = open(log_path, "ab")  # noqa: SIM115 - closed in stop_children
-        popen = subprocess.Popen([PY, *argv], cwd=REPO_ROOT, env=self.env, stdout=log,
+        env = {**self.env, **(extra_env or {})}
+        popen = subprocess.Popen([PY, *argv], cwd=REPO_ROOT, env=env, stdout=log,
                                  stderr=subprocess.STDOUT, start_new_session=True)
         self.children.append(Child(name, popen, log_path, log))
 

@@ -12,7 +12,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 from django.conf import settings
@@ -20,7 +19,9 @@ from django.db import connection
 
 from collector import Reporter
 from ettweb.dashboard.queries import JobQuery, JobQueryRunner
-from ettweb.ingest.models import Event, QuarantinedEvent
+from ettweb.ingest.credentials import new_credential
+from ettweb.ingest.models import BatchNonce, Event, QuarantinedEvent
+from ettweb.settings.env import database_url
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,13 +30,7 @@ T0 = 1_795_000_000.0  # a fixed epoch so the timeline is the same on every run
 
 def _test_database_url() -> str:
     """The URL of the database pytest-django created, for processes outside this one."""
-    db = connection.settings_dict
-    user = quote(db["USER"] or "postgres")
-    password = f":{quote(db['PASSWORD'])}" if db.get("PASSWORD") else ""
-    host = db.get("HOST") or ""
-    if host.startswith("/"):
-        return f"postgres://{user}{password}@/{db['NAME']}?host={host}"
-    return f"postgres://{user}{password}@{host}:{db.get('PORT') or 5432}/{db['NAME']}"
+    return database_url(connection.settings_dict)
 
 
 def _write_lifecycle(spool: Path, job: str) -> int:
@@ -63,9 +58,13 @@ def _write_lifecycle(spool: Path, job: str) -> int:
 
 @pytest.fixture
 def worker_env(tmp_path: Path) -> dict[str, str]:
+    """Environment for the worker and the agent; the agent signs with a real credential."""
+    credential = new_credential(f"e2e-{uuid.uuid4().hex[:8]}")
     env = dict(os.environ)
     env.update(DJANGO_SETTINGS_MODULE="ettweb.settings.test", DATABASE_URL=_test_database_url(),
-               CELERY_BROKER_URL=settings.CELERY_BROKER_URL, PYTHONUNBUFFERED="1")
+               CELERY_BROKER_URL=str(settings.CELERY_BROKER_URL), PYTHONUNBUFFERED="1",
+               ETT_COLLECTOR_ID=credential.collector_id,
+               ETT_COLLECTOR_SECRET=credential.secret)
     return env
 
 
@@ -153,6 +152,8 @@ def test_a_batch_published_three_times_is_stored_once(
              "--state-file", str(tmp_path / f"state-{uuid.uuid4().hex}.json")],
             cwd=ROOT, env=worker_env, capture_output=True, text=True, timeout=120)
         assert agent.returncode == 0, agent.stderr
-    _wait_for(lambda: Event.objects.filter(job=job).count() == written, 90, worker)
+    _wait_for(lambda: Event.objects.filter(job=job).count() == written
+              and BatchNonce.objects.count() >= 3, 90, worker)
     time.sleep(2.0)  # let the duplicate batches drain too, then check nothing was added
     assert Event.objects.filter(job=job).count() == written
+    assert not QuarantinedEvent.objects.exists()  # signed anew each time: not replays

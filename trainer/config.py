@@ -10,7 +10,9 @@ module imports only the standard library so that ``--help`` and flag errors are 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
+import random
 import re
 import sys
 import time
@@ -27,6 +29,13 @@ DEFAULT_BATCH = 512
 DEFAULT_CHECKPOINT_EVERY = 250
 DEFAULT_ROWS = 50_000
 DEFAULT_DIM = 64
+DEFAULT_MTBF_S = 3600.0
+
+#: The lifecycle optimizations, each a switch (``--opt``), in the order the trainer applies them.
+OPTIMIZATIONS = ("init_overlap", "plan_cache", "compile_cache", "dynamic_shapes",
+                 "autotune_pruning", "async_checkpoint", "oob_publish", "recovery")
+#: Named sets of switches (``--profile``): the two ends that ``bench.lifecycle`` compares.
+PROFILES: dict[str, tuple[str, ...]] = {"baseline": (), "optimized": OPTIMIZATIONS}
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -34,6 +43,10 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+#: Config fields whose flag is not their name with dashes.
+_FLAGS = {"opts": "--opt"}
 
 
 @dataclass(frozen=True)
@@ -46,7 +59,7 @@ class TrainConfig:
     checkpoint_every: int
     checkpoint_dir: str
     spool_dir: str
-    fail_at_step: int | None
+    fail_at_steps: tuple[int, ...]
     seed: int
     compile: bool
     embedding_rows: int
@@ -57,15 +70,39 @@ class TrainConfig:
     log_every: int
     lr: float
     threads: int
+    opts: tuple[str, ...] = ()
+    mtbf: float = DEFAULT_MTBF_S
+    last_batch_size: int | None = None
+    publish: bool = False
+
+    def has(self, optimization: str) -> bool:
+        """Whether switch ``optimization`` is on (a typo is a bug, not a silent False)."""
+        if optimization not in OPTIMIZATIONS:
+            raise ValueError(f"unknown optimization {optimization!r}")
+        return optimization in self.opts
+
+    def fail_step_of(self, attempt: int) -> int | None:
+        """The step at which attempt ``attempt`` crashes, if the failure schedule says so."""
+        return self.fail_at_steps[attempt] if attempt < len(self.fail_at_steps) else None
+
+    def batch_size_at(self, step: int) -> int:
+        """Samples per rank at global ``step``: the last step may be smaller (a finite data set's
+        tail), which is exactly what makes an unmarked compiled model recompile."""
+        if step == self.steps - 1 and self.last_batch_size is not None:
+            return self.last_batch_size
+        return self.batch_size
 
     def to_argv(self) -> list[str]:
         """The flags that recreate this config in a child process."""
         argv: list[str] = []
         for field in fields(self):
             value = getattr(self, field.name)
-            flag = "--" + field.name.replace("_", "-")
+            flag = _FLAGS.get(field.name, "--" + field.name.replace("_", "-"))
             if isinstance(value, bool):
                 argv.append(flag if value else "--no-" + field.name.replace("_", "-"))
+            elif isinstance(value, tuple):
+                if value:
+                    argv += [flag, ",".join(str(item) for item in value)]
             elif value is not None:
                 argv += [flag, str(value)]
         return argv
@@ -103,6 +140,41 @@ def positive_float(text: str) -> float:
     if value == 0:
         raise argparse.ArgumentTypeError("must be greater than 0")
     return value
+
+
+def optimization_list(text: str) -> tuple[str, ...]:
+    """``a,b,...`` of known optimization names (empty = none), in canonical order."""
+    names = {name.strip() for name in text.split(",") if name.strip()}
+    unknown = sorted(names - set(OPTIMIZATIONS))
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown optimization {', '.join(map(repr, unknown))}; "
+            f"known: {','.join(OPTIMIZATIONS)}")
+    return tuple(name for name in OPTIMIZATIONS if name in names)
+
+
+def step_list(text: str) -> tuple[int, ...]:
+    """``a,b,...`` of strictly increasing non-negative steps (one failure per attempt)."""
+    steps = tuple(non_negative_int(item.strip()) for item in text.split(",") if item.strip())
+    if any(b <= a for a, b in itertools.pairwise(steps)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not strictly increasing")
+    return steps
+
+
+def mtbf_failure_steps(mean_steps: float, seed: int, total_steps: int) -> tuple[int, ...]:
+    """A seeded failure schedule with exponential gaps of mean ``mean_steps`` (a Poisson
+    process in steps). Why in steps and drawn up front: baseline and optimized runs of one plan
+    must crash at the same steps whatever their speed, so their numbers are comparable."""
+    rng = random.Random(seed)
+    steps: list[int] = []
+    position = 0.0
+    while True:
+        position += rng.expovariate(1.0 / mean_steps)
+        step = int(position)
+        if step >= total_steps:
+            return tuple(steps)
+        if not steps or step > steps[-1]:
+            steps.append(step)
 
 
 def _job_id(text: str) -> str:
@@ -144,6 +216,27 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
                           "0 = only at the end (default: %(default)s)")
     run.add_argument("--fail-at-step", type=non_negative_int, default=None,
                      help="crash (exit 1) on reaching this step, on attempt 0 only")
+    run.add_argument("--fail-at-steps", type=step_list, default=None, metavar="A,B,...",
+                     help="failure schedule: attempt i crashes on reaching the i-th step")
+    run.add_argument("--fail-mtbf-steps", type=positive_float, default=None,
+                     help="seeded random failure schedule: mean steps between failures")
+    run.add_argument("--fail-seed", type=non_negative_int, default=0,
+                     help="seed of the --fail-mtbf-steps schedule (default: %(default)s)")
+    run.add_argument("--last-batch-size", type=positive_int, default=None,
+                     help="samples per rank of the last step (a finite data set's tail; "
+                          "default: --batch-size)")
+    run.add_argument("--publish", action=argparse.BooleanOptionalAction, default=False,
+                     help="export the final model as an inference artifact (default: off)")
+
+    opt = parser.add_argument_group("lifecycle optimizations")
+    opt.add_argument("--profile", choices=sorted(PROFILES), default=None,
+                     help="a named set of optimizations: baseline (none) or optimized (all)")
+    opt.add_argument("--opt", type=optimization_list, default=(), metavar="A,B,...",
+                     help="optimizations to switch on, added to --profile: "
+                          + ", ".join(OPTIMIZATIONS))
+    opt.add_argument("--mtbf", type=positive_float, default=DEFAULT_MTBF_S,
+                     help="expected seconds between failures, for the Young/Daly checkpoint "
+                          "interval of --opt recovery (default: %(default)s)")
     run.add_argument("--seed", type=non_negative_int, default=0,
                      help="seed of the model init and the synthetic data (default: %(default)s)")
     run.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
@@ -173,9 +266,11 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> TrainConfig:
     """Build a TrainConfig, rejecting combinations of flags that no single flag can check."""
-    if args.fail_at_step is not None and args.fail_at_step >= args.steps:
-        parser.error(f"--fail-at-step {args.fail_at_step} is not before the last step "
-                     f"(--steps {args.steps}); use 0..{args.steps - 1}")
+    fail_at_steps = _failure_schedule(args, parser)
+    if args.last_batch_size is not None and args.last_batch_size > args.batch_size:
+        parser.error(f"--last-batch-size {args.last_batch_size} is larger than --batch-size "
+                     f"{args.batch_size}")
+    opts = optimization_list(",".join((*PROFILES[args.profile or "baseline"], *args.opt)))
     job = args.job or default_job()
     checkpoint_dir = args.checkpoint_dir or str(Path("var/checkpoints") / safe_name(job))
     spool_dir = args.spool_dir or _env_spool_dir()
@@ -183,12 +278,36 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         job=job, steps=args.steps, batch_size=args.batch_size,
         checkpoint_every=args.checkpoint_every,
         checkpoint_dir=str(Path(checkpoint_dir).absolute()),
-        spool_dir=str(Path(spool_dir).absolute()), fail_at_step=args.fail_at_step,
+        spool_dir=str(Path(spool_dir).absolute()), fail_at_steps=fail_at_steps,
         seed=args.seed, compile=args.compile, embedding_rows=args.embedding_rows,
         embedding_dim=args.embedding_dim, dense_features=args.dense_features,
         sparse_features=args.sparse_features, eval_batches=args.eval_batches,
-        log_every=args.log_every, lr=args.lr, threads=args.threads,
+        log_every=args.log_every, lr=args.lr, threads=args.threads, opts=opts,
+        mtbf=args.mtbf, last_batch_size=args.last_batch_size, publish=args.publish,
     )
+
+
+def _failure_schedule(args: argparse.Namespace, parser: argparse.ArgumentParser
+                      ) -> tuple[int, ...]:
+    """One schedule from whichever failure flag was given; every step must come before the end."""
+    given = [flag for flag, value in (("--fail-at-step", args.fail_at_step),
+                                      ("--fail-at-steps", args.fail_at_steps),
+                                      ("--fail-mtbf-steps", args.fail_mtbf_steps))
+             if value is not None]
+    if len(given) > 1:
+        parser.error(f"{' and '.join(given)} are exclusive: give one failure schedule")
+    if args.fail_at_step is not None:
+        schedule: tuple[int, ...] = (args.fail_at_step,)
+        flag = "--fail-at-step"
+    elif args.fail_mtbf_steps is not None:
+        return mtbf_failure_steps(args.fail_mtbf_steps, args.fail_seed, args.steps)
+    else:
+        schedule, flag = args.fail_at_steps or (), "--fail-at-steps"
+    late = [step for step in schedule if step >= args.steps]
+    if late:
+        parser.error(f"{flag} {late[0]} is not before the last step "
+                     f"(--steps {args.steps}); use 0..{args.steps - 1}")
+    return schedule
 
 
 def _env_spool_dir() -> str:

@@ -11,7 +11,9 @@ so the loss falls and a broken resume shows up as a loss that does not match.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import torch
 from torchrec.datasets.utils import Batch
@@ -68,3 +70,53 @@ class SyntheticClicks:
             values=ids.t().contiguous().view(-1),
             lengths=torch.ones(ids.numel(), dtype=torch.int32),
         )
+
+
+class StepLoader:
+    """A stateful loader over :class:`SyntheticClicks`: its state is the next global step.
+
+    Why stateful although the data is a pure function of the step: the checkpoint records the
+    loader's position next to the model's, and the restart checks that they agree (exact
+    resume: no sample skipped, none repeated beyond the checkpoint). ``warm_up`` prepares the
+    first batches in a background thread while the model is built (``init_overlap``).
+    """
+
+    def __init__(self, data: SyntheticClicks, batch_size_at: Callable[[int], int]) -> None:
+        self.data = data
+        self.batch_size_at = batch_size_at
+        self.next_step = 0
+        self._ready: dict[int, Batch] = {}
+        self._lock = threading.Lock()
+        self._warm: threading.Thread | None = None
+
+    def state_dict(self) -> dict[str, int]:
+        return {"next_step": self.next_step}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.next_step = int(state["next_step"])
+
+    def warm_up(self, from_step: int, count: int) -> threading.Thread:
+        """Start building batches ``from_step .. from_step + count - 1`` in the background."""
+        def build() -> None:
+            for step in range(from_step, from_step + count):
+                batch = self._make(step)
+                with self._lock:
+                    self._ready[step] = batch
+
+        self._warm = threading.Thread(target=build, name="data-warm-up", daemon=True)
+        self._warm.start()
+        return self._warm
+
+    def next_batch(self) -> Batch:
+        """The batch of ``next_step``; advances the loader."""
+        step = self.next_step
+        with self._lock:
+            batch = self._ready.pop(step, None)
+        self.next_step = step + 1
+        return batch if batch is not None else self._make(step)
+
+    def _make(self, step: int) -> Batch:
+        size = self.batch_size_at(step)
+        if size == self.data.batch_size:
+            return self.data.batch(step)
+        return replace(self.data, batch_size=size).batch(step)

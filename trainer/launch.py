@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,10 +30,11 @@ from trainer.config import (
     non_negative_float,
     non_negative_int,
     positive_int,
+    safe_name,
 )
 
 LAUNCH_TS_ENV = "ETT_LAUNCH_TS"  # same name as trainer.train reads; kept here to avoid torch
-DEFAULT_COMPILE_CACHE = "var/compile-cache"
+COMPILE_CACHE_FOLDER = "compile-cache"
 STOP_GRACE_S = 10.0
 EXIT_CANCELLED = 130
 
@@ -46,7 +48,7 @@ class SupervisorOptions:
     max_restarts: int
     team: str | None
     cluster: str | None
-    compile_cache_dir: str
+    compile_cache_dir: str | None
 
 
 class Cancelled(Exception):
@@ -75,8 +77,9 @@ def build_parser() -> OneLineParser:
     sup.add_argument("--team", default=None, help="team that owns the job (attempt_start attrs)")
     sup.add_argument("--cluster", default=None, help="cluster it runs on (attempt_start attrs)")
     sup.add_argument("--compile-cache-dir", default=None,
-                     help="inductor cache kept across restarts (default: $TORCHINDUCTOR_CACHE_DIR "
-                          f"or {DEFAULT_COMPILE_CACHE})")
+                     help="inductor cache for every attempt (default: $TORCHINDUCTOR_CACHE_DIR; "
+                          f"else <checkpoint-dir>/{COMPILE_CACHE_FOLDER} with --opt "
+                          "compile_cache, or a fresh folder per attempt without it)")
     return parser
 
 
@@ -84,10 +87,10 @@ def parse(argv: list[str] | None = None) -> tuple[TrainConfig, SupervisorOptions
     parser = build_parser()
     args: argparse.Namespace = parser.parse_args(sys.argv[1:] if argv is None else argv)
     cfg = config_from_args(args, parser)
-    cache = (args.compile_cache_dir or os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-             or DEFAULT_COMPILE_CACHE)
+    cache = args.compile_cache_dir or os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     options = SupervisorOptions(args.nproc_per_node, args.restart_delay, args.max_restarts,
-                                args.team, args.cluster, str(Path(cache).absolute()))
+                                args.team, args.cluster,
+                                str(Path(cache).absolute()) if cache else None)
     return cfg, options
 
 
@@ -132,6 +135,7 @@ class Supervisor:
             return status
         finally:
             reporter.shutdown()
+            self._drop_fresh_cache(attempt)
 
     def _attempt_attrs(self) -> dict[str, Any]:
         attrs = {"model": "dlrm", "team": self.options.team, "cluster": self.options.cluster}
@@ -172,11 +176,32 @@ class Supervisor:
         env.update({
             "ETT_ATTEMPT": str(attempt),
             "ETT_SPOOL_DIR": self.cfg.spool_dir,
-            "TORCHINDUCTOR_CACHE_DIR": self.options.compile_cache_dir,
-            "TORCH_COMPILE_JOB_ID": self.cfg.job,
+            "TORCHINDUCTOR_CACHE_DIR": str(self.compile_cache(attempt)),
             LAUNCH_TS_ENV: repr(time.time()),
         })
+        if self.options.compile_cache_dir or "compile_cache" in self.cfg.opts:
+            env["TORCH_COMPILE_JOB_ID"] = self.cfg.job
         return env
+
+    def _drop_fresh_cache(self, attempt: int) -> None:
+        """A per-attempt cache dies with its attempt (the container's /tmp would)."""
+        cache = self.compile_cache(attempt)
+        if cache.name == f"attempt-{attempt}":
+            shutil.rmtree(cache.parent, ignore_errors=True)
+
+    def compile_cache(self, attempt: int) -> Path:
+        """Where this attempt's PT2 caches live (the ``compile_cache`` switch).
+
+        An operator's folder (flag or environment) always wins. Otherwise ``compile_cache``
+        keeps them beside the checkpoints, which survive a restart; without it each attempt
+        starts from an empty folder, as a rescheduled container does with its ``/tmp``.
+        """
+        if self.options.compile_cache_dir:
+            return Path(self.options.compile_cache_dir)
+        if "compile_cache" in self.cfg.opts:
+            return Path(self.cfg.checkpoint_dir) / COMPILE_CACHE_FOLDER
+        fresh = Path(self.cfg.checkpoint_dir).parent / f".compile-cache-{safe_name(self.cfg.job)}"
+        return fresh / f"attempt-{attempt}"
 
     def say(self, message: str) -> None:
         print(f"[{self.cfg.job} supervisor] {message}", file=sys.stderr, flush=True)

@@ -15,7 +15,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-from torchrec.distributed.model_parallel import DistributedModelParallel
+from torchrec.distributed.model_parallel import (
+    DefaultDataParallelWrapper,
+    DistributedModelParallel,
+)
 from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
 from torchrec.distributed.types import ModuleSharder, ShardingEnv, ShardingPlan
 from torchrec.models.dlrm import DLRM, DLRMTrain
@@ -75,16 +78,27 @@ def plan_sharding(model: DLRMTrain, pg: dist.ProcessGroup, batch_size: int) -> S
     return planner.collective_plan(model, sharders(), pg)
 
 
-def shard(model: DLRMTrain, pg: dist.ProcessGroup, plan: ShardingPlan) -> DistributedModelParallel:
+def embedding_tables(model: DLRMTrain) -> list[EmbeddingBagConfig]:
+    """The table configs the sharding plan depends on (for the plan cache's key)."""
+    return list(model.model.sparse_arch.embedding_bag_collection.embedding_bag_configs())
+
+
+def shard(model: DLRMTrain, pg: dist.ProcessGroup, plan: ShardingPlan, *,
+          init_sync: bool = True) -> DistributedModelParallel:
     """Materialize this rank's shards and wrap the dense part in DDP.
 
     ``output_dtensor=True`` makes the state dict hold DTensors instead of ShardedTensors: the
     form that ``torch.distributed.checkpoint.async_save`` accepts (PYTORCH_NOTES), so switching
     checkpoints to async later needs no change to the model.
+
+    ``init_sync=False`` drops DDP's start-up broadcast of the dense weights: safe because every
+    rank builds them from the same seed (and a checkpoint load follows on a restart).
     """
     env = ShardingEnv(dist.get_world_size(pg), dist.get_rank(pg), pg, output_dtensor=True)
+    wrapper = DefaultDataParallelWrapper(ddp_kwargs={"init_sync": init_sync})
     return DistributedModelParallel(module=model, env=env, device=torch.device("cpu"),
-                                    plan=plan, sharders=sharders())
+                                    plan=plan, sharders=sharders(),
+                                    data_parallel_wrapper=wrapper)
 
 
 def build_optimizer(dmp: DistributedModelParallel, lr: float) -> CombinedOptimizer:
@@ -98,17 +112,14 @@ def build_optimizer(dmp: DistributedModelParallel, lr: float) -> CombinedOptimiz
     return CombinedOptimizer([dmp.fused_optimizer, dense])
 
 
-def compile_dense(dmp: DistributedModelParallel) -> None:
-    """Compile the dense, interaction and over arches in place.
+def dense_arches(dlrm: Any) -> list[nn.Module]:
+    """The dense, interaction and over arches: what the trainer compiles.
 
     Why only these: the sharded embedding lookups are fbgemm kernels plus collectives that dynamo
-    cannot trace into usefully on CPU; the dense part is where inductor helps. ``Module.compile``
-    (in place) keeps the parameter names, so checkpoints of compiled and eager runs are the same.
+    cannot trace into usefully on CPU; the dense part is where inductor helps.
     """
-    dlrm = _dlrm(dmp)
-    for arch in (dlrm.dense_arch, dlrm.inter_arch, dlrm.over_arch):
-        arch.compile()
+    return [dlrm.dense_arch, dlrm.inter_arch, dlrm.over_arch]
 
 
-def _dlrm(dmp: DistributedModelParallel) -> Any:
+def dlrm_of(dmp: DistributedModelParallel) -> Any:
     return dmp.module.model

@@ -9,9 +9,11 @@ are trained again (what ETT calls repeated training).
 
 from __future__ import annotations
 
+import copy
 import os
 import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,26 +24,35 @@ import torch
 import torch.distributed as dist
 from torchrec.datasets.utils import Batch
 from torchrec.distributed.model_parallel import DistributedModelParallel
+from torchrec.distributed.types import ShardingPlan
+from torchrec.models.dlrm import DLRMTrain
 from torchrec.optim.keyed import CombinedOptimizer
 
 from collector.reporter import Reporter, TrainTracker
-from trainer import checkpoint
+from trainer import checkpoint, plan_cache, publish, recovery
+from trainer.checkpoint import Checkpointer
 from trainer.config import TrainConfig, parse_train_config
-from trainer.data import SyntheticClicks
+from trainer.data import StepLoader, SyntheticClicks
 from trainer.model import (
     ModelShape,
     attach_sparse_optimizer,
     build_optimizer,
     build_unsharded,
-    compile_dense,
+    dense_arches,
+    dlrm_of,
+    embedding_tables,
     plan_sharding,
     shard,
+    sharders,
 )
+from trainer.pt2 import CompileWatch, compile_arches, inductor_options
 
 #: Set by the supervisor just before it spawns this process (epoch seconds).
 LAUNCH_TS_ENV = "ETT_LAUNCH_TS"
 EXIT_SIMULATED_FAILURE = 1
 EXIT_INTERRUPTED = 130
+#: Batches the init-overlap data warm-up prepares ahead of training.
+WARM_BATCHES = 4
 
 
 class SimulatedFailure(RuntimeError):
@@ -58,74 +69,103 @@ class Trainer:
     world_size: int
     dmp: DistributedModelParallel
     optimizer: CombinedOptimizer
-    data: SyntheticClicks
+    loader: StepLoader
+    checkpointer: Checkpointer
+    watch: CompileWatch
     step: int = 0
     last_saved: int | None = None
+    checkpoint_every: int = 0
+    _step_s: float = 0.0
     _last_beat: float = field(default_factory=time.monotonic)
     _last_log: tuple[float, int] = (0.0, 0)
 
-    def train_step(self, batch: Batch) -> float:
-        """One optimizer step; the embedding optimizer runs fused inside ``backward``."""
-        self.optimizer.zero_grad()
-        loss, _ = self.dmp(batch)
-        loss.backward()
-        self.optimizer.step()
-        return float(loss.item())
+    def train_step(self, batch: Batch, tracker: TrainTracker) -> float:
+        """One optimizer step; the embedding optimizer runs fused inside ``backward``.
+
+        The compile watch holds the tracker only here, so a compilation (the first step's, a
+        recompile, a lazily compiled backward) pauses exactly the training it interrupts.
+        """
+        self.watch.tracker = tracker
+        try:
+            self.optimizer.zero_grad()
+            loss, _ = self.dmp(batch)
+            loss.backward()
+            self.optimizer.step()
+            return float(loss.item())
+        finally:
+            self.watch.tracker = None
 
     def crash_if_due(self) -> None:
-        if self.cfg.fail_at_step == self.step and self.reporter.attempt == 0:
-            raise SimulatedFailure(f"simulated failure at step {self.step} (--fail-at-step)")
+        if self.cfg.fail_step_of(self.reporter.attempt) == self.step:
+            raise SimulatedFailure(f"simulated failure at step {self.step} "
+                                   f"(failure schedule, attempt {self.reporter.attempt})")
 
     def train(self) -> None:
         """Train from ``self.step`` to ``cfg.steps``, with periodic checkpoints.
 
-        With ``--compile`` the first step runs inside the ``compile`` phase and the train tracker
-        starts only after it: that step's extra time is compilation, not training (ETT_SPEC §4),
-        and starting the tracker at ``step + 1`` keeps the train spans' step ranges exact.
+        Compile time is not measured here: PyTorch's compile hooks report it (trainer.pt2) and
+        pause the tracker meanwhile, so the train spans hold only training.
         """
-        tracker: TrainTracker | None = None if self.cfg.compile else self.reporter.train(self.step)
+        tracker = self.reporter.train(self.step)
         try:
             while self.step < self.cfg.steps:
                 self.crash_if_due()
-                batch = self.data.batch(self.step)
-                if tracker is None:
-                    with self.reporter.phase("compile", step=self.step):
-                        compile_dense(self.dmp)  # wrapping imports dynamo: a second of compile
-                        loss = self.train_step(batch)
-                    self.step += 1
-                    tracker = self.reporter.train(self.step)
-                else:
-                    loss = self.train_step(batch)
-                    self.step += 1
-                    tracker.advance(self.step)
+                began = time.monotonic()
+                loss = self.train_step(self.loader.next_batch(), tracker)
+                self.step += 1
+                tracker.advance(self.step)
+                self._step_s = time.monotonic() - began
                 self._after_step(loss, tracker)
         finally:
-            if tracker is not None:
-                tracker.close()  # also on a crash: the slice trained so far is reported
+            tracker.close()  # also on a crash: the slice trained so far is reported
 
     def _after_step(self, loss: float, tracker: TrainTracker) -> None:
         self._heartbeat_if_due()
         self._log_progress(loss)
-        every = self.cfg.checkpoint_every
+        every = self.checkpoint_every
+        since = self.step - (self.last_saved or 0)
         # The checkpoint of the last step is saved after training, outside the tracker.
-        if every and self.step % every == 0 and self.step < self.cfg.steps:
+        if every and since >= every and self.step < self.cfg.steps:
             with tracker.paused():
                 self.save_checkpoint()
 
     def save_checkpoint(self) -> None:
-        with self.reporter.phase("checkpoint_save", step=self.step):
-            path = checkpoint.save(Path(self.cfg.checkpoint_dir), self.step, self.dmp,
-                                   self.optimizer)
+        self.checkpointer.save(self.step, self.dmp, self.optimizer, self.loader.state_dict())
         self.last_saved = self.step
-        self.say(f"checkpoint saved: {path}")
+        self.say(f"checkpoint {'started' if self.checkpointer.asynchronous else 'saved'}: "
+                 f"step {self.step}")
+        if self.cfg.has("recovery"):
+            self._retune_interval()
+
+    def _retune_interval(self) -> None:
+        """Young/Daly: the next interval from this save's cost and the recent step time.
+
+        Every rank must checkpoint at the same steps (the save is collective), so the inputs
+        are the slowest rank's, agreed by an all-reduce.
+        """
+        measured = torch.tensor([self.checkpointer.last_blocking_s or 0.0, self._step_s,
+                                 self.checkpointer.last_background_s or 0.0],
+                                dtype=torch.float64)
+        dist.all_reduce(measured, op=dist.ReduceOp.MAX)
+        cost, step_s, background = (float(v) for v in measured)
+        self.checkpoint_every = recovery.interval_steps(cost, self.cfg.mtbf, step_s,
+                                                        background_s=background)
+        self.say(f"recovery: checkpoint cost {cost:.3f} s, step {step_s * 1000:.1f} ms, "
+                 f"MTBF {self.cfg.mtbf:g} s -> every {self.checkpoint_every} steps")
 
     def load_latest_checkpoint(self) -> None:
+        """Resume from the newest verified checkpoint (a damaged one is skipped, saying so)."""
         directory = Path(self.cfg.checkpoint_dir)
-        step = checkpoint.latest_step(directory)
+        step = checkpoint.latest_step(directory, self.say)
         if step is None:
             return
         with self.reporter.phase("checkpoint_load", step=step):
-            self.step = checkpoint.load(directory, step, self.dmp, self.optimizer)
+            loaded = self.checkpointer.load(step, self.dmp, self.optimizer)
+        self.loader.load_state_dict(loaded["loader"])
+        if self.loader.next_step != step:
+            raise RuntimeError(f"checkpoint {step}: the data loader is at step "
+                               f"{self.loader.next_step}, not {step}")
+        self.step = step
         self.last_saved = step
         self.say(f"resumed from checkpoint at step {step}")
 
@@ -142,13 +182,30 @@ class Trainer:
             losses, correct, seen = [], 0, 0
             with torch.no_grad(), torch.compiler.set_stance("force_eager"):
                 for index in range(self.cfg.eval_batches):
-                    batch = self.data.batch(index, eval_split=True)
+                    batch = self.loader.data.batch(index, eval_split=True)
                     loss, (_, logits, labels) = self.dmp(batch)
                     losses.append(float(loss))
                     correct += int(((logits > 0).float() == labels).sum())
                     seen += labels.numel()
             self.dmp.train()
         self.say(f"eval: loss {sum(losses) / len(losses):.4f} accuracy {correct / seen:.3f}")
+
+    def publish(self) -> None:
+        """Turn the final checkpoint into an inference artifact (rank 0).
+
+        In band (the baseline) the trainer does the export itself, a blocking ``publish`` span;
+        with ``oob_publish`` a separate process does it and reports a non-blocking one.
+        """
+        if not self.cfg.publish or self.rank != 0:
+            return
+        folder = checkpoint.checkpoint_path(Path(self.cfg.checkpoint_dir), self.cfg.steps)
+        if self.cfg.has("oob_publish"):
+            process = publish.spawn(self.cfg, folder)
+            self.say(f"publishing {folder.name} out of band (pid {process.pid})")
+            return
+        with self.reporter.phase("publish", step=self.cfg.steps, mode="in_band"):
+            artifact = publish.publish_checkpoint(self.cfg, folder)
+        self.say(f"published {artifact}")
 
     def _heartbeat_if_due(self) -> None:
         now = time.monotonic()
@@ -213,35 +270,123 @@ def join_process_group(reporter: Reporter) -> tuple[int, int]:
     return rank, world_size
 
 
-def build_trainer(cfg: TrainConfig, reporter: Reporter, rank: int, world_size: int) -> Trainer:
+def build_trainer(cfg: TrainConfig, reporter: Reporter, rank: int, world_size: int,
+                  watch: CompileWatch) -> Trainer:
+    """Model, plan, shards, optimizer, data and compiled dense part, phase by phase.
+
+    With ``init_overlap`` the data warm-up and a compile warm-up (which fills the PT2 caches
+    from a copy of the dense arches) run in background threads while the model is built,
+    planned and sharded; the main thread waits for them only where it needs their result.
+    """
     shape = ModelShape(cfg.embedding_rows, cfg.embedding_dim, cfg.dense_features,
                        cfg.sparse_features)
+    overlap = cfg.has("init_overlap")
+    with reporter.phase("data_init", blocking=not overlap):
+        data = SyntheticClicks(cfg.seed, cfg.batch_size, cfg.dense_features,
+                               cfg.sparse_features, cfg.embedding_rows, rank)
+        loader = StepLoader(data, cfg.batch_size_at)
     with reporter.phase("model_init", stage="build"):
         model = build_unsharded(shape, cfg.seed)
         attach_sparse_optimizer(model, cfg.lr)
+    warm = start_warm_ups(cfg, reporter, watch, loader, model) if overlap else None
     pg = dist.group.WORLD
     assert pg is not None
-    with reporter.phase("sharding_plan", world_size=world_size):
-        plan = plan_sharding(model, pg, cfg.batch_size)
+    plan = sharding_plan(cfg, reporter, model, pg, world_size)
     with reporter.phase("model_init", stage="shard"):
-        dmp = shard(model, pg, plan)
+        dmp = shard(model, pg, plan, init_sync=not overlap)
         optimizer = build_optimizer(dmp, cfg.lr)
-    with reporter.phase("data_init"):
-        data = SyntheticClicks(cfg.seed, cfg.batch_size, cfg.dense_features,
-                               cfg.sparse_features, cfg.embedding_rows, rank)
-    return Trainer(cfg, reporter, rank, world_size, dmp, optimizer, data)
+        checkpointer = Checkpointer(Path(cfg.checkpoint_dir), reporter,
+                                    asynchronous=cfg.has("async_checkpoint"))
+    if cfg.compile:
+        with reporter.phase("compile", stage="setup"):
+            if warm is not None:
+                warm.join()
+            compile_arches(dense_arches(dlrm_of(dmp)), dynamic_batch=cfg.has("dynamic_shapes"),
+                           options=inductor_options(cfg.has("autotune_pruning"), "cpu"))
+    trainer = Trainer(cfg, reporter, rank, world_size, dmp, optimizer, loader, checkpointer,
+                      watch, checkpoint_every=cfg.checkpoint_every)
+    return trainer
+
+
+def sharding_plan(cfg: TrainConfig, reporter: Reporter, model: DLRMTrain,
+                  pg: dist.ProcessGroup, world_size: int) -> ShardingPlan:
+    """Plan collectively, or (``plan_cache``) load the plan an earlier attempt saved."""
+    if not cfg.has("plan_cache"):
+        with reporter.phase("sharding_plan", world_size=world_size, cached=False):
+            return plan_sharding(model, pg, cfg.batch_size)
+    key = plan_cache.plan_key(embedding_tables(model), world_size, cfg.batch_size, sharders())
+    directory = Path(cfg.checkpoint_dir)
+    with reporter.phase("sharding_plan", world_size=world_size, key=key) as span:
+        plan = plan_cache.load_plan(directory, key)
+        span.attrs["cached"] = plan is not None
+        if plan is None:
+            plan = plan_sharding(model, pg, cfg.batch_size)
+            if dist.get_rank(pg) == 0:
+                plan_cache.save_plan(directory, key, plan)
+    return plan
+
+
+class WarmUps:
+    """The init-overlap background threads; ``join`` waits for all of them."""
+
+    def __init__(self, threads: list[threading.Thread]) -> None:
+        self.threads = threads
+
+    def join(self) -> None:
+        for thread in self.threads:
+            thread.join()
+
+
+def start_warm_ups(cfg: TrainConfig, reporter: Reporter, watch: CompileWatch,
+                   loader: StepLoader, model: DLRMTrain) -> WarmUps:
+    """Data warm-up, and a compile warm-up on a copy of the dense arches (its compiled code
+    lands in the PT2 caches, which the real compile then hits)."""
+    resume_hint = _newest_checkpoint_step(cfg)
+    threads = [loader.warm_up(resume_hint, WARM_BATCHES)]
+    if cfg.compile:
+        arches = copy.deepcopy(dense_arches(model.model))
+        batch = loader.data.batch(0)  # shapes only; this batch is not trained on
+        dims = (cfg.batch_size, cfg.sparse_features, cfg.embedding_dim)
+
+        def compile_warm_up() -> None:
+            watch.background.add(threading.get_ident())
+            compile_arches(arches, dynamic_batch=cfg.has("dynamic_shapes"),
+                           options=inductor_options(cfg.has("autotune_pruning"), "cpu"))
+            dense = arches[0](batch.dense_features)
+            sparse = torch.zeros(*dims, requires_grad=True)
+            logits = arches[2](arches[1](dense, sparse))
+            logits.sum().backward()
+
+        thread = threading.Thread(target=compile_warm_up, name="compile-warm-up", daemon=True)
+        thread.start()
+        threads.append(thread)
+    return WarmUps(threads)
+
+
+def _newest_checkpoint_step(cfg: TrainConfig) -> int:
+    """Where this attempt will probably resume (a hint for the data warm-up only: the loader's
+    checkpointed state decides)."""
+    found = checkpoint.good_checkpoints(Path(cfg.checkpoint_dir))
+    return found[-1][0] if found else 0
 
 
 def run(cfg: TrainConfig, reporter: Reporter) -> None:
     """The whole life of one attempt on this rank, phase by phase."""
     rank, world_size = join_process_group(reporter)
-    trainer = build_trainer(cfg, reporter, rank, world_size)
-    trainer.load_latest_checkpoint()
-    trainer.say(f"training steps {trainer.step}..{cfg.steps} on {world_size} rank(s)")
-    trainer.train()
-    if trainer.last_saved != cfg.steps:
-        trainer.save_checkpoint()
-    trainer.evaluate()
+    watch = CompileWatch(reporter)
+    with watch.installed():
+        trainer = build_trainer(cfg, reporter, rank, world_size, watch)
+        trainer.load_latest_checkpoint()
+        trainer.say(f"training steps {trainer.step}..{cfg.steps} on {world_size} rank(s) "
+                    f"with {','.join(cfg.opts) or 'no optimizations'}")
+        trainer.train()
+        if trainer.last_saved != cfg.steps:
+            trainer.save_checkpoint()
+        trainer.evaluate()
+        if trainer.checkpointer.asynchronous:  # the final save must be on disk before we exit
+            with reporter.phase("checkpoint_save", step=cfg.steps, stage="wait"):
+                trainer.checkpointer.wait()
+        trainer.publish()
     with reporter.phase("shutdown"):
         dist.destroy_process_group()
     trainer.say("done")

@@ -10,6 +10,10 @@ Input decisions, documented here because the spec leaves them open:
 * With several files, line numbers restart at 1 in each file and every rejection also names
   its ``file``; with one file the entries are exactly ``{"line", "reason"}`` as in §5.
 * ``-`` reads standard input.
+* Files are read with the spool's reader (``collector.spool.read_records``), so Reporter spool
+  segments work as they are: checksums are verified (a corrupted record is a rejection with
+  its reason). A last line without its newline is read like any other line (the report is a
+  snapshot; in a sealed segment such a tail is a torn record and rejected as one).
 * Each job entry carries two keys beyond §5 (extra keys leave §5's shape intact):
   ``recoveries`` (one ``{"attempt", "start", "end", "by_category"}`` per value of
   ``time_to_recover_s``: the restart tax by category) and ``anomalies`` (counts of
@@ -25,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, BinaryIO
 
 from collector.schema import EventError, parse_event
+from collector.spool import read_records
 
 from .components import DEFAULT_PHASE_COMPONENTS
 from .engine import Event, FleetAttribution, JobAttribution, attribute, gc_paused
@@ -32,6 +37,10 @@ from .engine import Event, FleetAttribution, JobAttribution, attribute, gc_pause
 EXIT_OK = 0
 EXIT_UNREADABLE = 2
 Rejection = dict[str, Any]
+
+
+class SpoolProblem(str):
+    """A spool record the reader could not recover; the text is the reason."""
 
 
 def parse_lines(
@@ -48,6 +57,8 @@ def parse_lines(
             if not line.strip():
                 continue
             try:
+                if isinstance(line, SpoolProblem):
+                    raise EventError(str(line))
                 events.append(parse_event(line))
             except EventError as err:
                 entry: Rejection = {"line": number, "reason": str(err)}
@@ -103,12 +114,12 @@ def _job_entry(job: JobAttribution) -> dict[str, Any]:
     }
 
 
-def _read(path: str) -> list[bytes]:
+def _read(path: str) -> list[str | bytes]:
     """All lines of one input; OSError propagates so nothing is printed for a bad file."""
     if path == "-":
-        return _lines(sys.stdin.buffer)
-    with open(path, "rb") as stream:
-        return _lines(stream)
+        return list(_lines(sys.stdin.buffer))
+    return [SpoolProblem(problem) if problem else (payload or "")
+            for _end, payload, problem in read_records(path, final=True)]
 
 
 def _lines(stream: BinaryIO) -> list[bytes]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,12 +21,12 @@ from django.db.models import F, Value
 from django.db.models.functions import Greatest
 
 from collector.schema import EventError, parse_event
-from ettweb.ingest.models import Event, Job, QuarantinedEvent
+from ettweb.ingest import partitions
+from ettweb.ingest.models import BatchNonce, Event, EventId, Job, QuarantinedEvent
 
 BIGINT_MAX = 2**63 - 1
 STEP_FIELDS = ("step_start", "step_end", "step")
 JOB_META_KEYS = ("model", "team", "cluster")
-INSERT_CHUNK = 1000
 #: Event columns written on insert, in order (received_at is set by the database).
 EVENT_COLUMNS = (
     "event_id", "job", "attempt", "kind", "phase", "mark", "start", "end", "ts", "rank",
@@ -84,6 +85,18 @@ def _storage_problem(value: Any, where: str = "event") -> str | None:
     return None
 
 
+#: What in an ASCII line could hide a value Postgres refuses: a NUL or surrogate escape, a
+#: number of 19+ digits, NaN/Infinity. Lines without any skip the walk over every value —
+#: it was a third of the ingest time, and nearly every line is plain ASCII from our Reporter.
+_SUSPECT = re.compile(r"\\u0000|\\u[dD][89a-fA-F]|[0-9]{19}|NaN|Infinity")
+
+
+def _needs_storage_check(line: str | bytes) -> bool:
+    if isinstance(line, bytes):
+        return not line.isascii() or _SUSPECT.search(line.decode("ascii")) is not None
+    return not line.isascii() or _SUSPECT.search(line) is not None
+
+
 def _job_of(raw: str) -> str:
     """Best-effort job id of a rejected line, so a job page can count its quarantined lines."""
     try:
@@ -115,7 +128,7 @@ def sort_lines(lines: Iterable[Any], source: str = "") -> _Sorted:
             continue
         try:
             event = parse_event(line)
-            problem = _storage_problem(event)
+            problem = _storage_problem(event) if _needs_storage_check(line) else None
         except EventError as exc:
             batch.rejected.append(_reject(line, str(exc), source))
             continue
@@ -140,26 +153,49 @@ def _row(event: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(values[name] for name in EVENT_COLUMNS)
 
 
+#: Per-connection staging table the batch is COPied into; emptied before each use.
+STAGING_TABLE = "ingest_event_staging"
+_STAGING_DDL = (
+    f"CREATE TEMP TABLE IF NOT EXISTS {STAGING_TABLE} (event_id varchar(64), job varchar(200), "
+    "attempt integer, kind varchar(8), phase varchar(64), mark varchar(16), "
+    'start double precision, "end" double precision, ts double precision, rank integer, '
+    "host varchar(200), step_start bigint, step_end bigint, step bigint, blocking boolean, "
+    "attrs jsonb)"
+)
+
+
+def _quoted_columns() -> str:
+    return ", ".join(connection.ops.quote_name(name) for name in EVENT_COLUMNS)
+
+
+def _insert_new_sql() -> str:
+    """Claim ids in the dedup table, then insert only the events whose id was new.
+
+    Ids are claimed in sorted order so two workers storing overlapping batches lock them in
+    the same order (no deadlock); the second waits for the first to commit, then skips.
+    """
+    columns = _quoted_columns()
+    staged = ", ".join(f"s.{connection.ops.quote_name(name)}" for name in EVENT_COLUMNS)
+    return (f"WITH new_ids AS (INSERT INTO {EventId._meta.db_table} (event_id) "
+            f"SELECT DISTINCT event_id FROM {STAGING_TABLE} ORDER BY event_id "
+            "ON CONFLICT DO NOTHING RETURNING event_id) "
+            f"INSERT INTO {Event._meta.db_table} ({columns}, received_at) "
+            f"SELECT {staged}, now() FROM {STAGING_TABLE} s JOIN new_ids USING (event_id)")
+
+
 def _insert_events(events: Sequence[dict[str, Any]]) -> int:
-    """Insert events in chunks (Postgres allows 65535 parameters a statement)."""
-    chunks = (events[i:i + INSERT_CHUNK] for i in range(0, len(events), INSERT_CHUNK))
-    return sum(_insert_chunk(chunk) for chunk in chunks)
-
-
-def _insert_chunk(events: Sequence[dict[str, Any]]) -> int:
-    """Insert events, skipping ids already stored; returns how many rows were new."""
+    """COPY the events into the staging table, then insert the new ones; returns how many."""
     if not events:
         return 0
-    table = Event._meta.db_table
-    columns = ", ".join(connection.ops.quote_name(name) for name in EVENT_COLUMNS)
-    one_row = "(" + ", ".join(["%s"] * (len(EVENT_COLUMNS) - 1)) + ", %s::jsonb, now())"
-    sql = (f"INSERT INTO {table} ({columns}, received_at) VALUES "
-           + ", ".join([one_row] * len(events))
-           + " ON CONFLICT (event_id) DO NOTHING RETURNING event_id")
-    params = [value for event in events for value in _row(event)]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return len(cursor.fetchall())
+    with connection.cursor() as cursor, connection.wrap_database_errors:
+        cursor.execute(_STAGING_DDL)
+        cursor.execute(f"TRUNCATE {STAGING_TABLE}")
+        with cursor.cursor.copy(
+                f"COPY {STAGING_TABLE} ({_quoted_columns()}) FROM STDIN") as copy:
+            for event in events:
+                copy.write_row(_row(event))
+        cursor.execute(_insert_new_sql())
+        return int(cursor.rowcount)
 
 
 def _event_time(event: dict[str, Any]) -> float:
@@ -213,12 +249,73 @@ def _store_one_by_one(batch: _Sorted, source: str) -> tuple[int, int]:
     return stored, refused
 
 
-def ingest_lines(lines: Iterable[Any], source: str = "") -> IngestResult:
+@dataclass(frozen=True)
+class Nonce:
+    """The nonce of a verified batch, claimed in the transaction that stores the batch: a
+    batch that died before commit (killed worker, lost database) is redelivered with the same
+    nonce and must not be mistaken for a replay."""
+
+    collector_id: str
+    value: str
+    seen_at: float
+
+
+REPLAYED = "replayed batch (nonce seen)"
+
+
+class ReplayedBatch(Exception):
+    """The batch's nonce was already claimed by a stored batch."""
+
+
+def _claim(nonce: Nonce) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {BatchNonce._meta.db_table} (nonce, collector_id, seen_at) "
+            "VALUES (%s, %s, %s) ON CONFLICT (nonce) DO NOTHING RETURNING id",
+            [nonce.value, nonce.collector_id, nonce.seen_at])
+        if cursor.fetchone() is None:
+            raise ReplayedBatch(REPLAYED)
+
+
+def _partition_key(event: dict[str, Any]) -> float:
+    """The value the events table is partitioned on: ``coalesce(start, ts)``."""
+    return float(event["start"] if event["kind"] == "span" else event["ts"])
+
+
+def reject_batch(lines: Iterable[Any], source: str, reason: str) -> IngestResult:
+    """Quarantine every line of a batch with one reason (an unauthenticated batch is not
+    parsed: its lines are kept verbatim for the operator, never stored as events)."""
+    rejected = [_reject(line, reason, source) for line in lines]
+    QuarantinedEvent.objects.bulk_create(rejected)
+    return IngestResult(stored=0, duplicates=0, rejected=len(rejected))
+
+
+def ingest_lines(lines: Iterable[Any], source: str = "", *, nonce: Nonce | None = None,
+                 redelivered: bool = False) -> IngestResult:
     """Store the valid events of a batch once each and quarantine the invalid lines.
 
+    Everything a batch writes (its nonce, events, jobs, quarantined lines) commits together.
+    A batch whose ``nonce`` was seen before is quarantined whole as a replay — unless the
+    broker ``redelivered`` it (our own Celery retry after a commit, e.g. the rollup refresh
+    lost the database): then it is ingested again, all duplicates, so its jobs still refresh.
     Connection problems (OperationalError) propagate on purpose: the task retries the batch.
     """
+    lines = list(lines)
     batch = sort_lines(lines, source)
+    partitions.ensure_for_events(_partition_key(event) for event in batch.events)
+    try:
+        with transaction.atomic():
+            if nonce is not None:
+                _claim(nonce)
+            return _store_sorted(batch, source)
+    except ReplayedBatch:
+        if not redelivered:
+            return reject_batch(lines, source, REPLAYED)
+    with transaction.atomic():
+        return _store_sorted(batch, source)
+
+
+def _store_sorted(batch: _Sorted, source: str) -> IngestResult:
     refused = 0
     try:
         stored = _store(batch.events)

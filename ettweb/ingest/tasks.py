@@ -1,4 +1,5 @@
-"""The Celery task the collector sends by name (``ett.ingest_batch``); logic lives in logic.py.
+"""The Celery tasks the collector sends by name (``ett.ingest_batch``, ``ett.collector_health``)
+and the periodic upkeep beat runs; the logic lives in logic.py, credentials.py, partitions.py.
 
 With ``task_acks_late`` a task that *raises* is still acknowledged, so a database outage
 would lose batches. Connection errors are therefore retried (with backoff, without limit):
@@ -9,33 +10,114 @@ After storing, the task refreshes the rollups of the jobs the batch touched (rol
 
 from __future__ import annotations
 
+import json
+import logging
+import time
 from typing import Any
 
 from celery import shared_task
+from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from ettweb.ingest.logic import ingest_lines
+from ettweb.ingest import partitions
+from ettweb.ingest.credentials import BatchRejected, prune_nonces, verify_batch
+from ettweb.ingest.logic import IngestResult, Nonce, ingest_lines, reject_batch
+from ettweb.ingest.models import CollectorHealth
 from ettweb.rollups.logic import refresh_jobs
 
+logger = logging.getLogger(__name__)
 RETRY_BACKOFF_MAX_S = 300
+HEALTH_FIELDS = ("backlog_bytes", "backlog_events", "shipped_events", "dropped_events",
+                 "corrupted_records", "spool_files")
+_RETRY: dict[str, Any] = {
+    "autoretry_for": (OperationalError, InterfaceError), "retry_backoff": True,
+    "retry_backoff_max": RETRY_BACKOFF_MAX_S, "retry_jitter": True, "max_retries": None,
+}
 
 
-@shared_task(
-    name="ett.ingest_batch",
-    autoretry_for=(OperationalError, InterfaceError),
-    retry_backoff=True,
-    retry_backoff_max=RETRY_BACKOFF_MAX_S,
-    retry_jitter=True,
-    max_retries=None,
-)
-def ingest_batch(lines: list[str], source: str = "") -> dict[str, int]:
-    """Ingest one batch of raw JSONL lines, then refresh the rollups of the jobs it named.
+def _authenticate(auth: Any, lines: list[Any], *, in_process: bool = False) -> Nonce | None:
+    """The batch's nonce when signed, None when unsigned and auth is not required.
 
-    The refresh runs after the events committed, so running jobs show live numbers; if it
-    fails on a connection error the retried batch is all duplicates but still names its jobs.
+    Auth guards what crosses the broker; a task called as a plain function (``in_process``,
+    e.g. a management command or a test in the server's own process) is trusted code.
+    """
+    if auth is None and (in_process or not settings.ETT_INGEST_REQUIRE_AUTH):
+        return None
+    return verify_batch(auth, lines)
+
+
+def _redelivered(task: Any) -> bool:
+    """Whether this delivery repeats one that may have committed: our retry or a broker
+    redelivery (a signed replay needs write access to the broker, which already is trust)."""
+    request = task.request
+    return bool(request.retries) or bool((request.delivery_info or {}).get("redelivered"))
+
+
+@shared_task(name="ett.ingest_batch", bind=True, **_RETRY)
+def ingest_batch(self: Any, lines: list[str], source: str = "",
+                 auth: dict[str, Any] | None = None) -> dict[str, int]:
+    """Verify, ingest one batch of raw JSONL lines, then refresh the rollups of its jobs.
+
+    A batch failing authentication is quarantined whole with the reason. The refresh runs
+    after the events committed, so running jobs show live numbers.
     Returns ``{"stored", "duplicates", "rejected"}``.
     """
     batch: list[Any] = lines if isinstance(lines, list) else [lines]
-    result = ingest_lines(batch, str(source))
+    source = str(source)
+    try:
+        nonce = _authenticate(auth, batch, in_process=bool(self.request.called_directly))
+    except BatchRejected as exc:
+        return reject_batch(batch, source, str(exc)).as_dict()
+    result: IngestResult = ingest_lines(batch, source, nonce=nonce,
+                                        redelivered=_redelivered(self))
     refresh_jobs(result.jobs)
     return result.as_dict()
+
+
+def _health_values(stats: Any) -> dict[str, Any]:
+    """The known stats keys as numbers; a malformed report is refused, not half-stored."""
+    if not isinstance(stats, dict):
+        raise BatchRejected("health stats must be an object")
+    values: dict[str, Any] = {}
+    for key in HEALTH_FIELDS:
+        value = stats.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise BatchRejected(f"health stat {key!r} must be an integer >= 0")
+        values[key] = value
+    last = stats.get("last_success_ts")
+    if last is not None and (isinstance(last, bool) or not isinstance(last, int | float)):
+        raise BatchRejected("health stat 'last_success_ts' must be a number or null")
+    values["last_success_ts"] = None if last is None else float(last)
+    return values
+
+
+@shared_task(name="ett.collector_health", **_RETRY)
+def collector_health(source: str, stats: dict[str, Any],
+                     auth: dict[str, Any] | None = None) -> None:
+    """Store a collector's latest health report (signed like a batch over the stats JSON).
+
+    A rejected report is logged and dropped: it carries counters, not events, and the next
+    report (every few seconds) replaces it anyway.
+    """
+    try:
+        nonce = _authenticate(auth, [json.dumps(stats, sort_keys=True)])
+        values = _health_values(stats)
+    except BatchRejected as exc:
+        logger.warning("health report from %r rejected: %s", source, exc)
+        return
+    CollectorHealth.objects.update_or_create(
+        source=str(source)[:200],
+        defaults={**values, "collector_id": nonce.collector_id if nonce else ""})
+
+
+@shared_task(name="ett.ensure_event_partitions", **_RETRY)
+def ensure_event_partitions() -> list[str]:
+    """Beat: create today's and the coming days' event partitions; returns the new ones."""
+    partitions.forget_known()
+    return partitions.ensure_ahead(time.time())
+
+
+@shared_task(name="ett.prune_batch_nonces", **_RETRY)
+def prune_batch_nonces() -> int:
+    """Beat: forget nonces too old to be replayed (their timestamp fails the skew check)."""
+    return prune_nonces()

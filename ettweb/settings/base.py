@@ -129,6 +129,19 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
+# Periodic upkeep (run by ``celery beat``): partitions a week ahead, expired nonces pruned.
+CELERY_BEAT_SCHEDULE = {
+    "ensure-event-partitions": {"task": "ett.ensure_event_partitions", "schedule": 3600.0},
+    "prune-batch-nonces": {"task": "ett.prune_batch_nonces", "schedule": 300.0},
+}
+
+# Ingestion. A batch without a valid collector signature is quarantined, never stored; turning
+# this off is for trusted single-host setups only (docs: "Authentication").
+ETT_INGEST_REQUIRE_AUTH: bool = env.bool_("ETT_INGEST_REQUIRE_AUTH", True)
+# Daily event partitions are created automatically for event times within this many days
+# before / after now; anything outside lands in the default partition.
+ETT_PARTITION_DAYS_BACK: int = env.int_("ETT_PARTITION_DAYS_BACK", 35, minimum=0)
+ETT_PARTITION_DAYS_AHEAD: int = env.int_("ETT_PARTITION_DAYS_AHEAD", 7, minimum=0)
 
 LOGGING = {
     "version": 1,

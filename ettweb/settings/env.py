@@ -8,9 +8,10 @@ not later with a stack trace from deep inside a database driver. Every helper he
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -143,3 +144,17 @@ def postgres_url(name: str, value: str) -> PostgresUrl:
         name=database, user=unquote(parts.username or ""), password=unquote(parts.password or ""),
         host=host, port=port, options=query,
     )
+
+
+def database_url(database: Mapping[str, Any]) -> str:
+    """The ``postgres://`` URL of a Django DATABASES entry — the inverse of ``postgres_url``.
+
+    Why: processes we start (a worker, the demo, a benchmark) must reach the very database
+    this process uses, including one pytest-django or a benchmark created under another name.
+    """
+    user = quote(database.get("USER") or "postgres")
+    password = f":{quote(database['PASSWORD'])}" if database.get("PASSWORD") else ""
+    host = database.get("HOST") or ""
+    if host.startswith("/"):
+        return f"postgres://{user}{password}@/{database['NAME']}?host={host}"
+    return f"postgres://{user}{password}@{host}:{database.get('PORT') or 5432}/{database['NAME']}"

@@ -7,7 +7,7 @@ import contextlib
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +23,22 @@ def answers(host: str, port: int) -> bool:
 
 @dataclass
 class Shipped:
-    """One message the agent published: the task name and its two arguments."""
+    """One batch the agent published: the task name, its arguments and the signature."""
 
     task: str
     lines: list[str]
     source: str
     content_type: str
+    auth: dict[str, Any] | None = None
+
+
+@dataclass
+class HealthReport:
+    """One ``ett.collector_health`` message: source, stats and the signature."""
+
+    source: str
+    stats: dict[str, Any]
+    auth: dict[str, Any] | None
 
 
 @dataclass
@@ -37,6 +47,7 @@ class BrokerQueue:
 
     url: str
     name: str
+    health: list[HealthReport] = field(default_factory=list)
 
     def _queue(self) -> Queue:
         # The declaration Celery makes for a queue it creates on demand (and SimpleQueue too).
@@ -59,7 +70,11 @@ class BrokerQueue:
                     message = queue.get(timeout=min(wait, 0.2))
                 except queue.Empty:
                     continue
-                got.append(_decode(message))
+                decoded = _decode(message)
+                if isinstance(decoded, HealthReport):
+                    self.health.append(decoded)
+                else:
+                    got.append(decoded)
                 message.ack()
 
     def delete(self) -> None:
@@ -74,11 +89,14 @@ class BrokerQueue:
                               f"_kombu.binding_permanent.{self.name}")
 
 
-def _decode(message: Any) -> Shipped:
+def _decode(message: Any) -> Shipped | HealthReport:
     args, kwargs, _embed = message.decode()
     assert kwargs == {}
-    lines, source = args
-    return Shipped(message.headers["task"], lines, source, message.content_type)
+    if message.headers["task"] == "ett.collector_health":
+        source, stats, auth = args
+        return HealthReport(source, stats, auth)
+    lines, source, auth = args
+    return Shipped(message.headers["task"], lines, source, message.content_type, auth)
 
 
 def free_port() -> int:

@@ -17,7 +17,9 @@ from collector.config import STATE_FILE_NAME, config_from_args
 REPO = Path(__file__).resolve().parents[2]
 ENV_SETTINGS = ("CELERY_BROKER_URL", "ETT_SPOOL_DIR", "ETT_COLLECTOR_STATE", "ETT_SOURCE",
                 "ETT_INGEST_QUEUE", "ETT_BATCH_LINES", "ETT_BATCH_BYTES", "ETT_BATCH_WAIT",
-                "ETT_POLL_INTERVAL", "ETT_LOG_LEVEL")
+                "ETT_POLL_INTERVAL", "ETT_LOG_LEVEL", "ETT_COLLECTOR_ID", "ETT_COLLECTOR_SECRET",
+                "ETT_COLLECTOR_SECRET_FILE", "ETT_METRICS_PORT", "ETT_METRICS_HOST",
+                "ETT_HEALTH_INTERVAL", "ETT_KEEP_SHIPPED")
 
 
 @pytest.fixture(autouse=True)
@@ -55,6 +57,23 @@ GOOD = ["--broker", "redis://127.0.0.1:6379/0"]
         ([*GOOD, "--spool-dir", "afile"], {}, "--spool-dir (ETT_SPOOL_DIR) 'afile' is not a"),
         ([*GOOD, "--bogus"], {}, "unrecognized arguments: --bogus"),
         (["--broker"], {}, "argument --broker: expected one argument"),
+        ([*GOOD, "--collector-id", "c1"], {},
+         "--collector-secret (ETT_COLLECTOR_SECRET) or --collector-secret-file "
+         "(ETT_COLLECTOR_SECRET_FILE) is required with --collector-id (ETT_COLLECTOR_ID)"),
+        (GOOD, {"ETT_COLLECTOR_SECRET": "s"},
+         "--collector-id (ETT_COLLECTOR_ID) is required with a secret"),
+        ([*GOOD, "--collector-id", "c1", "--collector-secret", "s",
+          "--collector-secret-file", "afile"], {}, "are both set; use one"),
+        ([*GOOD, "--collector-id", "c1", "--collector-secret-file", "missing"], {},
+         "--collector-secret-file (ETT_COLLECTOR_SECRET_FILE) cannot be read"),
+        ([*GOOD, "--collector-id", "c1", "--collector-secret-file", "afile"], {},
+         "--collector-secret-file (ETT_COLLECTOR_SECRET_FILE) cannot be read: empty file"),
+        ([*GOOD, "--metrics-port", "70000"], {},
+         "--metrics-port (ETT_METRICS_PORT) must be a port 0-65535"),
+        ([*GOOD, "--metrics-port", "http"], {},
+         "--metrics-port (ETT_METRICS_PORT) must be an integer"),
+        (GOOD, {"ETT_HEALTH_INTERVAL": "0"}, "--health-interval (ETT_HEALTH_INTERVAL) must be > 0"),
+        ([*GOOD, "--keep-shipped", "-5"], {}, "--keep-shipped (ETT_KEEP_SHIPPED) must be >= 0"),
     ],
 )
 def test_bad_setting_exits_2_with_one_line_naming_it(
@@ -119,3 +138,16 @@ def test_publisher_confirms_on_amqp_only(url: str, confirms: bool) -> None:
     options = transport_options(config_from_args(["--broker", url]))
     assert options.get("confirm_publish", False) is confirms
     assert options["max_retries"] == 0  # the agent's own loop retries, with backoff
+
+
+def test_credential_and_health_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = config_from_args(GOOD)
+    assert (cfg.collector_id, cfg.collector_secret, cfg.metrics_port) == (None, None, 0)
+    assert (cfg.metrics_host, cfg.health_interval_s, cfg.keep_shipped_s) == (
+        "127.0.0.1", 30.0, 600.0)
+    Path("secret").write_text("  s3cret  \nignored\n")
+    monkeypatch.setenv("ETT_COLLECTOR_ID", "c-7")
+    monkeypatch.setenv("ETT_METRICS_PORT", "9464")
+    cfg = config_from_args([*GOOD, "--collector-secret-file", "secret"])
+    assert (cfg.collector_id, cfg.collector_secret, cfg.metrics_port) == ("c-7", "s3cret", 9464)
+    assert "s3cret" not in repr(cfg)  # the secret never reaches a log line

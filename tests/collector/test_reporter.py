@@ -355,9 +355,9 @@ def test_full_queue_drops_and_counts_without_blocking(make_reporter: MakeReporte
     gate = threading.Event()
     write = reporter._writer.write
 
-    def stalled_write(lines: list[str]) -> None:  # a disk that stalls, as NFS can
+    def stalled_write(lines: list[str]) -> int:  # a disk that stalls, as NFS can
         gate.wait(10)
-        write(lines)
+        return write(lines)
 
     reporter._writer.write = stalled_write  # type: ignore[method-assign]
     started = time.monotonic()
@@ -448,3 +448,56 @@ def test_reporter_shut_down_before_fork_stays_shut_in_child(make_reporter: MakeR
     reporter.shutdown()
     assert _fork(lambda: reporter.heartbeat() is None and not reporter.flush()) == 0
     assert list(tmp_path.glob("*.jsonl")) == []
+
+
+# --------------------------------------------------------------------------- spool bound, SIGTERM
+def test_full_spool_drops_count_exactly_and_reach_the_sidecar(make_reporter: MakeReporter,
+                                                             tmp_path: Path) -> None:
+    from collector.spool import dropped_events
+
+    reporter = make_reporter(max_spool_bytes=4096, flush_interval_s=0.01)
+    started = time.monotonic()
+    ids = [reporter.span("eval", float(i), float(i) + 1) for i in range(500)]
+    assert time.monotonic() - started < 0.5  # emit never waits for the disk
+    assert reporter.shutdown()
+    kept = len(spooled(tmp_path))
+    assert all(i is not None for i in ids)
+    assert 0 < kept < 500
+    assert sum(p.stat().st_size for p in tmp_path.glob("*.jsonl")) <= 4096
+    assert reporter.dropped_full == 500 - kept == dropped_events(tmp_path)
+
+
+SIGTERM_CHILD = """
+import os, signal, sys, time
+from collector import Reporter
+chained = sys.argv[2] == "chain"
+if chained:
+    signal.signal(signal.SIGTERM, lambda *_: (print("previous handler ran", flush=True),
+                                               sys.exit(3)))
+reporter = Reporter(job="sig", spool_dir=sys.argv[1], heartbeat_s=0, flush_interval_s=60)
+for i in range(100):
+    reporter.span("eval", float(i), float(i) + 1)
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(5)
+print("not terminated", flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["default", "chain"])
+def test_sigterm_flushes_then_hands_the_signal_on(tmp_path: Path, mode: str) -> None:
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", SIGTERM_CHILD, str(tmp_path), mode],
+                          cwd=repo, capture_output=True, text=True, timeout=30, check=False)
+    assert len(spooled(tmp_path)) == 100  # written although the writer waits 60 s per pass
+    if mode == "chain":
+        assert proc.returncode == 3 and "previous handler ran" in proc.stdout
+    else:
+        assert proc.returncode == -15 and "not terminated" not in proc.stdout
+
+
+def test_fsync_policy_names_the_bad_value(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="fsync must be one of"):
+        Reporter(job="j", spool_dir=tmp_path, fsync="sometimes", heartbeat_s=0)

@@ -14,7 +14,7 @@ import pytest
 from django.conf import settings
 
 from ettweb.demo import parse_args
-from ettweb.ingest.models import Event
+from ettweb.ingest.models import CollectorCredential, Event, QuarantinedEvent
 from tests.test_end_to_end import _test_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +37,7 @@ def test_impossible_plan_is_refused_before_any_work(capsys: pytest.CaptureFixtur
 @pytest.mark.django_db(transaction=True)
 def test_demo_trains_a_job_and_stores_every_event(tmp_path: Path) -> None:
     env = dict(os.environ, DATABASE_URL=_test_database_url(),
-               CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
+               CELERY_BROKER_URL=str(settings.CELERY_BROKER_URL),
                DJANGO_SETTINGS_MODULE="ettweb.settings.test")
     job = "demo-test-job"
     proc = subprocess.run(
@@ -52,5 +52,8 @@ def test_demo_trains_a_job_and_stores_every_event(tmp_path: Path) -> None:
     spool = tmp_path / "demo" / "spool"
     spooled = sum(len(p.read_text().splitlines()) for p in spool.glob("*.jsonl"))
     assert Event.objects.filter(job=job).count() == spooled > 0
+    # The demo's collector signs with the credential `ett_collector create demo-node` made.
+    assert CollectorCredential.objects.filter(name="demo-node", active=True).exists()
+    assert not QuarantinedEvent.objects.filter(job=job).exists()
     phases = set(Event.objects.filter(job=job).values_list("phase", flat=True))
     assert {"compile", "checkpoint_save", "checkpoint_load", "train"} <= phases

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import pytest
+from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from ettweb.celery import app
+from ettweb.ingest.credentials import verify_batch
 from ettweb.ingest.logic import ingest_lines
 from ettweb.ingest.models import Event, QuarantinedEvent
 from ettweb.ingest.tasks import ingest_batch
 from ettweb.rollups.models import JobRollup
+from tests.ettweb.ingest.conftest import Signer
 
 
 def test_task_is_discoverable_by_name() -> None:
@@ -27,15 +30,19 @@ def test_worker_reliability_settings() -> None:
 
 
 def test_database_outages_are_retried_not_acked_away() -> None:
-    retried = ingest_batch.autoretry_for  # type: ignore[attr-defined]  # set by shared_task
+    retried = ingest_batch.autoretry_for  # set by shared_task
     assert set(retried) == {OperationalError, InterfaceError}
     assert ingest_batch.max_retries is None
 
 
+def test_unsigned_batches_are_refused_by_default() -> None:
+    assert settings.ETT_INGEST_REQUIRE_AUTH is True
+
+
 @pytest.mark.django_db
-def test_task_ingests_a_batch(worked_example_lines: list[str]) -> None:
+def test_task_ingests_a_batch(worked_example_lines: list[str], sign: Signer) -> None:
     lines = [*worked_example_lines, '{"v": 1}']
-    assert ingest_batch(lines, source="collector@node-3") == {
+    assert ingest_batch(lines, source="collector@node-3", auth=sign(lines)) == {
         "stored": len(worked_example_lines), "duplicates": 0, "rejected": 1}
     assert Event.objects.count() == len(worked_example_lines)
     quarantined = QuarantinedEvent.objects.get()
@@ -45,19 +52,25 @@ def test_task_ingests_a_batch(worked_example_lines: list[str]) -> None:
 
 @pytest.mark.django_db
 def test_task_refreshes_the_rollups_of_the_jobs_in_the_batch(
-        worked_example_lines: list[str], one_gpu_job_lines: list[str]) -> None:
-    ingest_batch(worked_example_lines[:6])
+        worked_example_lines: list[str], one_gpu_job_lines: list[str], sign: Signer) -> None:
+    first = worked_example_lines[:6]
+    ingest_batch(first, auth=sign(first))
     partial = JobRollup.objects.get(job="j1")
     assert (partial.status, partial.wall_s) == ("running", 80.0)  # live: 1000 -> 1080
-    ingest_batch(worked_example_lines[6:] + one_gpu_job_lines)
+    rest = worked_example_lines[6:] + one_gpu_job_lines
+    ingest_batch(rest, auth=sign(rest))
     assert {r.job: (r.status, r.wall_s) for r in JobRollup.objects.all()} == {
         "j1": ("completed", 113.0), "j2": ("completed", 100.0)}
 
 
 @pytest.mark.django_db
-def test_a_retried_batch_refreshes_its_jobs_again(worked_example_lines: list[str]) -> None:
-    """A batch whose refresh failed is retried; its events are duplicates by then."""
-    ingest_lines(worked_example_lines)  # stored, but the refresh never ran
+def test_a_retried_batch_refreshes_its_jobs_again(worked_example_lines: list[str],
+                                                  sign: Signer) -> None:
+    """A batch whose refresh failed is retried with the same nonce; it is not a replay."""
+    auth = sign(worked_example_lines)
+    nonce = verify_batch(auth, worked_example_lines)
+    ingest_lines(worked_example_lines, nonce=nonce)  # stored, but the refresh never ran
     assert not JobRollup.objects.exists()
-    assert ingest_batch(worked_example_lines)["duplicates"] == len(worked_example_lines)
+    retried = ingest_batch.apply(args=(worked_example_lines, "", auth), retries=1).get()
+    assert retried["duplicates"] == len(worked_example_lines)
     assert round(JobRollup.objects.get(job="j1").ett_pct, 2) == 70.80

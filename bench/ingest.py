@@ -1,0 +1,182 @@
+"""``python -m bench.ingest``: end-to-end ingestion throughput, and the naive path beside it.
+
+1. **End to end**: events from the seeded fleet (``bench.fleet``) are written to spool files
+   the way Reporters write them; a real collector agent (``python -m collector --once``,
+   signed batches) publishes them to the broker and a real Celery worker process validates,
+   stores (COPY into staging, INSERT … ON CONFLICT on the event id) and refreshes rollups. The
+   clock runs from the agent's start until every row is committed.
+2. **Naive**: a sample of the same events saved one by one with ``Event.objects.create`` —
+   what a first implementation would do.
+
+Both run on a dedicated database (``ett_bench_ingest``), created, migrated and dropped here.
+The last line of output is one JSON object with ``events_per_s``, ``naive_events_per_s``
+and ``ratio``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench.fleet import fleet_events
+from bench.rollup_cost import _setup_django, bench_database
+
+ROOT = Path(__file__).resolve().parent.parent
+DATABASE = "ett_bench_ingest"
+EVENTS_TARGET = 20_000.0
+RATIO_TARGET = 20.0
+
+
+def _say(text: str) -> None:
+    print(f"[bench.ingest] {text}", file=sys.stderr, flush=True)
+
+
+def write_spool(spool: Path, count: int, seed: int) -> int:
+    """Up to ``count`` fleet events into one spool file per job, as Reporters would."""
+    from collector.schema import dump_event
+
+    spool.mkdir(parents=True, exist_ok=True)
+    files: dict[str, Any] = {}
+    written = 0
+    try:
+        for event in itertools.islice(fleet_events(seed=seed, jobs=max(20, count // 700)), count):
+            out = files.get(event["job"])
+            if out is None:
+                out = files[event["job"]] = open(  # noqa: SIM115 - closed below
+                    spool / f"{event['job']}.jsonl", "w", encoding="utf-8")
+            out.write(dump_event(event) + "\n")
+            written += 1
+    finally:
+        for out in files.values():
+            out.close()
+    return written
+
+
+def _stored() -> int:
+    from ettweb.ingest.models import Event
+
+    return Event.objects.count()
+
+
+def _start_worker(env: dict[str, str], queue: str, log: Path, concurrency: int) -> Any:
+    with open(log, "wb") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "ettweb.celery", "worker", "-Q", queue,
+             "--concurrency", str(concurrency), "--loglevel", "INFO", "--without-heartbeat",
+             "--without-mingle", "--without-gossip"],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while b" ready." not in log.read_bytes():
+        if worker.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"bench.ingest: worker did not start; see {log}")
+        time.sleep(0.2)
+    return worker
+
+
+def measure_end_to_end(spool: Path, events: int, concurrency: int, work: Path) -> float:
+    """Seconds from the agent's start until all ``events`` rows are committed."""
+    from django.conf import settings
+    from django.db import connection
+
+    from ettweb.ingest.credentials import new_credential
+    from ettweb.settings.env import database_url
+
+    credential = new_credential(f"bench-{uuid.uuid4().hex[:6]}")
+    queue = f"ett-bench-{uuid.uuid4().hex[:8]}"
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="ettweb.settings.test",
+               DATABASE_URL=database_url(connection.settings_dict),
+               CELERY_BROKER_URL=str(settings.CELERY_BROKER_URL),
+               ETT_COLLECTOR_ID=credential.collector_id,
+               ETT_COLLECTOR_SECRET=credential.secret, PYTHONUNBUFFERED="1")
+    worker = _start_worker(env, queue, work / "worker.log", concurrency)
+    try:
+        start = time.perf_counter()
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "collector", "--once", "--spool-dir", str(spool),
+             "--queue", queue, "--state-file", str(work / "agent-state.json"),
+             "--log-level", "WARNING"], cwd=ROOT, env=env)
+        while (stored := _stored()) < events:
+            if agent.poll() not in (None, 0):
+                raise SystemExit(f"bench.ingest: the collector agent exited {agent.returncode}")
+            if time.perf_counter() - start > 900:
+                raise SystemExit(f"bench.ingest: only {stored}/{events} rows after 900 s")
+            time.sleep(0.1)
+        elapsed = time.perf_counter() - start
+        agent.wait(timeout=60)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+    return elapsed
+
+
+def measure_naive(sample: int, seed: int) -> float:
+    """Seconds to save ``sample`` events one ORM ``create`` at a time (autocommit)."""
+    from ettweb.ingest.models import Event
+
+    events = itertools.islice(fleet_events(seed=seed + 1, jobs=max(5, sample // 700)), sample)
+    start = time.perf_counter()
+    for event in events:
+        Event.objects.create(
+            event_id=f"naive-{event['id']}", job=event["job"], attempt=event["attempt"],
+            kind=event["kind"], phase=event.get("phase", ""), mark=event.get("mark", ""),
+            start=event.get("start"), end=event.get("end"), ts=event.get("ts"),
+            rank=event["rank"], host=event.get("host", ""), step_start=event.get("step_start"),
+            step_end=event.get("step_end"), step=event.get("step"), blocking=event["blocking"],
+            attrs=event["attrs"])
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.ingest", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=200_000, help="events end to end")
+    parser.add_argument("--naive-sample", type=int, default=5_000,
+                        help="events saved one by one for the naive figure")
+    parser.add_argument("--concurrency", type=int, default=2, help="worker processes")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="10,000 events, 500 naive")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.events, args.naive_sample = 10_000, 500
+    if args.events < 1 or args.naive_sample < 1:
+        parser.error("--events and --naive-sample must be >= 1")
+
+    _setup_django()
+    with tempfile.TemporaryDirectory(prefix="ett-bench-ingest-") as tmp, bench_database(DATABASE):
+        work = Path(tmp)
+        _say(f"writing {args.events:,} events to spool files…")
+        events = write_spool(work / "spool", args.events, args.seed)
+        _say(f"shipping them through the collector agent and {args.concurrency} worker "
+             "process(es)…")
+        e2e_s = measure_end_to_end(work / "spool", events, args.concurrency, work)
+        _say(f"saving {args.naive_sample:,} events one by one with the ORM…")
+        naive_s = measure_naive(args.naive_sample, args.seed)
+
+    rate, naive_rate = events / e2e_s, args.naive_sample / naive_s
+    print(f"{'path':<34}{'events':>10}{'seconds':>10}{'events/s':>12}")
+    print(f"{'spool → agent → broker → worker':<34}{events:>10,}{e2e_s:>10.2f}{rate:>12,.0f}")
+    print(f"{'naive ORM create() per event':<34}{args.naive_sample:>10,}{naive_s:>10.2f}"
+          f"{naive_rate:>12,.0f}")
+    print(f"ratio {rate / naive_rate:.1f}x (targets: >= {EVENTS_TARGET:,.0f} events/s, "
+          f">= {RATIO_TARGET:.0f}x)")
+    print(json.dumps({
+        "events": events, "seconds": round(e2e_s, 3), "events_per_s": round(rate),
+        "naive_events": args.naive_sample, "naive_events_per_s": round(naive_rate),
+        "ratio": round(rate / naive_rate, 2), "worker_concurrency": args.concurrency,
+        "events_target_met": rate >= EVENTS_TARGET, "ratio_target_met":
+            rate / naive_rate >= RATIO_TARGET,
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

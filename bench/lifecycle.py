@@ -1,0 +1,248 @@
+"""``python -m bench.lifecycle``: what the lifecycle optimizations buy, measured by ETT itself.
+
+Runs the reference trainer (``python -m trainer``) on one plan — same steps, same failure
+schedule (crashes at ~30% and ~70% of the steps) — once per profile (``baseline``,
+``optimized``) and, for the ablation, once per optimization alone. Every number comes from
+the events those runs spooled through the Reporter, fed to the offline report
+(``python -m ettweb.attribution``): the same numbers the dashboard shows. Prints a table per
+profile, the ablation (each optimization's own component against the baseline), and as its
+last line one JSON object with both ETT% and their ratio.
+
+``--quick`` is a small plan (a few minutes on 2 cores; the ablation is off unless asked for);
+``--plan-only`` prints the plan and the commands and runs nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from trainer import launch
+from trainer.config import OPTIMIZATIONS
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: The component each optimization is meant to shrink (ETT_SPEC §4).
+OWN_COMPONENT = {
+    "init_overlap": "trainer_init", "plan_cache": "trainer_init",
+    "compile_cache": "pt2_compiler", "dynamic_shapes": "pt2_compiler",
+    "autotune_pruning": "pt2_compiler", "async_checkpoint": "checkpointing",
+    "oob_publish": "model_publishing", "recovery": "reliability",
+}
+PUBLISH_WAIT_S = 180.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One benchmark plan: the trainer flags every profile shares."""
+
+    name: str
+    steps: int
+    batch_size: int
+    embedding_rows: int
+    embedding_dim: int
+    checkpoint_every: int
+    mtbf: float
+    restart_delay: float
+    eval_batches: int
+    nproc_per_node: int = 1
+
+    @property
+    def fail_at_steps(self) -> tuple[int, int]:
+        return (self.steps * 3 // 10, self.steps * 7 // 10)
+
+    @property
+    def last_batch_size(self) -> int:
+        return max(2, self.batch_size * 3 // 4)
+
+    def trainer_flags(self) -> list[str]:
+        return ["--steps", str(self.steps), "--batch-size", str(self.batch_size),
+                "--last-batch-size", str(self.last_batch_size),
+                "--embedding-rows", str(self.embedding_rows),
+                "--embedding-dim", str(self.embedding_dim),
+                "--checkpoint-every", str(self.checkpoint_every), "--mtbf", str(self.mtbf),
+                "--restart-delay", str(self.restart_delay),
+                "--eval-batches", str(self.eval_batches),
+                "--fail-at-steps", ",".join(map(str, self.fail_at_steps)),
+                "--max-restarts", "3", "--publish", "--log-every", "500",
+                "--nproc-per-node", str(self.nproc_per_node)]
+
+
+DEFAULT = Plan("default", steps=12_000, batch_size=512, embedding_rows=50_000,
+               embedding_dim=64, checkpoint_every=2_000, mtbf=300.0, restart_delay=5.0,
+               eval_batches=4)
+QUICK = Plan("quick", steps=400, batch_size=64, embedding_rows=2_000, embedding_dim=16,
+             checkpoint_every=150, mtbf=20.0, restart_delay=1.0, eval_batches=1)
+
+
+def fail(message: str) -> NoReturn:
+    print(f"python -m bench.lifecycle: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.lifecycle", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.error = fail  # type: ignore[method-assign]  # one line, no usage dump
+    parser.add_argument("--quick", action="store_true", help="the small plan")
+    parser.add_argument("--steps", type=int, default=None, help="override the plan's steps")
+    parser.add_argument("--ablation", action=argparse.BooleanOptionalAction, default=None,
+                        help="run each optimization alone too (default: on, off with --quick)")
+    parser.add_argument("--only", default=None, metavar="A,B",
+                        help="ablation: only these optimizations")
+    parser.add_argument("--nproc-per-node", type=int, default=1, help="ranks per run")
+    parser.add_argument("--work-dir", default="var/bench-lifecycle",
+                        help="spools and checkpoints (emptied first; default: %(default)s)")
+    parser.add_argument("--out", default=None, help="also write the tables to this file")
+    parser.add_argument("--plan-only", action="store_true",
+                        help="print the plan and commands; run nothing")
+    args = parser.parse_args(argv)
+    if args.steps is not None and args.steps < 10:
+        fail(f"--steps {args.steps}: at least 10 (failures go at 30% and 70%)")
+    if args.nproc_per_node < 1:
+        fail(f"--nproc-per-node {args.nproc_per_node}: must be at least 1")
+    only = tuple(x.strip() for x in (args.only or "").split(",") if x.strip())
+    unknown = [x for x in only if x not in OPTIMIZATIONS]
+    if unknown:
+        fail(f"--only: unknown optimization {unknown[0]!r}; known: {','.join(OPTIMIZATIONS)}")
+    args.only = only or OPTIMIZATIONS
+    return args
+
+
+def build_plan(args: argparse.Namespace) -> Plan:
+    plan = QUICK if args.quick else DEFAULT
+    changes: dict[str, Any] = {"nproc_per_node": args.nproc_per_node}
+    if args.steps is not None:
+        changes["steps"] = args.steps
+        changes["checkpoint_every"] = max(1, min(plan.checkpoint_every, args.steps // 3))
+    return Plan(**{**asdict(plan), **changes})
+
+
+def runs_of(plan: Plan, ablation: bool, only: tuple[str, ...]) -> list[tuple[str, list[str]]]:
+    """(run name, extra trainer flags) for every run of the benchmark, baseline first."""
+    runs = [("baseline", ["--profile", "baseline"]), ("optimized", ["--profile", "optimized"])]
+    if ablation:
+        runs += [(f"only-{name}", ["--opt", name]) for name in only]
+    return runs
+
+
+def command(plan: Plan, name: str, extra: list[str], work: Path) -> list[str]:
+    return [sys.executable, "-m", "trainer", "--job", f"lifecycle-{plan.name}-{name}",
+            "--spool-dir", str(work / name / "spool"),
+            "--checkpoint-dir", str(work / name / "checkpoints"),
+            *plan.trainer_flags(), *extra]
+
+
+def run_one(plan: Plan, name: str, extra: list[str], work: Path) -> dict[str, Any]:
+    """One supervised job, then its offline report (ETT_SPEC §5) entry."""
+    shutil.rmtree(work / name, ignore_errors=True)
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("TORCHINDUCTOR_CACHE_DIR", "TORCH_COMPILE_JOB_ID")}
+    started = time.monotonic()
+    log = (work / f"{name}.log")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        code = subprocess.call(command(plan, name, extra, work), cwd=REPO, env=env,
+                               stdout=out, stderr=subprocess.STDOUT)
+    if code != 0:
+        raise SystemExit(f"bench.lifecycle: run {name} exited {code}; see {log}")
+    wait_for_publish(work / name / "checkpoints", plan.steps)
+    print(f"  {name}: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+    spool = sorted(str(p) for p in (work / name / "spool").glob("*.jsonl"))
+    report = json.loads(subprocess.run(
+        [sys.executable, "-m", "ettweb.attribution", *spool], cwd=REPO, check=True,
+        capture_output=True, text=True).stdout)
+    if report["rejected"]:
+        raise SystemExit(f"bench.lifecycle: {name}: rejected events {report['rejected'][:3]}")
+    (job,) = report["jobs"]
+    return dict(job)
+
+
+def wait_for_publish(checkpoints: Path, steps: int) -> None:
+    """The out-of-band publisher outlives the job; its artifact marks the end of its span."""
+    artifact = checkpoints / "published" / f"step-{steps:08d}.pt2"
+    deadline = time.monotonic() + PUBLISH_WAIT_S
+    while not artifact.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(0.5)  # its Reporter flushes after the rename
+
+
+def profile_table(name: str, job: dict[str, Any]) -> list[str]:
+    recover = ", ".join(f"{v:.1f}" for v in job["time_to_recover_s"]) or "-"
+    lines = [f"== {name}",
+             f"  ETT%              {job['ett_pct']:.2f}",
+             f"  wall              {job['wall_s']:.1f} s  (productive {job['productive_s']:.1f} s)",
+             f"  time to start     {job['time_to_start_s']:.1f} s",
+             f"  time to recover   {recover} s",
+             f"  failures          {job['failures']}  repeated steps {job['repeated_steps']}",
+             "  lost time by component (s):"]
+    for component, seconds in sorted(job["lost_by_component_s"].items(), key=lambda kv: -kv[1]):
+        lines.append(f"    {component:<20} {seconds:9.2f}")
+    return lines
+
+
+def ablation_table(baseline: dict[str, Any], results: dict[str, dict[str, Any]]) -> list[str]:
+    lines = ["== ablation: each optimization alone vs baseline (its own component, s)",
+             f"  {'optimization':<18} {'component':<18} {'baseline':>9} {'alone':>9} "
+             f"{'change':>8} {'ETT%':>7}"]
+    for opt, job in results.items():
+        component = OWN_COMPONENT[opt]
+        base = baseline["lost_by_component_s"].get(component, 0.0)
+        alone = job["lost_by_component_s"].get(component, 0.0)
+        verdict = "lower" if alone < base else "NOT lower"
+        lines.append(f"  {opt:<18} {component:<18} {base:9.2f} {alone:9.2f} {verdict:>8} "
+                     f"{job['ett_pct']:7.2f}")
+    lines.append("  note: on CPU autotune_pruning has little to prune (max-autotune over ATen "
+                 "only); its number is noise")
+    return lines
+
+
+def summary(baseline: dict[str, Any], optimized: dict[str, Any], plan: Plan) -> dict[str, Any]:
+    base, best = baseline["ett_pct"], optimized["ett_pct"]
+    return {"plan": plan.name, "steps": plan.steps, "fail_at_steps": list(plan.fail_at_steps),
+            "baseline_ett_pct": base, "optimized_ett_pct": best,
+            "ratio": round(best / base, 4) if base else None,
+            "relative_gain_pct": round(100 * (best / base - 1), 2) if base else None,
+            "points": round(best - base, 2), "load_average": list(os.getloadavg())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    plan = build_plan(args)
+    ablation = (not args.quick) if args.ablation is None else args.ablation
+    work = Path(args.work_dir).absolute()
+    runs = runs_of(plan, ablation, args.only)
+    for name, extra in runs:  # an impossible plan stops here, before any run starts
+        launch.parse(command(plan, name, extra, work)[3:])
+    if args.plan_only:
+        print(json.dumps({"plan": asdict(plan), "fail_at_steps": list(plan.fail_at_steps),
+                          "runs": [{"name": n, "command": command(plan, n, e, work)}
+                                   for n, e in runs]}))
+        return 0
+    results = {}
+    for name, extra in runs:
+        results[name] = run_one(plan, name, extra, work)
+    lines = profile_table("baseline", results["baseline"]) + \
+        profile_table("optimized", results["optimized"])
+    alone = {n.removeprefix("only-"): job for n, job in results.items() if n.startswith("only-")}
+    if alone:
+        lines += ablation_table(results["baseline"], alone)
+    final = json.dumps(summary(results["baseline"], results["optimized"], plan))
+    text = "\n".join([*lines, final])
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

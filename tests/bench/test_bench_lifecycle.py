@@ -1,0 +1,65 @@
+"""``python -m bench.lifecycle`` argument handling, without running any training.
+
+The benchmark itself takes minutes; these tests check what it *would* run (``--plan-only``):
+the same plan and failure schedule for every profile, one run per optimization in the
+ablation, and one-line errors for bad input before any work starts.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainer.config import OPTIMIZATIONS
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def bench(*flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bench.lifecycle", *flags], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def flag_value(command: list[str], flag: str) -> str:
+    return command[command.index(flag) + 1]
+
+
+def test_quick_plan_runs_both_profiles_on_the_same_plan(tmp_path: Path) -> None:
+    done = bench("--quick", "--plan-only", "--work-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout.splitlines()[-1])
+    runs = {run["name"]: run["command"] for run in plan["runs"]}
+    assert list(runs) == ["baseline", "optimized"]  # --quick: no ablation unless asked
+    steps = plan["plan"]["steps"]
+    assert plan["fail_at_steps"] == [steps * 3 // 10, steps * 7 // 10]
+    base, best = runs["baseline"], runs["optimized"]
+    assert flag_value(base, "--profile") == "baseline"
+    assert flag_value(best, "--profile") == "optimized"
+    for flag in ("--steps", "--fail-at-steps", "--batch-size", "--checkpoint-every", "--mtbf"):
+        assert flag_value(base, flag) == flag_value(best, flag), flag
+    assert flag_value(base, "--fail-at-steps") == ",".join(map(str, plan["fail_at_steps"]))
+    assert not list(tmp_path.iterdir())  # nothing ran, nothing was written
+
+
+def test_ablation_runs_each_optimization_alone(tmp_path: Path) -> None:
+    done = bench("--quick", "--ablation", "--plan-only", "--work-dir", str(tmp_path))
+    names = [run["name"] for run in json.loads(done.stdout)["runs"]]
+    assert names == ["baseline", "optimized", *(f"only-{o}" for o in OPTIMIZATIONS)]
+
+
+@pytest.mark.parametrize(("flags", "reason"), [
+    (["--only", "warp"], "--only: unknown optimization 'warp'"),
+    (["--steps", "3"], "--steps 3: at least 10"),
+    (["--nproc-per-node", "0"], "--nproc-per-node 0: must be at least 1"),
+    (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+])
+def test_bad_input_is_one_line_before_any_work(flags: list[str], reason: str,
+                                               tmp_path: Path) -> None:
+    done = bench("--quick", "--plan-only", "--work-dir", str(tmp_path), *flags)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and reason in done.stderr, done.stderr
+    assert not list(tmp_path.iterdir())

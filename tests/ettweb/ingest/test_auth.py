@@ -1,0 +1,153 @@
+"""Batch authentication at the worker: unknown, invalid, stale and replayed batches are
+quarantined whole with a reason that names the problem; a valid batch is stored."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command
+from django.test import Client
+
+from collector.auth import MAX_SKEW_S, sign_batch
+from ettweb.ingest.credentials import NONCE_TTL_S, prune_nonces, verify_batch
+from ettweb.ingest.models import (
+    BatchNonce,
+    CollectorCredential,
+    CollectorHealth,
+    Event,
+    QuarantinedEvent,
+)
+from ettweb.ingest.tasks import collector_health, ingest_batch
+from tests.ettweb.ingest.conftest import Signer
+
+pytestmark = pytest.mark.django_db
+
+
+def _quarantine_reasons() -> set[str]:
+    return set(QuarantinedEvent.objects.values_list("reason", flat=True))
+
+
+def test_signed_batch_is_stored_and_its_nonce_claimed(worked_example_lines: list[str],
+                                                      sign: Signer) -> None:
+    result = ingest_batch(worked_example_lines, "node-1", sign(worked_example_lines))
+    assert result["stored"] == len(worked_example_lines) == Event.objects.count()
+    assert BatchNonce.objects.count() == 1
+
+
+@pytest.mark.parametrize(("tamper", "reason"), [
+    (lambda auth: None, "missing auth (unsigned batch)"),
+    (lambda auth: {**auth, "collector": "col-nobody"}, "unknown collector 'col-nobody'"),
+    (lambda auth: {**auth, "sig": "0" * 64}, "bad signature"),
+    (lambda auth: {**auth, "nonce": "xyz"}, "auth field 'nonce' must be 32 hex characters"),
+])
+def test_bad_auth_quarantines_the_whole_batch(worked_example_lines: list[str], sign: Signer,
+                                              tamper: object, reason: str) -> None:
+    auth = tamper(sign(worked_example_lines))  # type: ignore[operator]
+    # apply(): a delivery as the worker runs it (a plain call is trusted in-process code)
+    result = ingest_batch.apply(args=(worked_example_lines, "node-1", auth)).get()
+    assert result == {"stored": 0, "duplicates": 0, "rejected": len(worked_example_lines)}
+    assert Event.objects.count() == 0
+    assert _quarantine_reasons() == {reason}
+    assert sorted(QuarantinedEvent.objects.values_list("raw", flat=True)) == sorted(
+        worked_example_lines)
+
+
+def test_a_changed_body_breaks_the_signature(worked_example_lines: list[str],
+                                             sign: Signer) -> None:
+    auth = sign(worked_example_lines)
+    ingest_batch(worked_example_lines[:-1], "node-1", auth)
+    assert _quarantine_reasons() == {"bad signature"}
+
+
+@pytest.mark.parametrize("skew", [MAX_SKEW_S + 5, -(MAX_SKEW_S + 5)])
+def test_stale_or_future_timestamp_is_refused(worked_example_lines: list[str], sign: Signer,
+                                              skew: float) -> None:
+    ingest_batch(worked_example_lines, "n", sign(worked_example_lines, ts=time.time() - skew))
+    assert _quarantine_reasons() == {f"timestamp outside ±{MAX_SKEW_S} s"}
+
+
+def test_replayed_batch_is_quarantined(worked_example_lines: list[str], sign: Signer) -> None:
+    auth = sign(worked_example_lines)
+    assert ingest_batch(worked_example_lines, "n", auth)["stored"] == len(worked_example_lines)
+    again = ingest_batch(worked_example_lines, "n", auth)
+    assert again["rejected"] == len(worked_example_lines)
+    assert _quarantine_reasons() == {"replayed batch (nonce seen)"}
+    assert Event.objects.count() == len(worked_example_lines)
+
+
+def test_revoked_collector_is_refused(worked_example_lines: list[str], sign: Signer,
+                                      credential: CollectorCredential) -> None:
+    call_command("ett_collector", "revoke", credential.name, stdout=io.StringIO())
+    ingest_batch(worked_example_lines, "n", sign(worked_example_lines))
+    assert _quarantine_reasons() == {f"revoked collector '{credential.collector_id}'"}
+
+
+def test_old_nonces_are_pruned(worked_example_lines: list[str], sign: Signer) -> None:
+    now = time.time()
+    nonce = verify_batch(sign(worked_example_lines, ts=now), worked_example_lines, now=now)
+    BatchNonce.objects.create(nonce=nonce.value, collector_id="c", seen_at=now - NONCE_TTL_S - 1)
+    BatchNonce.objects.create(nonce="f" * 32, collector_id="c", seen_at=now)
+    assert prune_nonces(now) == 1
+    assert list(BatchNonce.objects.values_list("nonce", flat=True)) == ["f" * 32]
+
+
+def test_create_command_prints_env_lines_that_sign_accepted_batches(
+        worked_example_lines: list[str]) -> None:
+    out = io.StringIO()
+    call_command("ett_collector", "create", "node-7", stdout=out)
+    env = dict(line.split("=", 1) for line in out.getvalue().splitlines())
+    assert set(env) == {"ETT_COLLECTOR_ID", "ETT_COLLECTOR_SECRET"}
+    auth = sign_batch(env["ETT_COLLECTOR_ID"], env["ETT_COLLECTOR_SECRET"], worked_example_lines)
+    assert ingest_batch(worked_example_lines, "n", auth)["stored"] == len(worked_example_lines)
+    with pytest.raises(CommandError, match="already exists"):
+        call_command("ett_collector", "create", "node-7", stdout=io.StringIO())
+    listed = io.StringIO()
+    call_command("ett_collector", "list", stdout=listed)
+    assert "node-7" in listed.getvalue() and env["ETT_COLLECTOR_SECRET"] not in listed.getvalue()
+    with pytest.raises(CommandError, match="no collector named 'ghost'"):
+        call_command("ett_collector", "revoke", "ghost")
+
+
+def _stats(**overrides: object) -> dict[str, object]:
+    stats: dict[str, object] = {
+        "backlog_bytes": 2048, "backlog_events": 10, "shipped_events": 500, "dropped_events": 3,
+        "corrupted_records": 1, "last_success_ts": 1_795_000_000.5, "spool_files": 2}
+    return stats | overrides
+
+
+def test_health_report_is_stored_per_collector(sign: Signer,
+                                                credential: CollectorCredential) -> None:
+    for shipped in (500, 700):  # the latest report replaces the previous one
+        stats = _stats(shipped_events=shipped)
+        collector_health("node-1", stats, sign([json.dumps(stats, sort_keys=True)]))
+    health = CollectorHealth.objects.get()
+    assert (health.source, health.collector_id) == ("node-1", credential.collector_id)
+    assert (health.shipped_events, health.dropped_events, health.backlog_bytes) == (700, 3, 2048)
+
+
+@pytest.mark.parametrize("stats", [_stats(dropped_events=-1), _stats(backlog_bytes="lots")])
+def test_bad_or_unsigned_health_reports_are_not_stored(sign: Signer,
+                                                       stats: dict[str, object]) -> None:
+    collector_health("node-1", stats, sign([json.dumps(stats, sort_keys=True)]))
+    collector_health("node-1", _stats(), None)
+    assert not CollectorHealth.objects.exists()
+
+
+def test_admin_shows_credentials_by_prefix_and_health(client: Client, sign: Signer,
+                                                      credential: CollectorCredential) -> None:
+    stats = _stats()
+    collector_health("node-1", stats, sign([json.dumps(stats, sort_keys=True)]))
+    client.force_login(User.objects.create_superuser("ops", password="pw-ops-1"))
+    page = client.get("/admin/ingest/collectorcredential/").content.decode()
+    assert credential.name in page and credential.secret not in page
+    assert credential.secret[:6] in page
+    health = client.get("/admin/ingest/collectorhealth/").content.decode()
+    assert "node-1" in health and "2048" in health
+    created = client.post("/admin/ingest/collectorcredential/add/",
+                          {"name": "node-9", "active": "on"}, follow=True)
+    made = CollectorCredential.objects.get(name="node-9")
+    assert len(made.secret) == 64 and made.secret in created.content.decode()

@@ -1,0 +1,164 @@
+"""The mechanisms behind the ``--opt`` switches, each checked in this process on a tiny model.
+
+Why in-process: a world of one gloo rank is enough to shard a real TorchRec DLRM, plan it,
+checkpoint it asynchronously with ``torch.distributed.checkpoint`` and compile it, in seconds;
+the supervisor tests (test_trainer_launch) cover the same switches across real restarts.
+Events are read back from a real Reporter spool.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from collector.reporter import Reporter
+from collector.schema import parse_event
+from trainer import plan_cache
+from trainer.checkpoint import Checkpointer, checkpoint_path, verify
+from trainer.model import (
+    ModelShape,
+    attach_sparse_optimizer,
+    build_optimizer,
+    build_unsharded,
+    embedding_tables,
+    plan_sharding,
+    shard,
+    sharders,
+)
+from trainer.pt2 import CompileWatch, compile_arches, inductor_options, is_recompile
+from trainer.train import free_port
+
+SHAPE = ModelShape(embedding_rows=200, embedding_dim=8, dense_features=13, sparse_features=4)
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[dist.ProcessGroup]:
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    store = dist.TCPStore("127.0.0.1", free_port(), 1, is_master=True)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    assert dist.group.WORLD is not None
+    yield dist.group.WORLD
+    dist.destroy_process_group()
+
+
+def spooled(reporter: Reporter) -> list[dict[str, Any]]:
+    reporter.flush()
+    return [parse_event(line) for path in sorted(reporter.spool_dir.glob("*.jsonl"))
+            for line in path.read_text().splitlines()]
+
+
+def test_plan_key_names_everything_the_plan_depends_on(world: dist.ProcessGroup) -> None:
+    tables = embedding_tables(build_unsharded(SHAPE, 0))
+    key = plan_cache.plan_key(tables, 1, 32, sharders())
+    assert key == plan_cache.plan_key(embedding_tables(build_unsharded(SHAPE, 7)), 1, 32,
+                                      sharders())  # the seed does not change the plan
+    bigger = ModelShape(400, 8, 13, 4)
+    assert len({key, plan_cache.plan_key(tables, 2, 32, sharders()),
+                plan_cache.plan_key(tables, 1, 64, sharders()),
+                plan_cache.plan_key(embedding_tables(build_unsharded(bigger, 0)), 1, 32,
+                                    sharders())}) == 4
+
+
+def test_cached_plan_round_trips_and_shards_the_same(world: dist.ProcessGroup,
+                                                     tmp_path: Path) -> None:
+    model = build_unsharded(SHAPE, 0)
+    key = plan_cache.plan_key(embedding_tables(model), 1, 32, sharders())
+    assert plan_cache.load_plan(tmp_path, key) is None
+    plan = plan_sharding(model, world, 32)
+    plan_cache.save_plan(tmp_path, key, plan)
+    loaded = plan_cache.load_plan(tmp_path, key)
+    assert loaded is not None and str(loaded) == str(plan)
+    plan_cache.plan_path(tmp_path, key).write_bytes(b"not a pickle")
+    assert plan_cache.load_plan(tmp_path, key) is None  # unreadable: plan afresh
+
+
+def test_async_checkpoint_blocks_only_for_staging(world: dist.ProcessGroup,
+                                                  tmp_path: Path) -> None:
+    reporter = Reporter("async-ckpt", attempt=0, rank=0, spool_dir=tmp_path / "spool",
+                        heartbeat_s=0, install_signal_handlers=False)
+    model = build_unsharded(SHAPE, 0)
+    attach_sparse_optimizer(model, 0.1)
+    dmp = shard(model, world, plan_sharding(model, world, 16))
+    optimizer = build_optimizer(dmp, 0.1)
+    checkpointer = Checkpointer(tmp_path / "ckpt", reporter, asynchronous=True)
+    before = {k: v.full_tensor().clone() if hasattr(v, "full_tensor") else v.clone()
+              for k, v in dmp.state_dict().items()}
+    checkpointer.save(5, dmp, optimizer, {"next_step": 5})
+    with torch.no_grad():  # training goes on while the write runs: the staged copy is kept
+        for param in dmp.parameters():
+            param.add_(1.0)
+    checkpointer.save(6, dmp, optimizer, {"next_step": 6})  # waits for step 5 first
+    checkpointer.wait()
+    assert verify(checkpoint_path(tmp_path / "ckpt", 5)) is None
+    restored = checkpointer.load(5, dmp, optimizer)
+    assert restored == {"step": 5, "loader": {"next_step": 5}}
+    after = {k: v.full_tensor() if hasattr(v, "full_tensor") else v
+             for k, v in dmp.state_dict().items()}
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    saves = [e for e in spooled(reporter) if e["phase"] == "checkpoint_save"]
+    reporter.shutdown()
+    blocking = [(e["attrs"]["step"], e["blocking"]) for e in saves]
+    assert sorted(blocking) == [(5, False), (5, True), (6, False), (6, True)]
+    for step in (5, 6):
+        staged = next(e for e in saves if e["attrs"]["step"] == step and e["blocking"])
+        written = next(e for e in saves if e["attrs"]["step"] == step and not e["blocking"])
+        assert written["start"] >= staged["end"] - 1e-3  # the write follows the staging
+
+
+def test_recompile_ids_and_cpu_autotune_options() -> None:
+    assert [is_recompile(i) for i in ("0/0", "0/1", "[3/2]", "1/0_1")] == [
+        False, True, True, False]
+    assert inductor_options(False, "cpu") == {}
+    assert inductor_options(True, "cpu") == {"max_autotune": True,
+                                             "max_autotune_gemm_backends": "ATEN"}
+    assert "TRITON" in inductor_options(True, "cuda")["max_autotune_gemm_backends"]
+
+
+def test_marked_batch_never_recompiles_and_hooks_report_compiles(tmp_path: Path) -> None:
+    """``dynamic_shapes``: a smaller last batch runs under ``fail_on_recompile``; the compile
+    hooks turn the one compilation into ``compile`` spans with cache counters."""
+    reporter = Reporter("pt2", attempt=0, rank=0, spool_dir=tmp_path / "spool", heartbeat_s=0,
+                        install_signal_handlers=False)
+    torch._dynamo.reset()
+    arch = nn.Sequential(nn.Linear(13, 16), nn.ReLU(), nn.Linear(16, 1))
+    watch = CompileWatch(reporter)
+    with watch.installed():
+        compile_arches([arch], dynamic_batch=True, options={})
+        tracker = reporter.train(0)
+        watch.tracker = tracker
+        arch(torch.randn(64, 13)).sum().backward()
+        tracker.advance(1)
+        with torch.compiler.set_stance("fail_on_recompile"):
+            arch(torch.randn(40, 13)).sum().backward()
+        tracker.advance(2)
+        watch.tracker = None
+        tracker.close()
+    events = spooled(reporter)
+    reporter.shutdown()
+    compiles = [e for e in events if e["phase"] == "compile"]
+    assert compiles and all(e["blocking"] for e in compiles)
+    assert sum(e["attrs"]["unique_graphs"] for e in compiles) == 1
+    assert {"fxgraph_cache_hit", "fxgraph_cache_miss", "autograd_cache_hit",
+            "autograd_cache_miss"} <= set(compiles[0]["attrs"])
+    trains = [e for e in events if e["phase"] == "train"]
+    assert trains[-1]["step_end"] == 2
+    for comp in compiles:  # the tracker was paused while compiling
+        assert all(t["end"] <= comp["start"] or t["start"] >= comp["end"] for t in trains)
+
+
+def test_unmarked_batch_recompiles(tmp_path: Path) -> None:
+    """The control: without the mark, the smaller batch fails ``fail_on_recompile``."""
+    torch._dynamo.reset()
+    arch = nn.Sequential(nn.Linear(13, 16), nn.ReLU(), nn.Linear(16, 1))
+    compile_arches([arch], dynamic_batch=False, options={})
+    arch(torch.randn(64, 13)).sum().backward()
+    with pytest.raises(RuntimeError, match="Detected recompile"), \
+            torch.compiler.set_stance("fail_on_recompile"):
+        arch(torch.randn(40, 13))
