@@ -153,3 +153,15 @@ def test_timeline_draws_repeated_steps_before_new_ones(logged_in: Client,
     productive = by_name["productive"]
     last_new = max(zip(productive["base"], productive["x"], strict=True))
     assert last_new == (pytest.approx(101.0), pytest.approx(12.0))
+
+
+@pytest.mark.parametrize("url", ["/", "/fleet/", "/jobs/j1/"])
+def test_page_titles_are_plain_text_and_sections_appear_once(
+        logged_in: Client, worked_example_lines: list[str], url: str) -> None:
+    ingest_batch(worked_example_lines)
+    html = logged_in.get(url).content.decode()
+    title = re.search(r"<title>(.*?)</title>", html, re.S)
+    assert title is not None and "<" not in title.group(1), title
+    head = html.split("<body", 1)[0]
+    assert "<section" not in head and "<table" not in head
+    assert html.count('id="recoveries"') == (1 if url == "/jobs/j1/" else 0)
