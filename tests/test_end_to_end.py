@@ -28,11 +28,6 @@ ROOT = Path(__file__).resolve().parent.parent
 T0 = 1_795_000_000.0  # a fixed epoch so the timeline is the same on every run
 
 
-def _test_database_url() -> str:
-    """The URL of the database pytest-django created, for processes outside this one."""
-    return database_url(connection.settings_dict)
-
-
 def _write_lifecycle(spool: Path, job: str) -> int:
     """Two attempts of one job through the real Reporter; returns the events written."""
     first = Reporter(job, attempt=0, spool_dir=spool, heartbeat_s=0)
@@ -61,7 +56,8 @@ def worker_env(tmp_path: Path) -> dict[str, str]:
     """Environment for the worker and the agent; the agent signs with a real credential."""
     credential = new_credential(f"e2e-{uuid.uuid4().hex[:8]}")
     env = dict(os.environ)
-    env.update(DJANGO_SETTINGS_MODULE="ettweb.settings.test", DATABASE_URL=_test_database_url(),
+    env.update(DJANGO_SETTINGS_MODULE="ettweb.settings.test",
+               DATABASE_URL=database_url(connection.settings_dict),
                CELERY_BROKER_URL=str(settings.CELERY_BROKER_URL), PYTHONUNBUFFERED="1",
                ETT_COLLECTOR_ID=credential.collector_id,
                ETT_COLLECTOR_SECRET=credential.secret)

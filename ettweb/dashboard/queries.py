@@ -14,7 +14,7 @@ are the rollup's.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final, Literal, overload
@@ -26,7 +26,7 @@ from collector.schema import FAILED_STATUSES
 from ettweb.attribution.components import DEFAULT_PHASE_COMPONENTS, PRODUCTIVE, component_of
 from ettweb.attribution.engine import JobAttribution, attribute_job
 from ettweb.ingest.models import Event, Job, QuarantinedEvent
-from ettweb.rollups.logic import refresh_jobs
+from ettweb.rollups.logic import load_events, refresh_jobs
 from ettweb.rollups.models import (
     AttemptRollup,
     DailyCategoryRollup,
@@ -566,11 +566,6 @@ class JobResult:
     meta: JobMeta
 
 
-def _events(job: str) -> Iterator[dict[str, Any]]:
-    for event in Event.objects.filter(job=job).order_by("id").iterator(chunk_size=2000):
-        yield event.as_schema()
-
-
 def _headline(rollup: JobRollup) -> JobHeadline:
     recoveries = [RecoveryRow(r.attempt, r.seconds, r.by_category)
                   for r in rollup.recovery_rows.order_by("attempt")]
@@ -604,7 +599,7 @@ class JobQueryRunner:
 
     def calculate(self) -> JobResult | None:
         rollup = _rollup(self.query.job)
-        events = list(_events(self.query.job))
+        events = load_events([self.query.job]).get(self.query.job, [])
         if rollup is None or not events:
             return None
         mapping = self.query.components or phase_components()

@@ -6,8 +6,6 @@ engine works in seconds, and converting to timestamps and back would only add ro
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import models
 
 
@@ -44,19 +42,6 @@ class Event(models.Model):
         what = self.phase or self.mark
         return f"{self.job}#{self.attempt} {self.kind}:{what}"
 
-    def as_schema(self) -> dict[str, Any]:
-        """The event as a schema-v1 dict (what the attribution engine reads)."""
-        event: dict[str, Any] = {
-            "v": 1, "id": self.event_id, "job": self.job, "attempt": self.attempt,
-            "kind": self.kind, "rank": self.rank, "blocking": self.blocking, "attrs": self.attrs,
-        }
-        optional = {
-            "phase": self.phase, "mark": self.mark, "host": self.host, "start": self.start,
-            "end": self.end, "ts": self.ts, "step_start": self.step_start,
-            "step_end": self.step_end, "step": self.step,
-        }
-        event.update({key: value for key, value in optional.items() if value not in (None, "")})
-        return event
 
 
 class Job(models.Model):

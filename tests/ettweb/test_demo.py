@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.db import connection
 
 from ettweb.demo import parse_args
 from ettweb.ingest.models import CollectorCredential, Event, QuarantinedEvent
-from tests.test_end_to_end import _test_database_url
+from ettweb.settings.env import database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +37,7 @@ def test_impossible_plan_is_refused_before_any_work(capsys: pytest.CaptureFixtur
 @pytest.mark.integration
 @pytest.mark.django_db(transaction=True)
 def test_demo_trains_a_job_and_stores_every_event(tmp_path: Path) -> None:
-    env = dict(os.environ, DATABASE_URL=_test_database_url(),
+    env = dict(os.environ, DATABASE_URL=database_url(connection.settings_dict),
                CELERY_BROKER_URL=str(settings.CELERY_BROKER_URL),
                DJANGO_SETTINGS_MODULE="ettweb.settings.test")
     job = "demo-test-job"

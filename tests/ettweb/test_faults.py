@@ -22,7 +22,7 @@ from django.db import connection
 from collector.auth import sign_batch
 from ettweb.ingest.credentials import new_credential
 from ettweb.ingest.models import Event, QuarantinedEvent
-from tests.test_end_to_end import _test_database_url
+from ettweb.settings.env import database_url
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +47,7 @@ class Fleet:
         self.app = Celery(broker=settings.CELERY_BROKER_URL)
         self.app.conf.update(task_serializer="json", accept_content=["json"])
         self.env = dict(os.environ, DJANGO_SETTINGS_MODULE="ettweb.settings.test",
-                        DATABASE_URL=_test_database_url(), PYTHONUNBUFFERED="1",
+                        DATABASE_URL=database_url(connection.settings_dict), PYTHONUNBUFFERED="1",
                         CELERY_BROKER_URL=str(settings.CELERY_BROKER_URL))
 
     def start_worker(self, name: str) -> subprocess.Popen[bytes]:
