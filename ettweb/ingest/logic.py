@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import json
 import math
-import re
+import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.db import DataError, IntegrityError, connection, transaction
-from django.db.models import F, Value
-from django.db.models.functions import Greatest
 
-from collector.schema import EventError, parse_event
+from collector.schema import EventError, dump_attrs, is_plain, parse_event
 from ettweb.ingest import partitions
 from ettweb.ingest.models import BatchNonce, Event, EventId, Job, QuarantinedEvent
+from ettweb.rollups.logic import MARK_STALE_AFTER_S, mark_dirty
 
 BIGINT_MAX = 2**63 - 1
 STEP_FIELDS = ("step_start", "step_end", "step")
@@ -47,6 +46,8 @@ class IngestResult:
     duplicates: int
     rejected: int
     jobs: tuple[str, ...] = field(default=(), compare=False)
+    #: Jobs whose rollup refresh the caller must schedule (newly marked dirty, or stale).
+    refresh: tuple[str, ...] = field(default=(), compare=False)
 
     def as_dict(self) -> dict[str, int]:
         return {"stored": self.stored, "duplicates": self.duplicates, "rejected": self.rejected}
@@ -85,18 +86,6 @@ def _storage_problem(value: Any, where: str = "event") -> str | None:
     return None
 
 
-#: What in an ASCII line could hide a value Postgres refuses: a NUL or surrogate escape, a
-#: number of 19+ digits, NaN/Infinity. Lines without any skip the walk over every value —
-#: it was a third of the ingest time, and nearly every line is plain ASCII from our Reporter.
-_SUSPECT = re.compile(r"\\u0000|\\u[dD][89a-fA-F]|[0-9]{19}|NaN|Infinity")
-
-
-def _needs_storage_check(line: str | bytes) -> bool:
-    if isinstance(line, bytes):
-        return not line.isascii() or _SUSPECT.search(line.decode("ascii")) is not None
-    return not line.isascii() or _SUSPECT.search(line) is not None
-
-
 def _job_of(raw: str) -> str:
     """Best-effort job id of a rejected line, so a job page can count its quarantined lines."""
     try:
@@ -127,8 +116,9 @@ def sort_lines(lines: Iterable[Any], source: str = "") -> _Sorted:
             batch.rejected.append(_reject(line, "line must be a string of JSON", source))
             continue
         try:
-            event = parse_event(line)
-            problem = _storage_problem(event) if _needs_storage_check(line) else None
+            plain = is_plain(line)
+            event = parse_event(line, plain=plain)
+            problem = None if plain else _storage_problem(event)
         except EventError as exc:
             batch.rejected.append(_reject(line, str(exc), source))
             continue
@@ -147,10 +137,13 @@ def sort_lines(lines: Iterable[Any], source: str = "") -> _Sorted:
 
 
 def _row(event: dict[str, Any]) -> tuple[Any, ...]:
-    values = {name: event.get(name) for name in EVENT_COLUMNS}
-    values.update(event_id=event["id"], phase=event.get("phase", ""), mark=event.get("mark", ""),
-                  host=event.get("host", ""), attrs=json.dumps(event["attrs"]))
-    return tuple(values[name] for name in EVENT_COLUMNS)
+    """The event's values in ``EVENT_COLUMNS`` order (built directly: the COPY loop's cost)."""
+    get = event.get
+    attrs = event["attrs"]
+    return (event["id"], event["job"], event["attempt"], event["kind"], get("phase", ""),
+            get("mark", ""), get("start"), get("end"), get("ts"), event["rank"], get("host", ""),
+            get("step_start"), get("step_end"), get("step"), event["blocking"],
+            dump_attrs(attrs) if attrs else "{}")
 
 
 #: Per-connection staging table the batch is COPied into; emptied before each use.
@@ -214,16 +207,37 @@ def _job_updates(events: Iterable[dict[str, Any]]) -> dict[str, tuple[float, dic
     return jobs
 
 
+def _upsert_jobs_sql() -> str:
+    """One statement for every job of a batch (was two per job): insert unseen jobs, move
+    ``last_event_time`` forward only, and take model/team/cluster where the batch gave them.
+
+    ``ON CONFLICT DO UPDATE`` (not a separate UPDATE) because it also updates a row another
+    worker committed after this statement's snapshot; rows are taken in job order, so two
+    batches never deadlock. A NULL in ``v`` means "not given": the stored value stays.
+    """
+    table = Job._meta.db_table
+    given = ", ".join(f"{key} = CASE WHEN (SELECT v.{key} FROM v WHERE v.job = EXCLUDED.job_id) "
+                      f"IS NULL THEN {table}.{key} ELSE EXCLUDED.{key} END"
+                      for key in JOB_META_KEYS)
+    return (
+        "WITH v (job, latest, model, team, cluster) AS (SELECT * FROM unnest("
+        "%s::text[], %s::float8[], %s::text[], %s::text[], %s::text[])) "
+        f"INSERT INTO {table} (job_id, first_seen, last_event_time, model, team, cluster) "
+        "SELECT job, now(), latest, coalesce(model, ''), coalesce(team, ''), "
+        "coalesce(cluster, '') FROM v ORDER BY job "
+        f"ON CONFLICT (job_id) DO UPDATE SET last_event_time = "
+        f"greatest({table}.last_event_time, EXCLUDED.last_event_time), {given}")
+
+
 def _update_jobs(events: Iterable[dict[str, Any]]) -> None:
     """Create unseen jobs and move their last event time forward (never backward)."""
-    updates = _job_updates(events)
-    Job.objects.bulk_create(
-        [Job(job_id=job, last_event_time=latest) for job, (latest, _) in updates.items()],
-        ignore_conflicts=True,
-    )
-    for job, (latest, meta) in sorted(updates.items()):  # fixed order: no deadlocks
-        Job.objects.filter(job_id=job).update(
-            last_event_time=Greatest(F("last_event_time"), Value(latest)), **meta)
+    updates = sorted(_job_updates(events).items())
+    if not updates:
+        return
+    columns: list[Any] = [[job for job, _ in updates], [latest for _, (latest, _) in updates],
+                          *([meta.get(key) for _, (_, meta) in updates] for key in JOB_META_KEYS)]
+    with connection.cursor() as cursor:
+        cursor.execute(_upsert_jobs_sql(), columns)
 
 
 def _store(events: Sequence[dict[str, Any]]) -> int:
@@ -304,15 +318,21 @@ def ingest_lines(lines: Iterable[Any], source: str = "", *, nonce: Nonce | None 
     batch = sort_lines(lines, source)
     partitions.ensure_for_events(_partition_key(event) for event in batch.events)
     try:
-        with transaction.atomic():
-            if nonce is not None:
-                _claim(nonce)
-            return _store_sorted(batch, source)
+        return _store_and_mark(batch, source, nonce)
     except ReplayedBatch:
         if not redelivered:
             return reject_batch(lines, source, REPLAYED)
+    return _store_and_mark(batch, source, None)
+
+
+def _store_and_mark(batch: _Sorted, source: str, nonce: Nonce | None) -> IngestResult:
+    """One transaction: claim the nonce, store the batch, mark its jobs' rollups dirty."""
     with transaction.atomic():
-        return _store_sorted(batch, source)
+        if nonce is not None:
+            _claim(nonce)
+        result = _store_sorted(batch, source)
+        refresh = mark_dirty(result.jobs, time.time(), MARK_STALE_AFTER_S)
+    return replace(result, refresh=tuple(refresh))
 
 
 def _store_sorted(batch: _Sorted, source: str) -> IngestResult:

@@ -1,11 +1,10 @@
 """The Celery tasks the collector sends by name (``ett.ingest_batch``, ``ett.collector_health``)
 and the periodic upkeep beat runs; the logic lives in logic.py, credentials.py, partitions.py.
 
-With ``task_acks_late`` a task that *raises* is still acknowledged, so a database outage
-would lose batches. Connection errors are therefore retried (with backoff, without limit):
-the batch waits in the broker until Postgres is back. Bad data never raises — it is
-quarantined by the logic layer — so a retry can only be about the database being away.
-After storing, the task refreshes the rollups of the jobs the batch touched (rollups.logic).
+Connection errors are retried without limit (ettweb.retry): with ``task_acks_late`` a task that
+raised would otherwise be acknowledged and its batch lost during a database outage.
+After storing, the task schedules ``ett.refresh_rollups`` for the jobs the batch newly marked
+dirty (ettweb.rollups); batches arriving before that refresh runs share it.
 """
 
 from __future__ import annotations
@@ -17,22 +16,20 @@ from typing import Any
 
 from celery import shared_task
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
 
 from ettweb.ingest import partitions
 from ettweb.ingest.credentials import BatchRejected, prune_nonces, verify_batch
 from ettweb.ingest.logic import IngestResult, Nonce, ingest_lines, reject_batch
 from ettweb.ingest.models import CollectorHealth
+from ettweb.retry import DATABASE_RETRY
 from ettweb.rollups.logic import refresh_jobs
+from ettweb.rollups.tasks import refresh_rollups
 
 logger = logging.getLogger(__name__)
-RETRY_BACKOFF_MAX_S = 300
 HEALTH_FIELDS = ("backlog_bytes", "backlog_events", "shipped_events", "dropped_events",
                  "corrupted_records", "spool_files")
-_RETRY: dict[str, Any] = {
-    "autoretry_for": (OperationalError, InterfaceError), "retry_backoff": True,
-    "retry_backoff_max": RETRY_BACKOFF_MAX_S, "retry_jitter": True, "max_retries": None,
-}
+#: Jobs per scheduled refresh task (a batch spanning a whole fleet is split).
+REFRESH_JOBS_PER_TASK = 200
 
 
 def _authenticate(auth: Any, lines: list[Any], *, in_process: bool = False) -> Nonce | None:
@@ -53,7 +50,7 @@ def _redelivered(task: Any) -> bool:
     return bool(request.retries) or bool((request.delivery_info or {}).get("redelivered"))
 
 
-@shared_task(name="ett.ingest_batch", bind=True, **_RETRY)
+@shared_task(name="ett.ingest_batch", bind=True, **DATABASE_RETRY)
 def ingest_batch(self: Any, lines: list[str], source: str = "",
                  auth: dict[str, Any] | None = None) -> dict[str, int]:
     """Verify, ingest one batch of raw JSONL lines, then refresh the rollups of its jobs.
@@ -68,10 +65,30 @@ def ingest_batch(self: Any, lines: list[str], source: str = "",
         nonce = _authenticate(auth, batch, in_process=bool(self.request.called_directly))
     except BatchRejected as exc:
         return reject_batch(batch, source, str(exc)).as_dict()
-    result: IngestResult = ingest_lines(batch, source, nonce=nonce,
-                                        redelivered=_redelivered(self))
-    refresh_jobs(result.jobs)
+    redelivered = _redelivered(self)
+    result: IngestResult = ingest_lines(batch, source, nonce=nonce, redelivered=redelivered)
+    if self.request.called_directly:  # in-process caller: rollups current when we return
+        refresh_jobs(result.jobs)
+    else:  # a redelivery may follow a commit whose refresh was never scheduled: all its jobs
+        _schedule_refresh(result.jobs if redelivered else result.refresh,
+                          (self.request.delivery_info or {}).get("routing_key"))
     return result.as_dict()
+
+
+def _schedule_refresh(jobs: tuple[str, ...], queue: str | None) -> None:
+    """Send ``ett.refresh_rollups`` to the queue the batch came from, after the debounce delay.
+
+    The batch is already committed: if the broker refuses now, the jobs keep their marks and
+    the next batch of the job, or beat's ``ett.refresh_stale_rollups``, schedules them again.
+    """
+    for at in range(0, len(jobs), REFRESH_JOBS_PER_TASK):
+        chunk = list(jobs[at:at + REFRESH_JOBS_PER_TASK])
+        try:
+            refresh_rollups.apply_async(args=[chunk], queue=queue or None,
+                                        countdown=settings.ETT_ROLLUP_REFRESH_DELAY_S)
+        except Exception:  # the marks make this recoverable: never fail a stored batch
+            logger.warning("could not schedule the rollup refresh of %d job(s); the stale-mark "
+                           "sweep will", len(chunk), exc_info=True)
 
 
 def _health_values(stats: Any) -> dict[str, Any]:
@@ -91,7 +108,7 @@ def _health_values(stats: Any) -> dict[str, Any]:
     return values
 
 
-@shared_task(name="ett.collector_health", **_RETRY)
+@shared_task(name="ett.collector_health", **DATABASE_RETRY)
 def collector_health(source: str, stats: dict[str, Any],
                      auth: dict[str, Any] | None = None) -> None:
     """Store a collector's latest health report (signed like a batch over the stats JSON).
@@ -110,14 +127,14 @@ def collector_health(source: str, stats: dict[str, Any],
         defaults={**values, "collector_id": nonce.collector_id if nonce else ""})
 
 
-@shared_task(name="ett.ensure_event_partitions", **_RETRY)
+@shared_task(name="ett.ensure_event_partitions", **DATABASE_RETRY)
 def ensure_event_partitions() -> list[str]:
     """Beat: create today's and the coming days' event partitions; returns the new ones."""
     partitions.forget_known()
     return partitions.ensure_ahead(time.time())
 
 
-@shared_task(name="ett.prune_batch_nonces", **_RETRY)
+@shared_task(name="ett.prune_batch_nonces", **DATABASE_RETRY)
 def prune_batch_nonces() -> int:
     """Beat: forget nonces too old to be replayed (their timestamp fails the skew check)."""
     return prune_nonces()

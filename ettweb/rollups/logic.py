@@ -30,7 +30,13 @@ from django.utils import timezone
 
 from ettweb.attribution.engine import DAY_S, Event, JobAttribution, attribute_job, per_day
 from ettweb.ingest.models import Event as StoredEvent
-from ettweb.rollups.models import AttemptRollup, DailyCategoryRollup, JobRollup, RecoveryRollup
+from ettweb.rollups.models import (
+    AttemptRollup,
+    DailyCategoryRollup,
+    DirtyJob,
+    JobRollup,
+    RecoveryRollup,
+)
 
 #: Jobs refreshed per transaction: bounds memory and lock time for very large batches.
 JOBS_PER_TRANSACTION = 200
@@ -39,6 +45,9 @@ STREAM_CHUNK = 20_000
 #: Two day values closer than this (relative) are "unchanged": a recompute may redistribute
 #: float rounding across a long segment without any event touching that day.
 SAME_REL_TOL = 1e-9
+#: A dirty mark older than this has lost its refresh task (a worker died between commit and
+#: publish): the next batch of the job schedules one again, and beat sweeps the rest.
+MARK_STALE_AFTER_S = 60.0
 
 _EVENT_COLUMNS = ("event_id", "job", "attempt", "kind", "phase", "mark", "start", "end", "ts",
                   "rank", "step_start", "step_end", "step", "blocking", "attrs")
@@ -259,9 +268,28 @@ def _write_days(wanted: dict[str, dict[DayKey, DayValues]]) -> tuple[int, int, s
     return len(inserts) + len(updates), len(stored), days
 
 
-def _refresh_chunk(job_ids: list[str]) -> RefreshStats:
+def _claim_marks(job_ids: Sequence[str]) -> set[str]:
+    """Delete the dirty marks of ``job_ids``; returns the jobs that were marked.
+
+    Runs after the advisory locks and before the events are read. A batch still storing
+    events of one of these jobs holds its mark's row lock (``mark_dirty``): the DELETE waits
+    for that batch to commit, so the read that follows sees its events. A batch that commits
+    after the DELETE finds no mark, sets a new one and schedules another refresh.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {DirtyJob._meta.db_table} WHERE job = ANY(%s) RETURNING job",
+                       [list(job_ids)])
+        return {row[0] for row in cursor.fetchall()}
+
+
+def _refresh_chunk(job_ids: list[str], *, only_marked: bool = False) -> RefreshStats:
     with transaction.atomic():
         _lock_jobs(job_ids)
+        marked = _claim_marks(job_ids)
+        if only_marked:
+            job_ids = [job for job in job_ids if job in marked]
+        if not job_ids:
+            return RefreshStats()
         events = load_events(job_ids)
         rows = [job_rows(attribute_job(events[job]), len(events[job]))
                 for job in job_ids if job in events]
@@ -272,18 +300,48 @@ def _refresh_chunk(job_ids: list[str]) -> RefreshStats:
                         days_written=tuple(sorted(days)))
 
 
-def refresh_jobs(job_ids: Iterable[str]) -> RefreshStats:
+def refresh_jobs(job_ids: Iterable[str], *, only_marked: bool = False) -> RefreshStats:
     """Recompute the rollups of ``job_ids`` from their stored events (exactly, per job).
 
     A job with no stored events left loses its rollups. Safe to call concurrently for the
     same jobs from several workers; the last one to run leaves the exact numbers.
+    ``only_marked`` skips jobs without a dirty mark (another refresh already took it):
+    what the ``ett.refresh_rollups`` task wants. Every refresh clears the marks it covers.
     """
     began = time.perf_counter()
     ordered = sorted(set(job_ids))
     total = RefreshStats()
     for at in range(0, len(ordered), JOBS_PER_TRANSACTION):
-        total = _merge(total, _refresh_chunk(ordered[at:at + JOBS_PER_TRANSACTION]))
+        chunk = ordered[at:at + JOBS_PER_TRANSACTION]
+        total = _merge(total, _refresh_chunk(chunk, only_marked=only_marked))
     return _with_elapsed(total, began)
+
+
+def mark_dirty(job_ids: Iterable[str], now: float, stale_after_s: float) -> list[str]:
+    """Mark jobs whose events just changed; call inside the transaction that stored them.
+
+    Returns the jobs that need a refresh scheduled: newly marked ones, and ones marked more
+    than ``stale_after_s`` ago (their refresh task was lost, e.g. the worker died between
+    commit and publish). Rows are upserted in job order (no deadlocks between batches) and
+    stay locked until the caller commits — which ``_claim_marks`` relies on.
+    """
+    jobs = sorted(set(job_ids))
+    if not jobs:
+        return []
+    table = DirtyJob._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (job, marked_at) SELECT j, %s FROM unnest(%s::text[]) AS j "
+            f"ORDER BY j ON CONFLICT (job) DO UPDATE SET marked_at = {table}.marked_at "
+            "RETURNING job, marked_at", [now, jobs])
+        return sorted(job for job, marked_at in cursor.fetchall()
+                      if marked_at == now or marked_at < now - stale_after_s)
+
+
+def stale_marks(older_than: float) -> list[str]:
+    """Jobs marked dirty before ``older_than`` (epoch seconds): refreshes that never ran."""
+    return list(DirtyJob.objects.filter(marked_at__lt=older_than)
+                .order_by("job").values_list("job", flat=True))
 
 
 def _merge(a: RefreshStats, b: RefreshStats) -> RefreshStats:
@@ -314,7 +372,9 @@ def rebuild_all() -> RefreshStats:
     """
     began = time.perf_counter()
     with transaction.atomic():
-        tables = ", ".join(model._meta.db_table for model in _ROLLUP_MODELS)
+        # Dirty marks go too: every job is recomputed here; a batch that commits later waits
+        # for this TRUNCATE's lock, then marks its job again.
+        tables = ", ".join(model._meta.db_table for model in (*_ROLLUP_MODELS, DirtyJob))
         with connection.cursor() as cursor:
             # Django's FKs are deferred: checks still pending from earlier statements of an
             # enclosing transaction would make TRUNCATE fail, so run them now.

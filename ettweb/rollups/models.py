@@ -144,3 +144,22 @@ class RecoveryRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id}#{self.attempt} recovered in {self.seconds:.1f} s"
+
+
+class DirtyJob(models.Model):
+    """A job whose stored events changed since its rollups were last computed.
+
+    Why a table rather than refreshing inside every ingest task: a job's refresh re-reads all
+    its events, so refreshing per batch costs O(job size) per batch — quadratic over a long
+    job. Ingestion marks the job here in the transaction that stores its events; one
+    ``ett.refresh_rollups`` task per newly marked job runs a moment later, and every batch
+    that arrives meanwhile only finds the mark already set. A refresh deletes the mark
+    before it reads the events, so a batch committing during the refresh marks the job anew.
+    """
+
+    job = models.CharField(max_length=200, primary_key=True)
+    marked_at = models.FloatField(help_text="epoch seconds the job was first marked since its "
+                                            "last refresh")
+
+    def __str__(self) -> str:
+        return f"{self.job} (dirty since {self.marked_at:.0f})"

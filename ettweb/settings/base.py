@@ -133,6 +133,8 @@ CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE = {
     "ensure-event-partitions": {"task": "ett.ensure_event_partitions", "schedule": 3600.0},
     "prune-batch-nonces": {"task": "ett.prune_batch_nonces", "schedule": 300.0},
+    # Safety net: refreshes whose task was lost (worker died between commit and publish).
+    "refresh-stale-rollups": {"task": "ett.refresh_stale_rollups", "schedule": 60.0},
 }
 
 # Ingestion. A batch without a valid collector signature is quarantined, never stored; turning
@@ -142,6 +144,9 @@ ETT_INGEST_REQUIRE_AUTH: bool = env.bool_("ETT_INGEST_REQUIRE_AUTH", True)
 # before / after now; anything outside lands in the default partition.
 ETT_PARTITION_DAYS_BACK: int = env.int_("ETT_PARTITION_DAYS_BACK", 35, minimum=0)
 ETT_PARTITION_DAYS_AHEAD: int = env.int_("ETT_PARTITION_DAYS_AHEAD", 7, minimum=0)
+# Rollups: a job's refresh runs this many seconds after its first new batch, so the batches
+# arriving meanwhile share one refresh (the dashboard lags by about this much).
+ETT_ROLLUP_REFRESH_DELAY_S: float = env.float_("ETT_ROLLUP_REFRESH_DELAY_S", 2.0, minimum=0.0)
 
 LOGGING = {
     "version": 1,

@@ -7,6 +7,7 @@ not later with a stack trace from deep inside a database driver. Every helper he
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -73,6 +74,22 @@ def int_(name: str, default: Any = REQUIRED, *, minimum: int | None = None) -> A
         raise _fail(name, f"not an integer: {value!r}") from None
     if minimum is not None and number < minimum:
         raise _fail(name, f"must be >= {minimum}, got {number}")
+    return number
+
+
+def float_(name: str, default: Any = REQUIRED, *, minimum: float | None = None) -> Any:
+    """A finite number (optionally ``>= minimum``), or ``default`` when unset."""
+    value = _raw(name, default)
+    if value is None:
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        raise _fail(name, f"not a number: {value!r}") from None
+    if not math.isfinite(number):
+        raise _fail(name, f"must be a finite number, got {value!r}")
+    if minimum is not None and number < minimum:
+        raise _fail(name, f"must be >= {minimum:g}, got {number:g}")
     return number
 
 

@@ -25,6 +25,7 @@ def test_bench_ingest_small_plan_prints_its_result_line() -> None:
     assert result["events_per_s"] > 0 and result["naive_events_per_s"] > 0
     assert result["ratio"] == pytest.approx(
         result["events_per_s"] / result["naive_events_per_s"], rel=0.02)
+    assert result["rollups_current_s"] >= result["seconds"] > 0
 
 
 def test_bench_ingest_refuses_an_empty_plan() -> None:

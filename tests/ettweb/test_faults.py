@@ -1,9 +1,11 @@
 """Fault tests with real processes on the real broker and Postgres, each ending in an exact
-count: two workers consuming one queue, a worker's pool process killed mid-batch, the
-worker's database connections cut. Every event is stored exactly once."""
+count: two workers consuming one queue (and refreshing the job's rollups), a worker's pool
+process killed mid-batch, the worker's database connections cut. Every event is stored
+exactly once. (A real Postgres restart is in test_postgres_restart.py.)"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -18,10 +20,12 @@ import pytest
 from celery import Celery
 from django.conf import settings
 from django.db import connection
+from kombu import Exchange, Queue
 
 from collector.auth import sign_batch
 from ettweb.ingest.credentials import new_credential
 from ettweb.ingest.models import Event, QuarantinedEvent
+from ettweb.rollups.models import DirtyJob, JobRollup
 from ettweb.settings.env import database_url
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -76,6 +80,17 @@ class Fleet:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        self._delete_queue()
+
+    def _delete_queue(self) -> None:
+        """Drop the private queue (a stopped worker requeues its delayed refresh tasks), so
+        runs leave nothing behind on the shared broker."""
+        with contextlib.suppress(Exception), self.app.connection_for_write() as conn:
+            # Declared as send_task declared it: kombu's redis transport needs the bindings.
+            queue = Queue(self.queue, Exchange(self.queue), routing_key=self.queue)
+            bound = queue.bind(conn.default_channel)
+            bound.declare()
+            bound.delete()
 
 
 @pytest.fixture
@@ -119,6 +134,9 @@ def test_two_workers_store_overlapping_batches_exactly_once(fleet: Fleet) -> Non
     assert not QuarantinedEvent.objects.exists()
     for worker in ("a", "b"):  # both took batches: they really ran concurrently
         assert "succeeded" in (fleet.tmp_path / f"{worker}.log").read_text()
+    # The debounced refreshes the workers scheduled leave the job's rollup exact.
+    _wait_until(lambda: not DirtyJob.objects.exists(), 60, fleet)
+    assert JobRollup.objects.get(job=job).events == 20 * 200
 
 
 def test_worker_killed_mid_batch_loses_nothing(fleet: Fleet) -> None:

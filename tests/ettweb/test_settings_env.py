@@ -30,6 +30,9 @@ def test_url_with_wrong_scheme_names_variable(monkeypatch: pytest.MonkeyPatch) -
         (lambda: env.bool_("ETT_X"), "maybe", r"^ETT_X: not a boolean: 'maybe'"),
         (lambda: env.list_("ETT_X"), "a,,b", r"^ETT_X: empty item"),
         (lambda: env.str_("ETT_X"), "  ", r"^ETT_X: required but not set$"),
+        (lambda: env.float_("ETT_X"), "soon", r"^ETT_X: not a number: 'soon'$"),
+        (lambda: env.float_("ETT_X"), "nan", r"^ETT_X: must be a finite number, got 'nan'$"),
+        (lambda: env.float_("ETT_X", minimum=0.0), "-1.5", r"^ETT_X: must be >= 0, got -1.5$"),
     ],
 )
 def test_bad_values_name_the_variable(monkeypatch: pytest.MonkeyPatch, helper: object,
@@ -45,6 +48,8 @@ def test_good_values_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ETT_L", "a.example, b.example")
     monkeypatch.delenv("ETT_UNSET", raising=False)
     assert env.int_("ETT_N", minimum=1) == 7
+    assert env.float_("ETT_N", minimum=0.0) == 7.0
+    assert env.float_("ETT_UNSET", 2.0) == 2.0
     assert env.bool_("ETT_B") is False
     assert env.list_("ETT_L") == ["a.example", "b.example"]
     assert env.str_("ETT_UNSET", "fallback") == "fallback"

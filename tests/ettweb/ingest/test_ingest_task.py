@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
@@ -11,7 +13,8 @@ from ettweb.ingest.credentials import verify_batch
 from ettweb.ingest.logic import ingest_lines
 from ettweb.ingest.models import Event, QuarantinedEvent
 from ettweb.ingest.tasks import ingest_batch
-from ettweb.rollups.models import JobRollup
+from ettweb.rollups.models import DirtyJob, JobRollup
+from ettweb.rollups.tasks import refresh_rollups
 from tests.ettweb.ingest.conftest import Signer
 
 
@@ -63,14 +66,54 @@ def test_task_refreshes_the_rollups_of_the_jobs_in_the_batch(
         "j1": ("completed", 113.0), "j2": ("completed", 100.0)}
 
 
+class SentRefreshes:
+    """Records ``ett.refresh_rollups`` sends instead of publishing them, and can run them."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def apply_async(self, **options: Any) -> None:
+        self.sent.append(options)
+
+    def run_all(self) -> None:
+        for options in self.sent:
+            refresh_rollups(*options["args"])
+
+
+@pytest.fixture
+def sent_refreshes(monkeypatch: pytest.MonkeyPatch) -> SentRefreshes:
+    sent = SentRefreshes()
+    monkeypatch.setattr(refresh_rollups, "apply_async", sent.apply_async)
+    return sent
+
+
+@pytest.mark.django_db
+def test_a_worker_schedules_one_debounced_refresh_per_newly_dirty_job(
+        worked_example_lines: list[str], sign: Signer, sent_refreshes: SentRefreshes) -> None:
+    first, rest = worked_example_lines[:6], worked_example_lines[6:]
+    ingest_batch.apply(args=(first, "", sign(first)), routing_key="ett-fleet").get()
+    ingest_batch.apply(args=(rest, "", sign(rest)), routing_key="ett-fleet").get()
+    assert [s["args"] for s in sent_refreshes.sent] == [[["j1"]]]  # the 2nd batch shares it
+    assert sent_refreshes.sent[0]["queue"] == "ett-fleet"
+    assert sent_refreshes.sent[0]["countdown"] == settings.ETT_ROLLUP_REFRESH_DELAY_S
+    assert not JobRollup.objects.exists()  # nothing refreshed inline
+    sent_refreshes.run_all()
+    assert round(JobRollup.objects.get(job="j1").ett_pct, 2) == 70.80  # covers both batches
+    assert not DirtyJob.objects.exists()
+
+
 @pytest.mark.django_db
 def test_a_retried_batch_refreshes_its_jobs_again(worked_example_lines: list[str],
-                                                  sign: Signer) -> None:
-    """A batch whose refresh failed is retried with the same nonce; it is not a replay."""
+                                                  sign: Signer,
+                                                  sent_refreshes: SentRefreshes) -> None:
+    """A batch stored before its worker died is redelivered with the same nonce: not a
+    replay, and its jobs' refresh is scheduled again though their marks already exist."""
     auth = sign(worked_example_lines)
     nonce = verify_batch(auth, worked_example_lines)
     ingest_lines(worked_example_lines, nonce=nonce)  # stored, but the refresh never ran
     assert not JobRollup.objects.exists()
     retried = ingest_batch.apply(args=(worked_example_lines, "", auth), retries=1).get()
     assert retried["duplicates"] == len(worked_example_lines)
+    assert [s["args"] for s in sent_refreshes.sent] == [[["j1"]]]
+    sent_refreshes.run_all()
     assert round(JobRollup.objects.get(job="j1").ett_pct, 2) == 70.80

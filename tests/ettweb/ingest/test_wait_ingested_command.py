@@ -1,4 +1,5 @@
-"""``ett_wait_ingested`` returns once enough lines are in, and fails clearly on timeout."""
+"""``ett_wait_ingested`` returns once enough lines are in and the rollups are current, and
+fails clearly on timeout, saying which of the two it still waits for."""
 
 from __future__ import annotations
 
@@ -8,15 +9,25 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from ettweb.ingest.logic import ingest_lines
+from ettweb.rollups.logic import refresh_jobs
 
 pytestmark = pytest.mark.django_db
 
 
-def test_returns_when_lines_are_ingested(worked_example_lines: list[str]) -> None:
-    ingest_lines([*worked_example_lines, "{bad"])
+def test_returns_when_lines_are_ingested_and_rollups_refreshed(
+        worked_example_lines: list[str]) -> None:
+    refresh_jobs(ingest_lines([*worked_example_lines, "{bad"]).jobs)
     out = StringIO()
     call_command("ett_wait_ingested", events=len(worked_example_lines) + 1, timeout=1, stdout=out)
-    assert out.getvalue().strip() == f"ingested {len(worked_example_lines)} events, 1 quarantined"
+    assert out.getvalue().strip() == (f"ingested {len(worked_example_lines)} events, "
+                                      "1 quarantined; rollups current")
+
+
+def test_waits_for_the_rollup_refresh_of_a_stored_job(worked_example_lines: list[str]) -> None:
+    result = ingest_lines(worked_example_lines)  # stored, marked dirty, refresh not yet run
+    assert result.refresh == ("j1",)
+    with pytest.raises(CommandError, match=r"all 12 lines are in, but 1 job\(s\) still wait"):
+        call_command("ett_wait_ingested", events=len(worked_example_lines), timeout=0.1)
 
 
 def test_times_out_with_counts() -> None:

@@ -1,8 +1,10 @@
-"""``manage.py ett_wait_ingested --events N``: wait until N lines have been ingested.
+"""``manage.py ett_wait_ingested --events N``: wait until N lines have been ingested and the
+rollups of every job are current.
 
 Scripts (the demo, end-to-end tests) need to know when the worker has caught up with what
 the collector shipped; counting stored plus quarantined rows answers that without a
-result backend. Exits 1 on timeout so a script can tell "slow" from "done".
+result backend, and an empty dirty-job table says every scheduled rollup refresh has run.
+Exits 1 on timeout so a script can tell "slow" from "done".
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ettweb.ingest.models import Event, QuarantinedEvent
+from ettweb.rollups.models import DirtyJob
 
 POLL_S = 0.5
 
@@ -22,8 +25,14 @@ def ingested() -> tuple[int, int]:
     return Event.objects.count(), QuarantinedEvent.objects.count()
 
 
+def stale_jobs() -> int:
+    """Jobs whose rollups wait for a refresh right now."""
+    return DirtyJob.objects.count()
+
+
 class Command(BaseCommand):
-    help = "Wait until at least --events lines are stored or quarantined."
+    help = ("Wait until at least --events lines are stored or quarantined and no job's "
+            "rollups wait for a refresh.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--events", type=int, required=True,
@@ -34,10 +43,21 @@ class Command(BaseCommand):
         target, deadline = options["events"], time.monotonic() + options["timeout"]
         while True:
             stored, quarantined = ingested()
-            if stored + quarantined >= target:
-                self.stdout.write(f"ingested {stored} events, {quarantined} quarantined")
+            waiting = stale_jobs() if stored + quarantined >= target else None
+            if waiting == 0:
+                self.stdout.write(f"ingested {stored} events, {quarantined} quarantined; "
+                                  "rollups current")
                 return
             if time.monotonic() >= deadline:
-                raise CommandError(f"timed out: {stored} stored + {quarantined} quarantined "
-                                   f"< {target} lines after {options['timeout']:.0f} s")
+                raise CommandError(self._timeout_message(stored, quarantined, target, waiting,
+                                                         options["timeout"]))
             time.sleep(POLL_S)
+
+    @staticmethod
+    def _timeout_message(stored: int, quarantined: int, target: int, waiting: int | None,
+                         timeout: float) -> str:
+        if waiting is None:
+            return (f"timed out: {stored} stored + {quarantined} quarantined < {target} lines "
+                    f"after {timeout:.0f} s")
+        return (f"timed out: all {target} lines are in, but {waiting} job(s) still wait for a "
+                f"rollup refresh after {timeout:.0f} s (is a worker consuming the queue?)")

@@ -1,0 +1,28 @@
+"""Rollup refresh tasks: scheduled by ingestion for the jobs it marked dirty, plus a beat
+safety net. The logic (claiming marks, recomputing, writing) lives in rollups.logic."""
+
+from __future__ import annotations
+
+import time
+
+from celery import shared_task
+
+from ettweb.retry import DATABASE_RETRY
+from ettweb.rollups.logic import MARK_STALE_AFTER_S, refresh_jobs, stale_marks
+
+
+@shared_task(name="ett.refresh_rollups", **DATABASE_RETRY)
+def refresh_rollups(job_ids: list[str]) -> int:
+    """Recompute the rollups of the still-marked jobs among ``job_ids``; returns how many.
+
+    A job another refresh already took (its mark gone) is skipped: the batches that arrived
+    while this task waited are covered by that refresh or by the mark they set after it.
+    """
+    return refresh_jobs([str(job) for job in job_ids], only_marked=True).jobs
+
+
+@shared_task(name="ett.refresh_stale_rollups", **DATABASE_RETRY)
+def refresh_stale_rollups() -> int:
+    """Beat: refresh jobs whose mark is older than any scheduled refresh could be."""
+    jobs = stale_marks(time.time() - MARK_STALE_AFTER_S)
+    return refresh_jobs(jobs, only_marked=True).jobs if jobs else 0

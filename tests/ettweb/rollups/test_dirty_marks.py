@@ -1,0 +1,128 @@
+"""Dirty-job marks: one refresh per burst of batches, and no batch ever left out of a
+refresh, even when it commits while the refresh runs (real Postgres, real threads)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connections, transaction
+from rollup_fleet import fleet
+
+from ettweb.ingest.logic import ingest_lines
+from ettweb.rollups.logic import mark_dirty, refresh_jobs, stale_marks
+from ettweb.rollups.models import DirtyJob, JobRollup
+
+
+@pytest.mark.django_db
+def test_mark_dirty_asks_for_a_refresh_once_per_mark_and_again_when_stale() -> None:
+    assert mark_dirty(["b", "a", "a"], now=100.0, stale_after_s=60.0) == ["a", "b"]
+    assert mark_dirty(["a"], now=120.0, stale_after_s=60.0) == []  # its refresh is pending
+    assert mark_dirty(["a", "c"], now=161.0, stale_after_s=60.0) == ["a", "c"]  # a: lost task
+    assert DirtyJob.objects.get(job="a").marked_at == 100.0  # the first mark time is kept
+    assert stale_marks(older_than=101.0) == ["a", "b"]
+
+
+@pytest.mark.django_db
+def test_only_marked_refresh_skips_a_job_another_refresh_took(
+        worked_example_lines: list[str]) -> None:
+    result = ingest_lines(worked_example_lines)
+    assert result.refresh == ("j1",) and DirtyJob.objects.filter(job="j1").exists()
+    assert refresh_jobs(["j1"], only_marked=True).jobs == 1
+    assert not DirtyJob.objects.exists()
+    assert refresh_jobs(["j1"], only_marked=True).jobs == 0  # a duplicate task: no work
+    assert round(JobRollup.objects.get(job="j1").ett_pct, 2) == 70.80
+
+
+@pytest.mark.django_db
+def test_a_plain_refresh_clears_the_mark_too(worked_example_lines: list[str]) -> None:
+    ingest_lines(worked_example_lines)
+    refresh_jobs(["j1"])
+    assert not DirtyJob.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_committing_during_a_refresh_is_never_left_out() -> None:
+    """Batch 2 holds its job's mark (uncommitted) when the refresh starts: the refresh waits
+    for it, then reads both batches. Nothing is marked afterwards, and the rollup is exact."""
+    lines = fleet(seed=3, jobs=1).lines()
+    first, second = lines[:-20], lines[-20:]
+    ingest_lines(first)  # committed and marked; its refresh not yet run
+    holding, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def slow_batch() -> None:
+        try:
+            with transaction.atomic():
+                ingest_lines(second)  # stores and locks the mark, inside the open transaction
+                holding.set()
+                assert release.wait(timeout=30)
+        except BaseException as exc:  # re-raised in the test thread
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    refreshed: list[int] = []
+
+    def refresh() -> None:
+        try:
+            refreshed.append(refresh_jobs(["job-000"], only_marked=True).events)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    batch = threading.Thread(target=slow_batch)
+    batch.start()
+    assert holding.wait(timeout=30)
+    refresher = threading.Thread(target=refresh)
+    refresher.start()
+    refresher.join(timeout=1.0)
+    assert refresher.is_alive()  # waiting on the mark's row lock, not reading stale events
+    release.set()
+    batch.join(timeout=30)
+    refresher.join(timeout=30)
+    assert not errors, errors
+    assert refreshed == [len(lines)]
+    assert JobRollup.objects.get(job="job-000").events == len(lines)
+    assert not DirtyJob.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_committing_after_the_refresh_claimed_the_mark_marks_the_job_again() -> None:
+    lines = fleet(seed=4, jobs=1).lines()
+    ingest_lines(lines[:-20])
+    claimed, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def refresh_that_stalls() -> None:
+        import ettweb.rollups.logic as logic
+
+        real = logic.load_events
+        try:
+            def load_after_batch(job_ids: list[str]) -> object:
+                claimed.set()
+                assert release.wait(timeout=30)
+                return real(job_ids)
+
+            logic.load_events = load_after_batch  # type: ignore[assignment]
+            refresh_jobs(["job-000"], only_marked=True)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            logic.load_events = real
+            connections.close_all()
+
+    refresher = threading.Thread(target=refresh_that_stalls)
+    refresher.start()
+    assert claimed.wait(timeout=30)
+    done: list[tuple[str, ...]] = []
+    batch = threading.Thread(target=lambda: (done.append(ingest_lines(lines[-20:]).refresh),
+                                             connections.close_all()))
+    batch.start()  # blocks on the claimed (deleted, uncommitted) mark until the refresh ends
+    release.set()
+    refresher.join(timeout=30)
+    batch.join(timeout=30)
+    assert not errors, errors
+    assert done == [("job-000",)]  # newly marked: its own refresh gets scheduled
+    assert refresh_jobs(["job-000"], only_marked=True).events == len(lines)
