@@ -43,7 +43,7 @@ log = logging.getLogger("ett.collector")
 TASK_NAME = "ett.ingest_batch"
 HEALTH_TASK_NAME = "ett.collector_health"
 STATE_VERSION = 1
-SPOOL_GLOB = "*.jsonl"
+SPOOL_SUFFIX = ".jsonl"
 
 
 # --------------------------------------------------------------------------- state
@@ -112,7 +112,9 @@ class ShipState:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
         with open(tmp, "w", encoding="utf-8") as out:
-            json.dump(doc, out, indent=1)
+            # dumps, not dump(indent=…): those take the pure-Python encoder, which was a
+            # tenth of the agent's time with a hundred spool files (one save per batch).
+            out.write(json.dumps(doc, separators=(",", ":")))
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)
@@ -178,12 +180,13 @@ class SpoolTailer:
         """The spool files now present, in name order; forgets deleted ones and restarts a
         file that was replaced (new inode) or truncated below its offset."""
         present: dict[str, os.stat_result] = {}
-        with contextlib.suppress(FileNotFoundError):
-            for path in self.spool_dir.glob(SPOOL_GLOB):
+        with contextlib.suppress(FileNotFoundError), os.scandir(self.spool_dir) as entries:
+            for entry in entries:  # scandir: one stat per file (glob + is_file took two)
+                if entry.name.startswith(".") or not entry.name.endswith(SPOOL_SUFFIX):
+                    continue  # as glob("*.jsonl"): hidden files are not spool segments
                 with contextlib.suppress(FileNotFoundError):
-                    st = path.stat()
-                    if path.is_file():
-                        present[path.name] = st
+                    if entry.is_file():
+                        present[entry.name] = entry.stat()
         for name in list(self.state.files):
             if name not in present:
                 del self.state.files[name]

@@ -26,6 +26,8 @@ PROG = "ett-collector"
 STATE_FILE_NAME = ".collector-state.json"
 #: Celery's default queue; a worker started with ``celery worker`` and no ``-Q`` consumes it.
 DEFAULT_QUEUE = "celery"
+DEFAULT_BATCH_LINES = 5000
+DEFAULT_BATCH_BYTES = 4 * 1024 * 1024
 NETWORK_SCHEMES = frozenset({"redis", "rediss", "amqp", "amqps", "pyamqp"})
 SOCKET_SCHEMES = frozenset({"redis+socket"})
 AMQP_SCHEMES = frozenset({"amqp", "amqps", "pyamqp"})
@@ -45,8 +47,11 @@ class AgentConfig:
     state_file: Path
     source: str
     queue: str = DEFAULT_QUEUE
-    batch_lines: int = 1000
-    batch_bytes: int = 1024 * 1024
+    # Large batches only form under a backlog (a broker outage, a busy fleet): there the
+    # per-task cost on the worker dominates, and 5,000-line batches ingested 1.5x faster
+    # than 1,000-line ones (bench.ingest). 4 MiB stays far below broker message limits.
+    batch_lines: int = DEFAULT_BATCH_LINES
+    batch_bytes: int = DEFAULT_BATCH_BYTES
     batch_wait_s: float = 2.0
     poll_interval_s: float = 0.5
     retry_initial_s: float = 0.5
@@ -95,10 +100,11 @@ SETTINGS: tuple[_Setting, ...] = (
     _Setting("--source", "ETT_SOURCE", "name of this node in shipped batches (default hostname)"),
     _Setting("--queue", "ETT_INGEST_QUEUE",
              f"broker queue the ingest worker consumes (default {DEFAULT_QUEUE})"),
-    _Setting("--batch-lines", "ETT_BATCH_LINES", "most lines in one batch (default 1000)"),
+    _Setting("--batch-lines", "ETT_BATCH_LINES",
+             f"most lines in one batch (default {DEFAULT_BATCH_LINES})"),
     _Setting("--batch-bytes", "ETT_BATCH_BYTES",
              "most bytes of lines in one batch; a longer single line ships alone "
-             "(default 1048576)"),
+             f"(default {DEFAULT_BATCH_BYTES})"),
     _Setting("--batch-wait", "ETT_BATCH_WAIT",
              "seconds a partly filled batch waits for more lines before it ships (default 2)"),
     _Setting("--poll-interval", "ETT_POLL_INTERVAL",
@@ -263,8 +269,8 @@ def config_from_args(argv: Sequence[str] | None = None,
         state_file=Path(state_raw) if state_raw else spool_dir / STATE_FILE_NAME,
         source=_text(raw("source"), "source", socket.gethostname()),
         queue=_text(raw("queue"), "queue", DEFAULT_QUEUE),
-        batch_lines=_number(raw("batch_lines"), "batch_lines", 1000, int, 1),
-        batch_bytes=_number(raw("batch_bytes"), "batch_bytes", 1024 * 1024, int, 1),
+        batch_lines=_number(raw("batch_lines"), "batch_lines", DEFAULT_BATCH_LINES, int, 1),
+        batch_bytes=_number(raw("batch_bytes"), "batch_bytes", DEFAULT_BATCH_BYTES, int, 1),
         batch_wait_s=_number(raw("batch_wait"), "batch_wait", 2.0, float, 0),
         poll_interval_s=_number(raw("poll_interval"), "poll_interval", 0.5, float, 0,
                                 strict=True),

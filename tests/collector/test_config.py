@@ -117,7 +117,7 @@ def test_defaults_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cfg.state_file == Path("var/spool") / STATE_FILE_NAME
     assert cfg.source == socket.gethostname()
     assert (cfg.queue, cfg.batch_lines, cfg.batch_bytes, cfg.once) == (
-        "celery", 1000, 1024 * 1024, False)
+        "celery", 5000, 4 * 1024 * 1024, False)
 
     monkeypatch.setenv("CELERY_BROKER_URL", "redis+socket:///run/redis.sock")
     monkeypatch.setenv("ETT_SPOOL_DIR", "/data/spool")
