@@ -27,3 +27,13 @@ def test_bench_reporter_times_the_real_torchrec_step() -> None:
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["steps_each"] == 10  # --quick: 2 rounds of 5-step blocks per side
     assert result["step_ms_bare"] > 0 and result["reporter_us_per_step"] > 0
+    low, high = result["overhead_pct_ci95"]
+    assert low <= result["overhead_pct_side_by_side"] <= high
+
+
+def test_median_ci_brackets_the_median() -> None:
+    from bench.reporter import _median_ci
+
+    median, low, high = _median_ci([float(v) for v in range(1, 41)])
+    assert median == 20.5
+    assert (low, high) == (14.0, 27.0)  # order statistics 13 and 26 (0-based) of 40 values
