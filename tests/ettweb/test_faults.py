@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from celery import Celery
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from kombu import Exchange, Queue
 
 from collector.auth import sign_batch
 from ettweb.ingest.credentials import new_credential
-from ettweb.ingest.models import Event, QuarantinedEvent
+from ettweb.ingest.models import Event, EventId, QuarantinedEvent
 from ettweb.rollups.models import DirtyJob, JobRollup
 from ettweb.settings.env import database_url
 
@@ -115,6 +115,15 @@ def _stored(job: str) -> int:
     return Event.objects.filter(job=job).count()
 
 
+def _a_session_waits_on_a_lock() -> bool:
+    with connection.cursor() as cursor:
+        # Inside a transaction pg_stat_activity is a snapshot taken at first use: drop it.
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'")
+        return bool(cursor.fetchone()[0])
+
+
 def _pool_children(pid: int) -> list[int]:
     children = Path(f"/proc/{pid}/task/{pid}/children")
     return [int(c) for c in children.read_text().split()] if children.exists() else []
@@ -146,10 +155,15 @@ def test_worker_killed_mid_batch_loses_nothing(fleet: Fleet) -> None:
         fleet.publish(batch)
     main = fleet.start_worker("victim")
     _wait_until(lambda: _stored(job) > 0, 90, fleet)
-    children = _pool_children(main.pid)
-    assert children
-    for child in children:  # the pool process holds the batch in flight
-        os.kill(child, signal.SIGKILL)
+    with transaction.atomic(), connection.cursor() as cursor:
+        # Hold the next batch mid-flight (parsed, nonce claimed, its insert waiting on this
+        # lock), so the kill lands inside a batch, never between two.
+        cursor.execute(f"LOCK TABLE {EventId._meta.db_table} IN SHARE MODE")
+        _wait_until(_a_session_waits_on_a_lock, 60, fleet)
+        children = _pool_children(main.pid)
+        assert children
+        for child in children:  # the pool process holds the batch in flight
+            os.kill(child, signal.SIGKILL)
     _wait_until(lambda: _stored(job) == 30 * 2000, 180, fleet)
     assert not QuarantinedEvent.objects.exists()
     assert "WorkerLostError" in (fleet.tmp_path / "victim.log").read_text()
