@@ -8,7 +8,7 @@ PIP    := $(VENV)/bin/pip
 CHROMIUM ?= /usr/bin/chromium
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help install install-trainer install-browser demo test test-fast test-integration lint typecheck bench clean stop
+.PHONY: help install install-trainer install-browser gpu-wheels demo test test-fast test-integration lint typecheck bench clean stop
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -31,6 +31,15 @@ $(VENV)/.trainer-installed: $(VENV)/.web-installed
 install: $(VENV)/.web-installed  ## web + worker + dev tools into .venv (no torch)
 
 install-trainer: $(VENV)/.trainer-installed  ## add torch + TorchRec for the trainer
+
+# The borrowed GPU machine is offline and has torch 2.11 (Python 3.12) but no TorchRec:
+# bench/gpu_lifecycle.sh installs these wheels there (see README "On a GPU").
+GPU_WHEELS := fbgemm-gpu-cpu==1.6.0 torchrec==1.6.1 tensordict==0.15.3 iopath==0.1.9 \
+              portalocker==4.4.2 cloudpickle==3.1.3 pyvers==0.2.3
+gpu-wheels:  ## download the wheels bench/gpu_lifecycle.sh needs on a GPU machine into .whl/
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+	  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+	  --platform manylinux2014_x86_64 -d .whl $(GPU_WHEELS)
 
 install-browser:  ## Debian chromium for the UI tests (never `playwright install`)
 	@[ -x $(CHROMIUM) ] || ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium)

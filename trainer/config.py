@@ -36,6 +36,8 @@ OPTIMIZATIONS = ("init_overlap", "plan_cache", "compile_cache", "dynamic_shapes"
                  "autotune_pruning", "async_checkpoint", "oob_publish", "recovery")
 #: Named sets of switches (``--profile``): the two ends that ``bench.lifecycle`` compares.
 PROFILES: dict[str, tuple[str, ...]] = {"baseline": (), "optimized": OPTIMIZATIONS}
+#: ``--device`` choices; ``auto`` is resolved (to cuda when available) before a config exists.
+DEVICES = ("auto", "cpu", "cuda")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -74,6 +76,7 @@ class TrainConfig:
     mtbf: float = DEFAULT_MTBF_S
     last_batch_size: int | None = None
     publish: bool = False
+    device: str = "cpu"
 
     def has(self, optimization: str) -> bool:
         """Whether switch ``optimization`` is on (a typo is a bug, not a silent False)."""
@@ -91,6 +94,11 @@ class TrainConfig:
         if step == self.steps - 1 and self.last_batch_size is not None:
             return self.last_batch_size
         return self.batch_size
+
+    @property
+    def on_cuda(self) -> bool:
+        """Whether the dense part runs on CUDA (the hybrid placement of trainer.model)."""
+        return self.device == "cuda"
 
     def to_argv(self) -> list[str]:
         """The flags that recreate this config in a child process."""
@@ -184,6 +192,33 @@ def _job_id(text: str) -> str:
     return text
 
 
+def cuda_device_count() -> int:
+    """CUDA devices this process can use (0 without a CUDA build or a GPU).
+
+    Why a lazy import: this module must stay instant for ``--help`` and flag errors; torch is
+    imported only when a flag actually asks about CUDA (``--device auto|cuda``).
+    """
+    import torch
+
+    return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+
+
+def resolve_device(requested: str) -> str:
+    """``auto`` → ``cuda`` when a CUDA device is usable, else ``cpu``; ``cpu`` stays ``cpu``
+    without importing torch; ``cuda`` is checked. Raises ValueError with a one-line reason."""
+    if requested == "cpu":
+        return "cpu"
+    count = cuda_device_count()
+    if requested == "auto":
+        return "cuda" if count else "cpu"
+    if requested == "cuda":
+        if not count:
+            raise ValueError("--device cuda: no CUDA device is available here "
+                             "(use --device cpu, or auto to pick cuda only when present)")
+        return "cuda"
+    raise ValueError(f"--device {requested!r}: choose from {', '.join(DEVICES)}")
+
+
 def default_job() -> str:
     """A fresh job id per invocation, so a default run never resumes someone else's checkpoint."""
     return time.strftime("dlrm-%Y%m%d-%H%M%S", time.gmtime())
@@ -239,6 +274,12 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
                           "interval of --opt recovery (default: %(default)s)")
     run.add_argument("--seed", type=non_negative_int, default=0,
                      help="seed of the model init and the synthetic data (default: %(default)s)")
+    # Why cpu by default and not auto: the same command must behave the same on a developer's
+    # machine and in CI whatever hardware happens to be there; CUDA is asked for explicitly.
+    run.add_argument("--device", choices=DEVICES, default="cpu",
+                     help="where the dense, interaction and over arches run; the embedding "
+                          "tables stay on CPU (fbgemm CPU kernels) either way; auto = cuda "
+                          "when available (default: %(default)s)")
     run.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
                      help="torch.compile the dense and over arch (default: on)")
     run.add_argument("--lr", type=positive_float, default=0.05,
@@ -271,6 +312,10 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         parser.error(f"--last-batch-size {args.last_batch_size} is larger than --batch-size "
                      f"{args.batch_size}")
     opts = optimization_list(",".join((*PROFILES[args.profile or "baseline"], *args.opt)))
+    try:
+        device = resolve_device(args.device)
+    except ValueError as exc:
+        parser.error(str(exc))
     job = args.job or default_job()
     checkpoint_dir = args.checkpoint_dir or str(Path("var/checkpoints") / safe_name(job))
     spool_dir = args.spool_dir or _env_spool_dir()
@@ -284,6 +329,7 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         sparse_features=args.sparse_features, eval_batches=args.eval_batches,
         log_every=args.log_every, lr=args.lr, threads=args.threads, opts=opts,
         mtbf=args.mtbf, last_batch_size=args.last_batch_size, publish=args.publish,
+        device=device,
     )
 
 

@@ -27,6 +27,7 @@ from trainer.config import (
     TrainConfig,
     add_training_args,
     config_from_args,
+    cuda_device_count,
     non_negative_float,
     non_negative_int,
     positive_int,
@@ -87,6 +88,10 @@ def parse(argv: list[str] | None = None) -> tuple[TrainConfig, SupervisorOptions
     parser = build_parser()
     args: argparse.Namespace = parser.parse_args(sys.argv[1:] if argv is None else argv)
     cfg = config_from_args(args, parser)
+    if cfg.on_cuda and args.nproc_per_node > (gpus := cuda_device_count()):
+        # NCCL refuses two ranks on one GPU ("Duplicate GPU detected"): say so before starting.
+        parser.error(f"--nproc-per-node {args.nproc_per_node} with --device cuda needs one GPU "
+                     f"per rank; {gpus} available")
     cache = args.compile_cache_dir or os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     options = SupervisorOptions(args.nproc_per_node, args.restart_delay, args.max_restarts,
                                 args.team, args.cluster,
@@ -138,7 +143,11 @@ class Supervisor:
             self._drop_fresh_cache(attempt)
 
     def _attempt_attrs(self) -> dict[str, Any]:
-        attrs = {"model": "dlrm", "team": self.options.team, "cluster": self.options.cluster}
+        """Free-form attempt attrs. ``gpus`` (set by the caller) is ``--nproc-per-node``: one
+        accelerator per rank on cuda. ``device`` is added only on cuda, so a CPU attempt's
+        attrs stay as they always were."""
+        attrs = {"model": "dlrm", "team": self.options.team, "cluster": self.options.cluster,
+                 "device": "cuda" if self.cfg.on_cuda else None}
         return {key: value for key, value in attrs.items() if value}
 
     def _run_child(self, attempt: int) -> tuple[str, dict[str, int]]:

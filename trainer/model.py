@@ -4,6 +4,16 @@ Why three separate functions: each is its own lifecycle phase with its own owner
 (``model_init`` and ``sharding_plan`` belong to trainer_init; ``compile`` to the PT2 compiler),
 and at scale they fail or slow down independently: the planner is the expensive part with many
 tables and ranks (PYTORCH_NOTES "Trainer start-up"), so a later switch can cache its plan.
+
+Placement (``--device``). On ``cpu`` everything is on the CPU, as it always was. On ``cuda`` the
+model is *hybrid*: the embedding tables are planned for and sharded on the CPU by DMP (gloo,
+fbgemm's CPU kernels, their optimizer fused into backward), while the dense, interaction and
+over arches live on the GPU (DDP over NCCL, compiled by inductor into Triton kernels). The
+pooled embeddings are copied to the GPU right after the lookup, and their gradients flow back
+through that copy to the CPU tables. Why hybrid: the CUDA build of fbgemm-gpu is too large to
+bring to the borrowed GPU machine, which can only take ``fbgemm-gpu-cpu``; and the lifecycle
+work this trainer measures on a GPU (NCCL start-up, Triton compilation, compile caches,
+autotuning) is all in the dense part.
 """
 
 from __future__ import annotations
@@ -14,8 +24,10 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.model_parallel import (
+    DataParallelWrapper,
     DefaultDataParallelWrapper,
     DistributedModelParallel,
 )
@@ -45,8 +57,15 @@ class ModelShape:
     sparse_features: int
 
 
-def build_unsharded(shape: ModelShape, seed: int) -> DLRMTrain:
-    """DLRM with its embedding tables on the meta device: DMP allocates only each rank's shard."""
+CPU = torch.device("cpu")
+
+
+def build_unsharded(shape: ModelShape, seed: int, dense_device: torch.device = CPU) -> DLRMTrain:
+    """DLRM with its embedding tables on the meta device: DMP allocates only each rank's shard.
+
+    The dense layers are always initialized on the CPU and then moved to ``dense_device``, so
+    one seed gives the same initial weights on either device (and the CPU path is unchanged).
+    """
     torch.manual_seed(seed)  # dense layers are created here, identically on every rank
     tables = [
         EmbeddingBagConfig(name=f"t_{name}", embedding_dim=shape.embedding_dim,
@@ -56,8 +75,35 @@ def build_unsharded(shape: ModelShape, seed: int) -> DLRMTrain:
     ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
     dlrm = DLRM(embedding_bag_collection=ebc, dense_in_features=shape.dense_features,
                 dense_arch_layer_sizes=[DENSE_HIDDEN, shape.embedding_dim],
-                over_arch_layer_sizes=list(OVER_ARCH), dense_device=torch.device("cpu"))
+                over_arch_layer_sizes=list(OVER_ARCH), dense_device=CPU)
+    if dense_device.type != "cpu":
+        place_dense(dlrm, dense_device)
     return DLRMTrain(dlrm)
+
+
+def place_dense(dlrm: DLRM, device: torch.device) -> None:
+    """Move the dense, interaction and over arches to ``device`` and route the pooled embeddings
+    there.
+
+    Why the interaction arch too: it has no parameters but a ``triu_indices`` buffer, which
+    must be on the same device as the tensors it indexes inside the compiled graph. Why a
+    forward hook on the sparse arch and not a wrapper module: parameter and state-dict names
+    stay exactly those of the CPU model, so plans, checkpoints and the published artifact are
+    the same on either device; ``Tensor.to`` is differentiable, so the embedding gradients
+    return to the CPU tables in backward.
+    """
+    for arch in dense_arches(dlrm):
+        arch.to(device)
+
+    def to_dense_device(module: nn.Module, args: Any, pooled: torch.Tensor) -> torch.Tensor:
+        return pooled.to(device)
+
+    dlrm.sparse_arch.register_forward_hook(to_dense_device)
+
+
+def dense_device_of(model: DLRMTrain) -> torch.device:
+    """Where the dense arches of an unsharded DLRMTrain are (the over arch always has weights)."""
+    return next(model.model.over_arch.parameters()).device
 
 
 def attach_sparse_optimizer(model: DLRMTrain, lr: float) -> None:
@@ -83,8 +129,34 @@ def embedding_tables(model: DLRMTrain) -> list[EmbeddingBagConfig]:
     return list(model.model.sparse_arch.embedding_bag_collection.embedding_bag_configs())
 
 
+class DenseDeviceDataParallel(DataParallelWrapper):
+    """DDP around the unsharded (dense) part, left on the device it already is on.
+
+    Why not TorchRec's DefaultDataParallelWrapper on cuda: it moves the whole wrapped module to
+    DMP's ``device`` before wrapping it — the CPU, where the sharded tables live — which would
+    pull the dense arches back off the GPU. This wrapper keeps the same DDP settings and only
+    skips that move. ``device_ids=None`` is DDP's form for a module on one GPU whose inputs the
+    caller places itself (the trainer moves each batch's dense part to the GPU).
+    """
+
+    def __init__(self, *, init_sync: bool) -> None:
+        self.init_sync = init_sync
+
+    def wrap(self, dmp: DistributedModelParallel, env: ShardingEnv,
+             device: torch.device) -> None:
+        module = dmp._dmp_wrapped_module
+        ignore = set(DistributedModelParallel._sharded_parameter_names(module))
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+            module=module, params_and_buffers_to_ignore=ignore)
+        dmp._dmp_wrapped_module = DistributedDataParallel(
+            module=module, device_ids=None, process_group=env.process_group,
+            gradient_as_bucket_view=True, broadcast_buffers=False, static_graph=True,
+            find_unused_parameters=False, init_sync=self.init_sync)
+
+
 def shard(model: DLRMTrain, pg: dist.ProcessGroup, plan: ShardingPlan, *,
-          init_sync: bool = True) -> DistributedModelParallel:
+          init_sync: bool = True,
+          wrapper: DataParallelWrapper | None = None) -> DistributedModelParallel:
     """Materialize this rank's shards and wrap the dense part in DDP.
 
     ``output_dtensor=True`` makes the state dict hold DTensors instead of ShardedTensors: the
@@ -93,10 +165,17 @@ def shard(model: DLRMTrain, pg: dist.ProcessGroup, plan: ShardingPlan, *,
 
     ``init_sync=False`` drops DDP's start-up broadcast of the dense weights: safe because every
     rank builds them from the same seed (and a checkpoint load follows on a restart).
+
+    The tables are always sharded for the CPU (``device=cpu``); dense arches already moved to
+    a GPU by :func:`build_unsharded` stay there (:class:`DenseDeviceDataParallel`).
+    ``wrapper`` overrides that choice (tests use it to run the GPU path's wrapper on a CPU).
     """
     env = ShardingEnv(dist.get_world_size(pg), dist.get_rank(pg), pg, output_dtensor=True)
-    wrapper = DefaultDataParallelWrapper(ddp_kwargs={"init_sync": init_sync})
-    return DistributedModelParallel(module=model, env=env, device=torch.device("cpu"),
+    if wrapper is None and dense_device_of(model).type == "cpu":
+        wrapper = DefaultDataParallelWrapper(ddp_kwargs={"init_sync": init_sync})
+    elif wrapper is None:
+        wrapper = DenseDeviceDataParallel(init_sync=init_sync)
+    return DistributedModelParallel(module=model, env=env, device=CPU,
                                     plan=plan, sharders=sharders(),
                                     data_parallel_wrapper=wrapper)
 

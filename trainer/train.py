@@ -5,6 +5,12 @@ else about ETT. The supervisor (``python -m trainer``) owns the attempt: it emit
 ``attempt_start``/``attempt_end`` and restarts this process after a failure; this process
 resumes from the newest good checkpoint, so the steps between that checkpoint and the crash
 are trained again (what ETT calls repeated training).
+
+With ``--device cuda`` the process group is ``cpu:gloo,cuda:nccl``: the CPU-sharded embedding
+tables, checkpoints and object collectives use gloo, the GPU-resident dense part's DDP uses
+NCCL (trainer.model explains the hybrid placement). Each batch's dense features and labels
+are moved to the GPU inside the training step; its sparse ids stay on the CPU, where the
+tables are.
 """
 
 from __future__ import annotations
@@ -75,6 +81,7 @@ class Trainer:
     step: int = 0
     last_saved: int | None = None
     checkpoint_every: int = 0
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     _step_s: float = 0.0
     _last_beat: float = field(default_factory=time.monotonic)
     _last_log: tuple[float, int] = (0.0, 0)
@@ -88,7 +95,7 @@ class Trainer:
         self.watch.tracker = tracker
         try:
             self.optimizer.zero_grad()
-            loss, _ = self.dmp(batch)
+            loss, _ = self.dmp(on_device(batch, self.device))
             loss.backward()
             self.optimizer.step()
             return float(loss.item())
@@ -182,7 +189,8 @@ class Trainer:
             losses, correct, seen = [], 0, 0
             with torch.no_grad(), torch.compiler.set_stance("force_eager"):
                 for index in range(self.cfg.eval_batches):
-                    batch = self.loader.data.batch(index, eval_split=True)
+                    batch = on_device(self.loader.data.batch(index, eval_split=True),
+                                      self.device)
                     loss, (_, logits, labels) = self.dmp(batch)
                     losses.append(float(loss))
                     correct += int(((logits > 0).float() == labels).sum())
@@ -230,6 +238,30 @@ class Trainer:
                   file=sys.stderr, flush=True)
 
 
+def on_device(batch: Batch, device: torch.device) -> Batch:
+    """The batch with its dense features and labels on the dense part's device.
+
+    The sparse ids (a KeyedJaggedTensor) stay on the CPU: the embedding tables are there. On
+    CPU the batch itself is returned, untouched.
+    """
+    if device.type == "cpu":
+        return batch
+    return Batch(dense_features=batch.dense_features.to(device),
+                 sparse_features=batch.sparse_features, labels=batch.labels.to(device))
+
+
+def dense_device(cfg: TrainConfig) -> torch.device:
+    """This rank's device for the dense part: the CPU, or on cuda the GPU of its local rank."""
+    if not cfg.on_cuda:
+        return torch.device("cpu")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    available = torch.cuda.device_count()
+    if local_rank >= available:
+        raise RuntimeError(f"--device cuda: local rank {local_rank} has no GPU "
+                           f"({available} visible); one GPU per rank is needed")
+    return torch.device("cuda", local_rank)
+
+
 def default_distributed_env() -> None:
     """Let a plain ``python -m trainer.train`` run as a world of one (torchrun sets these)."""
     if "MASTER_PORT" not in os.environ:
@@ -261,17 +293,34 @@ def report_process_start(reporter: Reporter) -> None:
         reporter.span("container_start", start, now)
 
 
-def join_process_group(reporter: Reporter) -> tuple[int, int]:
-    """Rendezvous (find the peers through the store) then create the gloo group: two phases."""
+def join_process_group(reporter: Reporter, device: torch.device) -> tuple[int, int]:
+    """Rendezvous (find the peers through the store) then create the group: two phases.
+
+    On CPU the group is gloo. With the dense part on a GPU it is ``cpu:gloo,cuda:nccl``: CPU
+    tensors (embedding all-to-alls, checkpoint and object collectives, barriers) go through
+    gloo, CUDA tensors (DDP's gradient all-reduce) through NCCL. The GPU is made current
+    first, as NCCL requires. NCCL creates its communicator lazily, on the first CUDA
+    collective: one tiny all-reduce here makes that happen inside ``process_group_init``,
+    where its seconds belong, instead of inside the first training step. (Not
+    ``init_process_group(device_id=...)``: a bound device would also send barriers through
+    NCCL, while this trainer's barriers and checkpoint collectives are meant for gloo.)
+    """
+    backend = "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        backend = "cpu:gloo,cuda:nccl"
     with reporter.phase("rendezvous"):
         store, rank, world_size = next(dist.rendezvous("env://"))
-    with reporter.phase("process_group_init", backend="gloo"):
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
+    with reporter.phase("process_group_init", backend=backend):
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
+        if device.type == "cuda":
+            dist.all_reduce(torch.zeros(1, device=device))
+            torch.cuda.synchronize(device)
     return rank, world_size
 
 
 def build_trainer(cfg: TrainConfig, reporter: Reporter, rank: int, world_size: int,
-                  watch: CompileWatch) -> Trainer:
+                  watch: CompileWatch, device: torch.device | None = None) -> Trainer:
     """Model, plan, shards, optimizer, data and compiled dense part, phase by phase.
 
     With ``init_overlap`` the data warm-up and a compile warm-up (which fills the PT2 caches
@@ -280,15 +329,16 @@ def build_trainer(cfg: TrainConfig, reporter: Reporter, rank: int, world_size: i
     """
     shape = ModelShape(cfg.embedding_rows, cfg.embedding_dim, cfg.dense_features,
                        cfg.sparse_features)
+    device = device or torch.device("cpu")
     overlap = cfg.has("init_overlap")
     with reporter.phase("data_init", blocking=not overlap):
         data = SyntheticClicks(cfg.seed, cfg.batch_size, cfg.dense_features,
                                cfg.sparse_features, cfg.embedding_rows, rank)
         loader = StepLoader(data, cfg.batch_size_at)
     with reporter.phase("model_init", stage="build"):
-        model = build_unsharded(shape, cfg.seed)
+        model = build_unsharded(shape, cfg.seed, device)
         attach_sparse_optimizer(model, cfg.lr)
-    warm = start_warm_ups(cfg, reporter, watch, loader, model) if overlap else None
+    warm = start_warm_ups(cfg, reporter, watch, loader, model, device) if overlap else None
     pg = dist.group.WORLD
     assert pg is not None
     plan = sharding_plan(cfg, reporter, model, pg, world_size)
@@ -302,9 +352,9 @@ def build_trainer(cfg: TrainConfig, reporter: Reporter, rank: int, world_size: i
             if warm is not None:
                 warm.join()
             compile_arches(dense_arches(dlrm_of(dmp)), dynamic_batch=cfg.has("dynamic_shapes"),
-                           options=inductor_options(cfg.has("autotune_pruning"), "cpu"))
+                           options=inductor_options(cfg.has("autotune_pruning"), device.type))
     trainer = Trainer(cfg, reporter, rank, world_size, dmp, optimizer, loader, checkpointer,
-                      watch, checkpoint_every=cfg.checkpoint_every)
+                      watch, checkpoint_every=cfg.checkpoint_every, device=device)
     return trainer
 
 
@@ -338,9 +388,12 @@ class WarmUps:
 
 
 def start_warm_ups(cfg: TrainConfig, reporter: Reporter, watch: CompileWatch,
-                   loader: StepLoader, model: DLRMTrain) -> WarmUps:
+                   loader: StepLoader, model: DLRMTrain,
+                   device: torch.device | None = None) -> WarmUps:
     """Data warm-up, and a compile warm-up on a copy of the dense arches (its compiled code
-    lands in the PT2 caches, which the real compile then hits)."""
+    lands in the PT2 caches, which the real compile then hits). On a GPU the copy and its
+    inputs are on that GPU, so the warm-up compiles (and autotunes) the same Triton kernels."""
+    device = device or torch.device("cpu")
     resume_hint = _newest_checkpoint_step(cfg)
     threads = [loader.warm_up(resume_hint, WARM_BATCHES)]
     if cfg.compile:
@@ -350,10 +403,12 @@ def start_warm_ups(cfg: TrainConfig, reporter: Reporter, watch: CompileWatch,
 
         def compile_warm_up() -> None:
             watch.background.add(threading.get_ident())
+            if device.type == "cuda":
+                torch.cuda.set_device(device)  # the current GPU is per thread
             compile_arches(arches, dynamic_batch=cfg.has("dynamic_shapes"),
-                           options=inductor_options(cfg.has("autotune_pruning"), "cpu"))
-            dense = arches[0](batch.dense_features)
-            sparse = torch.zeros(*dims, requires_grad=True)
+                           options=inductor_options(cfg.has("autotune_pruning"), device.type))
+            dense = arches[0](batch.dense_features.to(device))
+            sparse = torch.zeros(*dims, device=device, requires_grad=True)
             logits = arches[2](arches[1](dense, sparse))
             logits.sum().backward()
 
@@ -372,13 +427,15 @@ def _newest_checkpoint_step(cfg: TrainConfig) -> int:
 
 def run(cfg: TrainConfig, reporter: Reporter) -> None:
     """The whole life of one attempt on this rank, phase by phase."""
-    rank, world_size = join_process_group(reporter)
+    device = dense_device(cfg)
+    rank, world_size = join_process_group(reporter, device)
     watch = CompileWatch(reporter)
     with watch.installed():
-        trainer = build_trainer(cfg, reporter, rank, world_size, watch)
+        trainer = build_trainer(cfg, reporter, rank, world_size, watch, device)
         trainer.load_latest_checkpoint()
         trainer.say(f"training steps {trainer.step}..{cfg.steps} on {world_size} rank(s) "
-                    f"with {','.join(cfg.opts) or 'no optimizations'}")
+                    f"with {','.join(cfg.opts) or 'no optimizations'}"
+                    + (f"; dense part on {device}, embeddings on cpu" if cfg.on_cuda else ""))
         trainer.train()
         if trainer.last_saved != cfg.steps:
             trainer.save_checkpoint()
@@ -412,6 +469,10 @@ def crash_on_simulated_failure(reporter: Reporter) -> Iterator[None]:
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_train_config(argv)
     torch.set_num_threads(cfg.threads)
+    if cfg.on_cuda:
+        # TF32 GEMMs, as GPU recommendation models train; it also lets inductor's Triton GEMM
+        # templates compete with cuBLAS in max-autotune. CPU numerics are untouched.
+        torch.set_float32_matmul_precision("high")
     default_distributed_env()
     reporter = Reporter(cfg.job, spool_dir=cfg.spool_dir)
     report_process_start(reporter)

@@ -162,3 +162,18 @@ def test_unmarked_batch_recompiles(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="Detected recompile"), \
             torch.compiler.set_stance("fail_on_recompile"):
         arch(torch.randn(40, 13))
+
+
+def test_keyword_inputs_are_marked_dynamic_too() -> None:
+    """DLRM calls its interaction arch with ``dense_features=`` and ``sparse_features=``:
+    the batch dimension of keyword inputs must be dynamic as well, or the last batch
+    recompiles the interaction arch."""
+    from torchrec.models.dlrm import InteractionArch
+
+    torch._dynamo.reset()
+    arch = InteractionArch(num_sparse_features=3)
+    compile_arches([arch], dynamic_batch=True, options={})
+    arch(dense_features=torch.randn(64, 8), sparse_features=torch.randn(64, 3, 8))
+    with torch.compiler.set_stance("fail_on_recompile"):
+        out = arch(dense_features=torch.randn(40, 8), sparse_features=torch.randn(40, 3, 8))
+    assert out.shape[0] == 40
