@@ -108,7 +108,7 @@ def _check_span(event: Event) -> None:
 def _check_mark(event: Event) -> None:
     _require(event, "mark", "ts")
     mark = event["mark"]
-    if mark not in MARKS:
+    if not isinstance(mark, str) or mark not in MARKS:  # a list is unhashable: test type first
         raise EventError(f"unknown mark {mark!r}; expected one of {sorted(MARKS)}")
     event["ts"] = _time(event, "ts")
     attrs = event["attrs"]
@@ -116,7 +116,8 @@ def _check_mark(event: Event) -> None:
         gpus = attrs["gpus"]
         if type(gpus) is not int or gpus < 1:
             raise EventError("'attrs.gpus' must be an integer >= 1")
-    if mark == "attempt_end" and attrs.get("status") not in END_STATUSES:
+    status = attrs.get("status")
+    if mark == "attempt_end" and (not isinstance(status, str) or status not in END_STATUSES):
         raise EventError(f"attempt_end needs 'attrs.status', one of {sorted(END_STATUSES)}")
 
 
@@ -149,6 +150,79 @@ def _check_optional(event: Event) -> None:
     event["attrs"] = attrs
 
 
+_BASE_FIELDS: Final = frozenset({"v", "id", "job", "attempt", "kind"})
+#: Phase names already seen to match PHASE_RE: a handful per fleet, checked once each.
+_GOOD_PHASES: set[str] = set()
+_MAX_GOOD_PHASES: Final = 4096
+
+
+def _finite(value: Any) -> bool:
+    return (type(value) is float or type(value) is int) and math.isfinite(value)
+
+
+def _common_case(event: Event) -> bool:
+    """Whether ``event`` (unknown fields already excluded) is valid by the common route: no
+    attrs, every field of the right type and range. Normalizes it as validate_event does.
+
+    Why: validation ran 3.5 µs an event, the largest share of the ingest worker's parsing.
+    This route only accepts what the full checks accept, and anything else (attrs present,
+    an attempt_end, any doubt) goes through them, so errors and results are unchanged.
+    """
+    get = event.get
+    ident, job, attempt, rank, host, step = (get("id"), get("job"), get("attempt"),
+                                             get("rank", 0), get("host", ""), get("step", 0))
+    if not (event.keys() >= _BASE_FIELDS and type(event["v"]) is int and event["v"] == 1
+            and type(ident) is str and 0 < len(ident) <= 64
+            and type(job) is str and 0 < len(job) <= 200
+            and type(attempt) is int and attempt >= 0 and type(rank) is int and rank >= 0
+            and type(host) is str and len(host) <= 200 and type(step) is int and step >= 0
+            and type(get("blocking", True)) is bool and get("attrs", _NO_ATTRS) == {}):
+        return False
+    kind = event["kind"]
+    if kind == "span":
+        ok = _common_span(event)
+    elif kind == "mark":
+        mark: Any = get("mark")
+        ts: Any = get("ts")
+        ok = type(mark) is str and mark in _COMMON_MARKS and _finite(ts)
+        if ok:
+            event["ts"] = float(ts)
+    else:
+        return False
+    if ok:
+        event.setdefault("rank", 0)
+        event.setdefault("blocking", True)
+        event["attrs"] = {}
+    return ok
+
+
+_NO_ATTRS: Final[dict[str, Any]] = {}
+#: attempt_end needs attrs.status, so it never takes the common route (empty attrs).
+_COMMON_MARKS: Final = MARKS - {"attempt_end"}
+
+
+def _common_span(event: Event) -> bool:
+    get = event.get
+    phase: Any = get("phase")
+    start: Any = get("start")
+    end: Any = get("end")
+    if not (type(phase) is str and _finite(start) and _finite(end)
+            and start <= end and end - start <= MAX_SPAN_S):
+        return False
+    if phase not in _GOOD_PHASES:
+        if PHASE_RE.fullmatch(phase) is None:
+            return False
+        if len(_GOOD_PHASES) < _MAX_GOOD_PHASES:
+            _GOOD_PHASES.add(phase)
+    has_start, has_end = "step_start" in event, "step_end" in event
+    if has_start or has_end or phase == TRAIN_PHASE:
+        first, last = get("step_start"), get("step_end")
+        if not (type(first) is int and type(last) is int and 0 <= first <= last):
+            return False
+    event["start"], event["end"] = float(start), float(end)
+    return True
+
+
 def validate_event(obj: Any) -> Event:
     """Return a normalized copy of ``obj`` (defaults filled, times as float) or raise EventError."""
     if not isinstance(obj, dict):
@@ -157,6 +231,9 @@ def validate_event(obj: Any) -> Event:
     if unknown:
         raise EventError(f"unknown field(s): {', '.join(sorted(map(str, unknown)))}")
     event = dict(obj)
+    if _common_case(event):
+        return event
+    event = dict(obj)  # the full checks start again from the caller's values
     _require(event, "v", "id", "job", "attempt", "kind")
     if type(event["v"]) is not int or event["v"] != SCHEMA_VERSION:
         raise EventError(f"unsupported schema version {event['v']!r}; expected {SCHEMA_VERSION}")
@@ -212,9 +289,12 @@ def is_plain(line: str | bytes) -> bool:
     where ``json`` keeps the integer). Nearly every line a Reporter writes is plain; the
     others take the exact path (and the ingest worker checks their values one by one).
     """
-    raw = line if isinstance(line, bytes) else line.encode("utf-8", "surrogatepass")
-    return (raw.isascii() and b"\\u" not in raw and b"NaN" not in raw
-            and b"Infinity" not in raw and _LONG_NUMBER not in raw.translate(_DIGITS))
+    if isinstance(line, bytes):
+        return (line.isascii() and b"\\u" not in line and b"NaN" not in line
+                and b"Infinity" not in line and _LONG_NUMBER not in line.translate(_DIGITS))
+    # str.isascii is O(1) and the searches need no copy; only the digit scan needs bytes.
+    return (line.isascii() and "\\u" not in line and "NaN" not in line
+            and "Infinity" not in line and _LONG_NUMBER not in line.encode().translate(_DIGITS))
 
 
 def dump_attrs(attrs: dict[str, Any]) -> str:

@@ -79,17 +79,43 @@ def test_nan_in_attrs_and_deep_nesting_are_rejected(event_line: LineFactory) -> 
                        "JSON nested too deeply"}
 
 
-def test_event_the_database_refuses_is_quarantined_alone(event_line: LineFactory) -> None:
-    """attempt is a 32-bit column: Postgres refuses 2**31, the rest of the batch is kept."""
+def test_event_the_database_refuses_is_quarantined_alone(
+        event_line: LineFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch the database refuses is stored event by event: only the refused event is
+    quarantined (with the database's reason), the rest of the batch is kept. Validation
+    leaves no known way to such a refusal, so one row is made too long for its column."""
+    import ettweb.ingest.logic as logic
+
     good = [event_line(kind="mark", mark="heartbeat", ts=float(i)) for i in range(3)]
-    huge = event_line(kind="mark", mark="heartbeat", ts=9.0, attempt=2**31)
-    result = ingest_lines([good[0], huge, *good[1:], good[0]])
+    bad = event_line(kind="mark", mark="heartbeat", ts=9.0, host="refused-host")
+    real_row = logic._row
+
+    def row(event: dict[str, object]) -> tuple[object, ...]:
+        values = real_row(event)
+        return (*values[:10], "x" * 300, *values[11:]) if event.get("host") == "refused-host" \
+            else values
+
+    monkeypatch.setattr(logic, "_row", row)
+    result = ingest_lines([good[0], bad, *good[1:], good[0]])
     assert result == IngestResult(stored=3, duplicates=1, rejected=1)
     assert Event.objects.count() == 3
     quarantined = QuarantinedEvent.objects.get()
-    assert quarantined.raw == huge
+    assert quarantined.raw == bad
     assert quarantined.reason.startswith("database refused the event:")
-    assert "out of range" in quarantined.reason
+    assert "too long" in quarantined.reason
+
+
+def test_attempt_or_rank_beyond_32_bits_is_rejected_not_wrapped(
+        event_line: LineFactory) -> None:
+    """attempt and rank are 32-bit columns and the COPY is binary: a larger value must be
+    refused by name, never stored wrapped around."""
+    good = event_line(kind="mark", mark="heartbeat", ts=1.0)
+    lines = [event_line(kind="mark", mark="heartbeat", ts=2.0, attempt=2**31),
+             event_line(kind="mark", mark="heartbeat", ts=3.0, rank=2**32 + 5)]
+    assert ingest_lines([good, *lines]) == IngestResult(stored=1, duplicates=0, rejected=2)
+    assert set(QuarantinedEvent.objects.values_list("reason", flat=True)) == {
+        "event.attempt: integer larger than 32 bits", "event.rank: integer larger than 32 bits"}
+    assert list(Event.objects.values_list("attempt", "rank")) == [(0, 0)]
 
 
 def test_non_string_lines_are_rejected_not_crashed(event_line: LineFactory) -> None:
