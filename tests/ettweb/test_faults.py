@@ -5,7 +5,6 @@ exactly once. (A real Postgres restart is in test_postgres_restart.py.)"""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -17,10 +16,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from broker_queues import delete_queue
 from celery import Celery
 from django.conf import settings
 from django.db import connection, transaction
-from kombu import Exchange, Queue
 
 from collector.auth import sign_batch
 from ettweb.ingest.credentials import new_credential
@@ -80,17 +79,7 @@ class Fleet:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        self._delete_queue()
-
-    def _delete_queue(self) -> None:
-        """Drop the private queue (a stopped worker requeues its delayed refresh tasks), so
-        runs leave nothing behind on the shared broker."""
-        with contextlib.suppress(Exception), self.app.connection_for_write() as conn:
-            # Declared as send_task declared it: kombu's redis transport needs the bindings.
-            queue = Queue(self.queue, Exchange(self.queue), routing_key=self.queue)
-            bound = queue.bind(conn.default_channel)
-            bound.declare()
-            bound.delete()
+        delete_queue(self.app, self.queue)
 
 
 @pytest.fixture

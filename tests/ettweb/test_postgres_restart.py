@@ -13,7 +13,6 @@ the one the test settings use, with a private queue, as in test_faults.py.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -27,9 +26,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from broker_queues import delete_queue
 from celery import Celery
 from django.conf import settings
-from kombu import Exchange, Queue
 from psycopg import sql
 from throwaway_postgres import ThrowawayPostgres
 
@@ -153,17 +152,6 @@ class RestartRig:
             os.killpg(worker.pid, signal.SIGKILL)
             worker.wait(timeout=10)
 
-    def delete_queue(self) -> None:
-        """Drop the private queue with whatever a failed run left in it (nobody else consumes
-        it), so runs leave nothing behind on the shared broker."""
-        with contextlib.suppress(Exception), self.app.connection_for_write() as conn:
-            # Declared as send_task declared it, or kombu's redis transport would not know
-            # the bindings to delete along with the queue.
-            queue = Queue(self.queue, Exchange(self.queue), routing_key=self.queue)
-            bound = queue.bind(conn.default_channel)
-            bound.declare()
-            bound.delete()
-
 
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[RestartRig]:
@@ -173,7 +161,7 @@ def rig(tmp_path: Path) -> Iterator[RestartRig]:
             yield running
         finally:
             running.stop_worker()
-            running.delete_queue()
+            delete_queue(running.app, running.queue)
 
 
 def _batches(prefix: str) -> list[list[str]]:

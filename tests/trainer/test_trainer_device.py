@@ -11,9 +11,6 @@ the GPU path, which trains a sharded model on the CPU exactly as TorchRec's defa
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -34,7 +31,7 @@ from trainer.model import (
     shard,
 )
 from trainer.pt2 import inductor_options, known_inductor_options
-from trainer.train import dense_device, free_port, on_device
+from trainer.train import dense_device, on_device
 
 SHAPE = ModelShape(embedding_rows=200, embedding_dim=8, dense_features=13, sparse_features=4)
 HAS_CUDA = torch.cuda.is_available()
@@ -151,16 +148,6 @@ def test_cuda_inductor_options_are_valid_for_this_torch() -> None:
     assert inductor_options(False, "cpu") == {}  # the CPU profiles are unchanged
     assert inductor_options(True, "cpu") == {"max_autotune": True,
                                              "max_autotune_gemm_backends": "ATEN"}
-
-
-@pytest.fixture(scope="module")
-def world() -> Iterator[dist.ProcessGroup]:
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    store = dist.TCPStore("127.0.0.1", free_port(), 1, is_master=True)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    assert dist.group.WORLD is not None
-    yield dist.group.WORLD
-    dist.destroy_process_group()
 
 
 def losses_of(world: dist.ProcessGroup, wrapper: DenseDeviceDataParallel | None) -> list[float]:

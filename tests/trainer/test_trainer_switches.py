@@ -8,8 +8,6 @@ Events are read back from a real Reporter spool.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,19 +31,8 @@ from trainer.model import (
     sharders,
 )
 from trainer.pt2 import CompileWatch, compile_arches, inductor_options, is_recompile
-from trainer.train import free_port
 
 SHAPE = ModelShape(embedding_rows=200, embedding_dim=8, dense_features=13, sparse_features=4)
-
-
-@pytest.fixture(scope="module")
-def world() -> Iterator[dist.ProcessGroup]:
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    store = dist.TCPStore("127.0.0.1", free_port(), 1, is_master=True)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    assert dist.group.WORLD is not None
-    yield dist.group.WORLD
-    dist.destroy_process_group()
 
 
 def spooled(reporter: Reporter) -> list[dict[str, Any]]:
