@@ -31,8 +31,9 @@
 # smoke.log, bench.log, lifecycle-gpu.txt (the benchmark's tables and JSON line),
 # bench-baseline.log and bench-optimized.log (the trainer's own output of each run).
 # Settings: DEVICE (auto|cuda|cpu; default auto), STAGES (default "env smoke bench"),
-# TOTAL_LIMIT (420 s: the whole script; the bench gets what the earlier stages left, at least
-# 60 s), SMOKE_TIMEOUT (100 s), WORK (/tmp/gpu-lifecycle), PY (python3).
+# TOTAL_LIMIT (540 s: the whole script; the bench gets what the earlier stages left, at least
+# 60 s), SMOKE_TIMEOUT (150 s: on an H200 the first attempt's pruned autotune alone took 54 s),
+# WORK (/tmp/gpu-lifecycle), PY (python3). Call it with the device's 600-s command limit.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
@@ -42,8 +43,8 @@ unset TORCHINDUCTOR_CACHE_DIR TRITON_CACHE_DIR TORCH_COMPILE_JOB_ID
 PY="${PY:-python3}"
 DEVICE="${DEVICE:-auto}"
 STAGES="${STAGES:-env smoke bench}"
-TOTAL_LIMIT="${TOTAL_LIMIT:-420}"
-SMOKE_TIMEOUT="${SMOKE_TIMEOUT:-100}"
+TOTAL_LIMIT="${TOTAL_LIMIT:-540}"
+SMOKE_TIMEOUT="${SMOKE_TIMEOUT:-150}"
 WORK="${WORK:-/tmp/gpu-lifecycle}"
 DEST="${OUT:-var/gpu-lifecycle}"
 SITE=/tmp/site
