@@ -137,6 +137,21 @@ def test_job_row_tracks_latest_event_and_metadata(worked_example_lines: list[str
     assert Job.objects.count() == 1
 
 
+def test_job_metadata_not_given_in_a_later_batch_is_kept(worked_example_lines: list[str],
+                                                         event_line: LineFactory) -> None:
+    """One upsert statement for all of a batch's jobs: a field the batch does not give (NULL
+    in the statement) keeps its stored value; a field it gives replaces it."""
+    ingest_lines(worked_example_lines)  # model dlrm, team ads
+    ingest_lines([event_line(kind="mark", mark="attempt_start", ts=1200.0, attempt=2,
+                             attrs={"team": "search", "cluster": "c7"}),
+                  event_line(kind="mark", mark="heartbeat", ts=1201.0, job="j-new")])
+    job = Job.objects.get(job_id="j1")
+    assert (job.model, job.team, job.cluster, job.last_event_time) == (
+        "dlrm", "search", "c7", 1200.0)
+    new = Job.objects.get(job_id="j-new")
+    assert (new.model, new.team, new.cluster, new.last_event_time) == ("", "", "", 1201.0)
+
+
 def test_large_batch_is_inserted_in_chunks(event_line: LineFactory) -> None:
     lines = [event_line(kind="mark", mark="heartbeat", ts=float(i), job=f"big{i % 3}")
              for i in range(2500)]
