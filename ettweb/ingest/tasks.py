@@ -53,10 +53,11 @@ def _redelivered(task: Any) -> bool:
 @shared_task(name="ett.ingest_batch", bind=True, **DATABASE_RETRY)
 def ingest_batch(self: Any, lines: list[str], source: str = "",
                  auth: dict[str, Any] | None = None) -> dict[str, int]:
-    """Verify, ingest one batch of raw JSONL lines, then refresh the rollups of its jobs.
+    """Verify and ingest one batch of raw JSONL lines, then schedule its jobs' rollup refresh.
 
     A batch failing authentication is quarantined whole with the reason. The refresh runs
-    after the events committed, so running jobs show live numbers.
+    ``ETT_ROLLUP_REFRESH_DELAY_S`` after the events committed (inline when called in-process),
+    so running jobs show live numbers a few seconds behind.
     Returns ``{"stored", "duplicates", "rejected"}``.
     """
     batch: list[Any] = lines if isinstance(lines, list) else [lines]
