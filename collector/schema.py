@@ -277,7 +277,7 @@ def parse_event(line: str | bytes, *, plain: bool | None = None) -> Event:
 
 
 #: ``bytes.translate`` table: every digit becomes ``0``, everything else a space, so a run of
-#: 19 digits is one substring search (a regex was 5x slower on this hot path).
+#: 19 digits is one substring search (a regex was 4x slower on this hot path).
 _DIGITS: Final = bytes(48 if 48 <= c <= 57 else 32 for c in range(256))
 _LONG_NUMBER: Final = b"0" * 19
 
