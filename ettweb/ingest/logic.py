@@ -149,13 +149,14 @@ def sort_lines(lines: Iterable[Any], source: str = "") -> _Sorted:
 
 
 def _row(event: dict[str, Any]) -> tuple[Any, ...]:
-    """The event's values in ``EVENT_COLUMNS`` order (built directly: the COPY loop's cost)."""
+    """The event's values in ``EVENT_COLUMNS`` order, ready for the binary COPY (built
+    directly: this runs once per stored event)."""
     get = event.get
     attrs = event["attrs"]
     return (event["id"], event["job"], event["attempt"], event["kind"], get("phase", ""),
             get("mark", ""), get("start"), get("end"), get("ts"), event["rank"], get("host", ""),
             get("step_start"), get("step_end"), get("step"), event["blocking"],
-            dump_attrs(attrs) if attrs else "{}")
+            Jsonb(dump_attrs(attrs) if attrs else "{}", dumps=_as_is))
 
 
 #: Postgres types of ``EVENT_COLUMNS`` for the binary COPY: Postgres then parses no text
@@ -210,8 +211,7 @@ def _insert_events(events: Sequence[dict[str, Any]]) -> int:
                                 "FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types(STAGING_TYPES)
             for event in events:
-                row = _row(event)
-                copy.write_row((*row[:-1], Jsonb(row[-1], dumps=_as_is)))
+                copy.write_row(_row(event))
         cursor.execute(_insert_new_sql())
         return int(cursor.rowcount)
 

@@ -63,34 +63,35 @@ def bool_(name: str, default: bool | None = None) -> bool:
     raise _fail(name, f"not a boolean: {value!r} (use true/false)")
 
 
-def int_(name: str, default: Any = REQUIRED, *, minimum: int | None = None) -> Any:
-    """An integer (optionally ``>= minimum``), or ``default`` when unset."""
+def _number(name: str, default: Any, convert: type, kind: str,
+            minimum: float | None) -> Any:
+    """``convert`` of the variable (an error names ``kind``), or ``default`` when unset."""
     value = _raw(name, default)
     if value is None:
         return default
     try:
-        number = int(value)
+        number = convert(value)
     except ValueError:
-        raise _fail(name, f"not an integer: {value!r}") from None
+        raise _fail(name, f"not {kind}: {value!r}") from None
+    if not math.isfinite(number):
+        raise _fail(name, f"must be a finite number, got {value!r}")
     if minimum is not None and number < minimum:
-        raise _fail(name, f"must be >= {minimum}, got {number}")
+        raise _fail(name, f"must be >= {_shown(minimum)}, got {_shown(number)}")
     return number
+
+
+def _shown(number: float) -> str:
+    return f"{number:g}" if isinstance(number, float) else str(number)
+
+
+def int_(name: str, default: Any = REQUIRED, *, minimum: int | None = None) -> Any:
+    """An integer (optionally ``>= minimum``), or ``default`` when unset."""
+    return _number(name, default, int, "an integer", minimum)
 
 
 def float_(name: str, default: Any = REQUIRED, *, minimum: float | None = None) -> Any:
     """A finite number (optionally ``>= minimum``), or ``default`` when unset."""
-    value = _raw(name, default)
-    if value is None:
-        return default
-    try:
-        number = float(value)
-    except ValueError:
-        raise _fail(name, f"not a number: {value!r}") from None
-    if not math.isfinite(number):
-        raise _fail(name, f"must be a finite number, got {value!r}")
-    if minimum is not None and number < minimum:
-        raise _fail(name, f"must be >= {minimum:g}, got {number:g}")
-    return number
+    return _number(name, default, float, "a number", minimum)
 
 
 def list_(name: str, default: Any = REQUIRED) -> Any:
