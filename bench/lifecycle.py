@@ -205,14 +205,16 @@ def ablation_table(baseline: dict[str, Any], results: dict[str, dict[str, Any]],
                    device: str = "cpu") -> list[str]:
     lines = ["== ablation: each optimization alone vs baseline (its own component, s)",
              f"  {'optimization':<18} {'component':<18} {'baseline':>9} {'alone':>9} "
-             f"{'change':>8} {'ETT%':>7}"]
+             f"{'change':>9} {'ETT%':>7} {'start s':>8}"]
     for opt, job in results.items():
         component = OWN_COMPONENT[opt]
         base = baseline["lost_by_component_s"].get(component, 0.0)
         alone = job["lost_by_component_s"].get(component, 0.0)
         verdict = "lower" if alone < base else "NOT lower"
-        lines.append(f"  {opt:<18} {component:<18} {base:9.2f} {alone:9.2f} {verdict:>8} "
-                     f"{job['ett_pct']:7.2f}")
+        lines.append(f"  {opt:<18} {component:<18} {base:9.2f} {alone:9.2f} {verdict:>9} "
+                     f"{job['ett_pct']:7.2f} {job['time_to_start_s']:8.1f}")
+    lines.append(f"  {'(none: baseline)':<18} {'':<18} {'':>9} {'':>9} {'':>9} "
+                 f"{baseline['ett_pct']:7.2f} {baseline['time_to_start_s']:8.1f}")
     if device == "cpu":
         lines.append("  note: on CPU autotune_pruning has little to prune (max-autotune over "
                      "ATen only); its number is noise")

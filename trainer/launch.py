@@ -22,6 +22,7 @@ from types import FrameType
 from typing import Any
 
 from collector.reporter import Reporter
+from trainer import warmup
 from trainer.config import (
     OneLineParser,
     TrainConfig,
@@ -35,6 +36,8 @@ from trainer.config import (
 )
 
 LAUNCH_TS_ENV = "ETT_LAUNCH_TS"  # same name as trainer.train reads; kept here to avoid torch
+SUPERVISED_ENV = "ETT_SUPERVISED"  # likewise: the supervisor marks the attempts
+RESTARTERS = ("supervisor", "torchrun")
 COMPILE_CACHE_FOLDER = "compile-cache"
 STOP_GRACE_S = 10.0
 EXIT_CANCELLED = 130
@@ -50,6 +53,7 @@ class SupervisorOptions:
     team: str | None
     cluster: str | None
     compile_cache_dir: str | None
+    restarts_by: str = "supervisor"
 
 
 class Cancelled(Exception):
@@ -75,6 +79,12 @@ def build_parser() -> OneLineParser:
                           "(default: %(default)s)")
     sup.add_argument("--max-restarts", type=non_negative_int, default=3,
                      help="restarts after failures before giving up (default: %(default)s)")
+    sup.add_argument("--restarts-by", choices=RESTARTERS, default="supervisor",
+                     help="who restarts a failed attempt: this supervisor (it marks each "
+                          "attempt, waits --restart-delay, and restarts up to --max-restarts "
+                          "times) or torchrun itself (torchrun --max-restarts; rank 0 of the "
+                          "trainer then marks its attempts, and a crashed one is seen as "
+                          "lost; no restart delay) (default: %(default)s)")
     sup.add_argument("--team", default=None, help="team that owns the job (attempt_start attrs)")
     sup.add_argument("--cluster", default=None, help="cluster it runs on (attempt_start attrs)")
     sup.add_argument("--compile-cache-dir", default=None,
@@ -95,7 +105,8 @@ def parse(argv: list[str] | None = None) -> tuple[TrainConfig, SupervisorOptions
     cache = args.compile_cache_dir or os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     options = SupervisorOptions(args.nproc_per_node, args.restart_delay, args.max_restarts,
                                 args.team, args.cluster,
-                                str(Path(cache).absolute()) if cache else None)
+                                str(Path(cache).absolute()) if cache else None,
+                                args.restarts_by)
     return cfg, options
 
 
@@ -108,6 +119,8 @@ class Supervisor:
 
     def run(self) -> int:
         """Returns the process exit status: 0 completed, 1 failed, 130 cancelled."""
+        if self.options.restarts_by == "torchrun":
+            return self.run_under_torchrun()
         attempt = 0
         while True:
             status = self.run_attempt(attempt)
@@ -134,13 +147,42 @@ class Supervisor:
         try:
             reporter.attempt_start(gpus=self.options.nproc_per_node, **self._attempt_attrs())
             self.say(f"attempt {attempt} starting: {' '.join(self.command())}")
-            status, detail = self._run_child(attempt)
+            env = self.child_env(attempt)
+            warm_up = self._start_warm_up(attempt, env)
+            try:
+                status, detail = self._run_child(env)
+            finally:
+                _end(warm_up)
             reporter.attempt_end(status, **detail)
             self.say(f"attempt {attempt} {status} (exit code {detail['exit_code']})")
             return status
         finally:
             reporter.shutdown()
             self._drop_fresh_cache(attempt)
+
+    def run_under_torchrun(self) -> int:
+        """One torchrun that restarts the ranks itself (``--max-restarts``).
+
+        The attempt marks then come from the trainer (rank 0; the attempt number is torchrun's
+        restart count), since nothing outlives an attempt but torchrun, which reports nothing.
+        The compile cache folder is the same for every restart: torchrun restarts on the same
+        host, whose folders survive.
+        """
+        env = self.child_env(0)
+        for name in ("ETT_ATTEMPT", SUPERVISED_ENV, LAUNCH_TS_ENV):
+            env.pop(name, None)
+        self.say(f"torchrun restarts failed attempts (up to {self.options.max_restarts}): "
+                 f"{' '.join(self.command())}")
+        child = subprocess.Popen(self.command(), env=env, start_new_session=True)
+        try:
+            code = child.wait()
+        except Cancelled:
+            stop(child)
+            return EXIT_CANCELLED
+        finally:
+            self._drop_fresh_cache(0)
+        self.say("torchrun: " + ("completed" if code == 0 else f"failed (exit code {code})"))
+        return 0 if code == 0 else 1
 
     def _attempt_attrs(self) -> dict[str, Any]:
         """Free-form attempt attrs. ``gpus`` (set by the caller) is ``--nproc-per-node``: one
@@ -150,11 +192,22 @@ class Supervisor:
                  "device": "cuda" if self.cfg.on_cuda else None}
         return {key: value for key, value in attrs.items() if value}
 
-    def _run_child(self, attempt: int) -> tuple[str, dict[str, int]]:
+    def _start_warm_up(self, attempt: int,
+                       env: dict[str, str]) -> subprocess.Popen[bytes] | None:
+        """``init_overlap``: the compile warm-up process (trainer.warmup), started before the
+        trainer so that its torch import overlaps the trainer's; the trainer finds its lock
+        file in the environment and waits for it before compiling. One per attempt, shared by
+        all ranks of this node (they compile the same graphs into the same cache)."""
+        if not (self.cfg.compile and "init_overlap" in self.cfg.opts):
+            return None
+        lock = self.compile_cache(attempt) / f"warm-up-attempt-{attempt}.lock"
+        env[warmup.WARM_UP_ENV] = str(lock)
+        return warmup.spawn(self.cfg.to_argv(), lock, env)
+
+    def _run_child(self, env: dict[str, str]) -> tuple[str, dict[str, int]]:
         # Its own session: a terminal's Ctrl-C reaches only the supervisor, which forwards one
         # SIGINT, so the child is never interrupted twice in the middle of its cleanup.
-        child = subprocess.Popen(self.command(), env=self.child_env(attempt),
-                                 start_new_session=True)
+        child = subprocess.Popen(self.command(), env=env, start_new_session=True)
         try:
             code = child.wait()
         except Cancelled:
@@ -164,15 +217,18 @@ class Supervisor:
     def command(self) -> list[str]:
         """``python -m trainer.train ...``, or torchrun around it for several ranks.
 
-        torchrun gets ``--max-restarts 0``: restarts are this supervisor's job, so that each one
-        is a new ETT attempt with its own marks.
+        torchrun gets ``--max-restarts 0`` when restarts are this supervisor's job, so that each
+        one is a new ETT attempt with its own marks; with ``--restarts-by torchrun`` it gets
+        ``--max-restarts`` and always runs, also for one rank.
         """
         train_args = ["-m", "trainer.train", *self.cfg.to_argv()]
-        if self.options.nproc_per_node == 1:
+        by_torchrun = self.options.restarts_by == "torchrun"
+        if self.options.nproc_per_node == 1 and not by_torchrun:
             return [sys.executable, *train_args]
+        restarts = self.options.max_restarts if by_torchrun else 0
         return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc-per-node", str(self.options.nproc_per_node), "--max-restarts", "0",
-                *train_args]
+                "--nproc-per-node", str(self.options.nproc_per_node),
+                "--max-restarts", str(restarts), *train_args]
 
     def child_env(self, attempt: int) -> dict[str, str]:
         """The attempt number, spool, launch time and a compile cache that survives restarts.
@@ -184,6 +240,7 @@ class Supervisor:
         env = dict(os.environ)
         env.update({
             "ETT_ATTEMPT": str(attempt),
+            SUPERVISED_ENV: "1",
             "ETT_SPOOL_DIR": self.cfg.spool_dir,
             "TORCHINDUCTOR_CACHE_DIR": str(self.compile_cache(attempt)),
             LAUNCH_TS_ENV: repr(time.time()),
@@ -214,6 +271,15 @@ class Supervisor:
 
     def say(self, message: str) -> None:
         print(f"[{self.cfg.job} supervisor] {message}", file=sys.stderr, flush=True)
+
+
+def _end(warm_up: subprocess.Popen[bytes] | None) -> None:
+    """A warm-up outliving its attempt (the trainer crashed before compiling) is killed."""
+    if warm_up is None:
+        return
+    if warm_up.poll() is None:
+        warm_up.kill()
+    warm_up.wait()
 
 
 def stop(child: subprocess.Popen[bytes]) -> int:

@@ -7,11 +7,18 @@ higher-order form (used here) is τ = √(2δM)·[1 + ⅓√(δ/2M) + (δ/2M)/9]
 δ is *measured* (the blocking time of the last save, the slowest rank's), M is configured
 (``--mtbf``). With asynchronous saves δ is only the staging time, so τ is kept above the
 background write time: a save never waits for the one before.
+
+Before the first save there is no measured δ: the first checkpoint is then taken early
+(:data:`PROBE_STEPS` steps in) to measure it. The measurement is kept beside the checkpoints
+(:data:`MEASURED_FILE`), so a restarted attempt uses Young/Daly's interval from its first step.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 
 def young_interval_s(cost_s: float, mtbf_s: float) -> float:
@@ -37,3 +44,45 @@ def interval_steps(cost_s: float, mtbf_s: float, step_s: float, *,
     if step_s <= 0:
         return at_least
     return max(at_least, round(seconds / step_s))
+
+
+#: With ``recovery`` and no measured cost yet, the first checkpoint comes this many steps into
+#: the job: Young/Daly needs the cost of a save, and a fixed interval until the first one would
+#: leave the job's first failure as exposed as without the switch.
+PROBE_STEPS = 100
+MEASURED_FILE = "recovery.json"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a save cost, and the step time then: the inputs of the interval (slowest rank's)."""
+
+    cost_s: float
+    step_s: float
+    background_s: float = 0.0
+
+    def interval_steps(self, mtbf_s: float) -> int:
+        return interval_steps(self.cost_s, mtbf_s, self.step_s, background_s=self.background_s)
+
+
+def save_measured(directory: Path, measured: Measured) -> None:
+    """Keep the last measurement beside the checkpoints, so a restarted attempt starts with
+    Young/Daly's interval instead of probing again (written atomically: temp file + rename)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".{MEASURED_FILE}.tmp"
+    tmp.write_text(json.dumps(asdict(measured)))
+    tmp.replace(directory / MEASURED_FILE)
+
+
+def load_measured(directory: Path) -> Measured | None:
+    """The kept measurement, or None when there is none (or it is unreadable: probe again)."""
+    try:
+        raw = json.loads((directory / MEASURED_FILE).read_text())
+        measured = Measured(float(raw["cost_s"]), float(raw["step_s"]),
+                            float(raw.get("background_s", 0.0)))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    values = (measured.cost_s, measured.step_s, measured.background_s)
+    if not all(math.isfinite(v) and v >= 0 for v in values) or measured.step_s == 0:
+        return None
+    return measured

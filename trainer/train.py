@@ -15,12 +15,15 @@ tables are.
 
 from __future__ import annotations
 
-import copy
 import os
+import shutil
 import socket
+import statistics
+import subprocess
 import sys
-import threading
+import tempfile
 import time
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,7 +38,7 @@ from torchrec.models.dlrm import DLRMTrain
 from torchrec.optim.keyed import CombinedOptimizer
 
 from collector.reporter import Reporter, TrainTracker
-from trainer import checkpoint, plan_cache, publish, recovery
+from trainer import checkpoint, plan_cache, publish, recovery, warmup
 from trainer.checkpoint import Checkpointer
 from trainer.config import TrainConfig, parse_train_config
 from trainer.data import StepLoader, SyntheticClicks
@@ -55,10 +58,17 @@ from trainer.pt2 import CompileWatch, compile_arches, inductor_options
 
 #: Set by the supervisor just before it spawns this process (epoch seconds).
 LAUNCH_TS_ENV = "ETT_LAUNCH_TS"
+#: Set by the supervisor, which marks the attempts; without it (torchrun restarting the ranks
+#: itself, or a bare ``python -m trainer.train``) rank 0 marks its own attempt.
+SUPERVISED_ENV = "ETT_SUPERVISED"
 EXIT_SIMULATED_FAILURE = 1
 EXIT_INTERRUPTED = 130
 #: Batches the init-overlap data warm-up prepares ahead of training.
 WARM_BATCHES = 4
+#: Recent step times kept for the recovery interval's step time.
+STEP_TIMES_KEPT = 50
+#: Longest wait for the compile warm-up before compiling without it.
+WARM_UP_TIMEOUT_S = 1800.0
 
 
 class SimulatedFailure(RuntimeError):
@@ -82,7 +92,7 @@ class Trainer:
     last_saved: int | None = None
     checkpoint_every: int = 0
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    _step_s: float = 0.0
+    _step_times: deque[float] = field(default_factory=lambda: deque(maxlen=STEP_TIMES_KEPT))
     _last_beat: float = field(default_factory=time.monotonic)
     _last_log: tuple[float, int] = (0.0, 0)
 
@@ -121,7 +131,7 @@ class Trainer:
                 loss = self.train_step(self.loader.next_batch(), tracker)
                 self.step += 1
                 tracker.advance(self.step)
-                self._step_s = time.monotonic() - began
+                self._step_times.append(time.monotonic() - began)
                 self._after_step(loss, tracker)
         finally:
             tracker.close()  # also on a crash: the slice trained so far is reported
@@ -144,21 +154,51 @@ class Trainer:
         if self.cfg.has("recovery"):
             self._retune_interval()
 
+    @property
+    def step_s(self) -> float:
+        """The median of the recent step times (a step that compiled is an outlier)."""
+        return statistics.median(self._step_times) if self._step_times else 0.0
+
     def _retune_interval(self) -> None:
         """Young/Daly: the next interval from this save's cost and the recent step time.
 
         Every rank must checkpoint at the same steps (the save is collective), so the inputs
-        are the slowest rank's, agreed by an all-reduce.
+        are the slowest rank's, agreed by an all-reduce. Rank 0 keeps them for a restart.
         """
-        measured = torch.tensor([self.checkpointer.last_blocking_s or 0.0, self._step_s,
-                                 self.checkpointer.last_background_s or 0.0],
-                                dtype=torch.float64)
-        dist.all_reduce(measured, op=dist.ReduceOp.MAX)
-        cost, step_s, background = (float(v) for v in measured)
-        self.checkpoint_every = recovery.interval_steps(cost, self.cfg.mtbf, step_s,
-                                                        background_s=background)
-        self.say(f"recovery: checkpoint cost {cost:.3f} s, step {step_s * 1000:.1f} ms, "
-                 f"MTBF {self.cfg.mtbf:g} s -> every {self.checkpoint_every} steps")
+        inputs = torch.tensor([self.checkpointer.last_blocking_s or 0.0, self.step_s,
+                               self.checkpointer.last_background_s or 0.0],
+                              dtype=torch.float64)
+        dist.all_reduce(inputs, op=dist.ReduceOp.MAX)
+        measured = recovery.Measured(*(float(v) for v in inputs))
+        if self.rank == 0:
+            recovery.save_measured(Path(self.cfg.checkpoint_dir), measured)
+        self._use_interval(measured, "measured")
+
+    def _use_interval(self, measured: recovery.Measured, source: str) -> None:
+        self.checkpoint_every = measured.interval_steps(self.cfg.mtbf)
+        self.say(f"recovery ({source}): checkpoint cost {measured.cost_s:.3f} s, step "
+                 f"{measured.step_s * 1000:.1f} ms, MTBF {self.cfg.mtbf:g} s -> every "
+                 f"{self.checkpoint_every} steps")
+
+    def plan_checkpoints(self) -> None:
+        """``recovery``, at attempt start: Young/Daly's interval from the measurement an
+        earlier attempt kept, or, with none, an early first save that measures the cost.
+
+        Rank 0 reads the file and every rank uses its answer: all must save at the same steps.
+        """
+        if not self.cfg.has("recovery"):
+            return
+        kept: list[recovery.Measured | None] = [
+            recovery.load_measured(Path(self.cfg.checkpoint_dir)) if self.rank == 0 else None]
+        dist.broadcast_object_list(kept, src=0)
+        if kept[0] is not None:
+            self._use_interval(kept[0], "kept from an earlier attempt")
+            return
+        configured = self.cfg.checkpoint_every
+        self.checkpoint_every = min(configured, recovery.PROBE_STEPS) if configured \
+            else recovery.PROBE_STEPS
+        self.say(f"recovery: first checkpoint {self.checkpoint_every} steps in, to measure "
+                 "its cost")
 
     def load_latest_checkpoint(self) -> None:
         """Resume from the newest verified checkpoint (a damaged one is skipped, saying so)."""
@@ -277,20 +317,39 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def report_process_start(reporter: Reporter) -> None:
+def report_process_start(reporter: Reporter, start: float | None) -> None:
     """Report interpreter start and imports as ``container_start`` (cluster_runtime, §4).
 
     Why: torch and TorchRec take seconds to import; without this span that time would be
-    ``unattributed``. The supervisor passes the moment it launched us.
+    ``unattributed``. ``start`` is when the supervisor launched us, else when the kernel
+    created this process.
     """
-    launched = os.environ.get(LAUNCH_TS_ENV, "")
-    try:
-        start = float(launched)
-    except ValueError:
-        return
     now = time.time()
-    if start <= now:
+    if start is not None and start <= now:
         reporter.span("container_start", start, now)
+
+
+def launched_at() -> float | None:
+    """The moment this process was launched: the supervisor's word, else the kernel's."""
+    try:
+        return float(os.environ[LAUNCH_TS_ENV])
+    except (KeyError, ValueError):
+        return process_created_at()
+
+
+def process_created_at() -> float | None:
+    """This process's creation time from ``/proc`` (Linux), or None where there is none.
+
+    Why: under torchrun's own restarts nobody outside the process saw it start, and its
+    imports are still the attempt's time.
+    """
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        started_after_boot = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.time() - (uptime - started_after_boot)
 
 
 def join_process_group(reporter: Reporter, device: torch.device) -> tuple[int, int]:
@@ -311,6 +370,12 @@ def join_process_group(reporter: Reporter, device: torch.device) -> tuple[int, i
         backend = "cpu:gloo,cuda:nccl"
     with reporter.phase("rendezvous"):
         store, rank, world_size = next(dist.rendezvous("env://"))
+        restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+        if restart is not None:
+            # torchrun may keep one store across its restarts; gloo would then read the
+            # previous round's peer addresses (measured: "Connection refused" on some
+            # restarts). A key prefix per restart keeps the rounds apart.
+            store = dist.PrefixStore(f"ett/restart-{restart}", store)
     with reporter.phase("process_group_init", backend=backend):
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
         if device.type == "cuda":
@@ -320,12 +385,13 @@ def join_process_group(reporter: Reporter, device: torch.device) -> tuple[int, i
 
 
 def build_trainer(cfg: TrainConfig, reporter: Reporter, rank: int, world_size: int,
-                  watch: CompileWatch, device: torch.device | None = None) -> Trainer:
+                  watch: CompileWatch, device: torch.device | None = None,
+                  compile_warm_up: CompileWarmUp | None = None) -> Trainer:
     """Model, plan, shards, optimizer, data and compiled dense part, phase by phase.
 
-    With ``init_overlap`` the data warm-up and a compile warm-up (which fills the PT2 caches
-    from a copy of the dense arches) run in background threads while the model is built,
-    planned and sharded; the main thread waits for them only where it needs their result.
+    With ``init_overlap`` the data warm-up (a thread) and the compile warm-up (a process,
+    trainer.warmup, which fills the PT2 caches) run while the model is built, planned and
+    sharded; this process waits for them only where it needs their result.
     """
     shape = ModelShape(cfg.embedding_rows, cfg.embedding_dim, cfg.dense_features,
                        cfg.sparse_features)
@@ -338,7 +404,8 @@ def build_trainer(cfg: TrainConfig, reporter: Reporter, rank: int, world_size: i
     with reporter.phase("model_init", stage="build"):
         model = build_unsharded(shape, cfg.seed, device)
         attach_sparse_optimizer(model, cfg.lr)
-    warm = start_warm_ups(cfg, reporter, watch, loader, model, device) if overlap else None
+    if overlap:
+        loader.warm_up(_newest_checkpoint_step(cfg), WARM_BATCHES)
     pg = dist.group.WORLD
     assert pg is not None
     plan = sharding_plan(cfg, reporter, model, pg, world_size)
@@ -348,9 +415,9 @@ def build_trainer(cfg: TrainConfig, reporter: Reporter, rank: int, world_size: i
         checkpointer = Checkpointer(Path(cfg.checkpoint_dir), reporter,
                                     asynchronous=cfg.has("async_checkpoint"))
     if cfg.compile:
-        with reporter.phase("compile", stage="setup"):
-            if warm is not None:
-                warm.join()
+        with reporter.phase("compile", stage="setup") as span:
+            if compile_warm_up is not None:
+                span.attrs["warm_up"] = compile_warm_up.wait()[:120]
             compile_arches(dense_arches(dlrm_of(dmp)), dynamic_batch=cfg.has("dynamic_shapes"),
                            options=inductor_options(cfg.has("autotune_pruning"), device.type))
     trainer = Trainer(cfg, reporter, rank, world_size, dmp, optimizer, loader, checkpointer,
@@ -376,46 +443,38 @@ def sharding_plan(cfg: TrainConfig, reporter: Reporter, model: DLRMTrain,
     return plan
 
 
-class WarmUps:
-    """The init-overlap background threads; ``join`` waits for all of them."""
+@dataclass
+class CompileWarmUp:
+    """The init-overlap compile warm-up of this attempt (trainer.warmup): its lock file, and
+    its process when this trainer started it (the supervisor reaps its own)."""
 
-    def __init__(self, threads: list[threading.Thread]) -> None:
-        self.threads = threads
+    lock_file: Path
+    process: subprocess.Popen[bytes] | None = None
 
-    def join(self) -> None:
-        for thread in self.threads:
-            thread.join()
+    def wait(self) -> str:
+        """Block until the warm-up has filled the caches; its verdict (``ok`` or why not)."""
+        verdict = warmup.wait(self.lock_file, WARM_UP_TIMEOUT_S)
+        if self.process is not None:
+            if self.process.poll() is None and verdict == "timeout":
+                self.process.kill()
+            self.process.wait()
+            shutil.rmtree(self.lock_file.parent, ignore_errors=True)
+        return verdict
 
 
-def start_warm_ups(cfg: TrainConfig, reporter: Reporter, watch: CompileWatch,
-                   loader: StepLoader, model: DLRMTrain,
-                   device: torch.device | None = None) -> WarmUps:
-    """Data warm-up, and a compile warm-up on a copy of the dense arches (its compiled code
-    lands in the PT2 caches, which the real compile then hits). On a GPU the copy and its
-    inputs are on that GPU, so the warm-up compiles (and autotunes) the same Triton kernels."""
-    device = device or torch.device("cpu")
-    resume_hint = _newest_checkpoint_step(cfg)
-    threads = [loader.warm_up(resume_hint, WARM_BATCHES)]
-    if cfg.compile:
-        arches = copy.deepcopy(dense_arches(model.model))
-        batch = loader.data.batch(0)  # shapes only; this batch is not trained on
-        dims = (cfg.batch_size, cfg.sparse_features, cfg.embedding_dim)
+def start_compile_warm_up(cfg: TrainConfig) -> CompileWarmUp | None:
+    """The warm-up the supervisor started for this attempt, or one of our own.
 
-        def compile_warm_up() -> None:
-            watch.background.add(threading.get_ident())
-            if device.type == "cuda":
-                torch.cuda.set_device(device)  # the current GPU is per thread
-            compile_arches(arches, dynamic_batch=cfg.has("dynamic_shapes"),
-                           options=inductor_options(cfg.has("autotune_pruning"), device.type))
-            dense = arches[0](batch.dense_features.to(device))
-            sparse = torch.zeros(*dims, device=device, requires_grad=True)
-            logits = arches[2](arches[1](dense, sparse))
-            logits.sum().backward()
-
-        thread = threading.Thread(target=compile_warm_up, name="compile-warm-up", daemon=True)
-        thread.start()
-        threads.append(thread)
-    return WarmUps(threads)
+    Started first thing, before the process group: the earlier it starts, the more of its
+    compile hides behind init.
+    """
+    if not (cfg.compile and cfg.has("init_overlap")):
+        return None
+    given = os.environ.get(warmup.WARM_UP_ENV)
+    if given:
+        return CompileWarmUp(Path(given))
+    lock = Path(tempfile.mkdtemp(prefix="ett-warm-up-")) / "warm-up.lock"
+    return CompileWarmUp(lock, warmup.spawn(cfg.to_argv(), lock))
 
 
 def _newest_checkpoint_step(cfg: TrainConfig) -> int:
@@ -428,11 +487,14 @@ def _newest_checkpoint_step(cfg: TrainConfig) -> int:
 def run(cfg: TrainConfig, reporter: Reporter) -> None:
     """The whole life of one attempt on this rank, phase by phase."""
     device = dense_device(cfg)
+    compile_warm_up = start_compile_warm_up(cfg)
     rank, world_size = join_process_group(reporter, device)
     watch = CompileWatch(reporter)
     with watch.installed():
-        trainer = build_trainer(cfg, reporter, rank, world_size, watch, device)
+        trainer = build_trainer(cfg, reporter, rank, world_size, watch, device,
+                                compile_warm_up)
         trainer.load_latest_checkpoint()
+        trainer.plan_checkpoints()
         trainer.say(f"training steps {trainer.step}..{cfg.steps} on {world_size} rank(s) "
                     f"with {','.join(cfg.opts) or 'no optimizations'}"
                     + (f"; dense part on {device}, embeddings on cpu" if cfg.on_cuda else ""))
@@ -475,15 +537,29 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_float32_matmul_precision("high")
     default_distributed_env()
     reporter = Reporter(cfg.job, spool_dir=cfg.spool_dir)
-    report_process_start(reporter)
+    start = launched_at()
+    marks_attempt = SUPERVISED_ENV not in os.environ and os.environ.get("RANK", "0") == "0"
+    if marks_attempt:
+        reporter.attempt_start(gpus=int(os.environ.get("WORLD_SIZE", "1")), ts=start,
+                               model="dlrm", launcher=_launcher())
+    report_process_start(reporter, start)
+    status = "failed"
     try:
         with crash_on_simulated_failure(reporter):
             run(cfg, reporter)
+        status = "completed"
     except KeyboardInterrupt:
+        status = "cancelled"
         return EXIT_INTERRUPTED
     finally:
+        if marks_attempt:
+            reporter.attempt_end(status)
         reporter.shutdown()
     return 0
+
+
+def _launcher() -> str:
+    return "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "python"
 
 
 if __name__ == "__main__":

@@ -195,6 +195,34 @@ def test_torchrun_two_ranks_crash_and_resume(two_rank_run: TrainerRun) -> None:
     assert sorted(plans) == [False, False, True, True]  # planned once, reused on restart
 
 
+def test_torchrun_can_do_the_restarts_itself(tmp_path: Path, compile_cache: Path) -> None:
+    """``--restarts-by torchrun``: one torchrun with ``--max-restarts``; rank 0 of the trainer
+    marks each attempt (numbered by torchrun's restart count), and the crashed one, which
+    could not say so, is seen as lost."""
+    run = run_supervisor(tmp_path, "--restarts-by", "torchrun", "--nproc-per-node", "2",
+                         "--no-compile", "--job", "by-torchrun", "--steps", "20",
+                         "--batch-size", "32", "--embedding-rows", "500", "--embedding-dim", "8",
+                         "--checkpoint-every", "10", "--fail-at-step", "15",
+                         "--eval-batches", "0", cache=compile_cache)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "--max-restarts 3" in run.stderr
+    events = run.events()
+    starts = marks(events, "attempt_start")
+    assert [(e["attempt"], e["rank"], e["attrs"]["gpus"], e["attrs"]["launcher"])
+            for e in starts] == [(0, 0, 2, "torchrun"), (1, 0, 2, "torchrun")]
+    ends = marks(events, "attempt_end")
+    assert [(e["attempt"], e["attrs"]["status"]) for e in ends] == [(1, "completed")]
+    loads = sorted((e["rank"], e["attrs"]["step"]) for e in events
+                   if e["kind"] == "span" and e["phase"] == "checkpoint_load")
+    assert loads == [(0, 10), (1, 10)]
+    container = [e for e in events if e["kind"] == "span" and e["phase"] == "container_start"]
+    assert {(e["attempt"], e["rank"]) for e in container} == {(0, 0), (0, 1), (1, 0), (1, 1)}
+    report = attribution_report(spool_as_one_file(run, tmp_path / "all.jsonl"))
+    (job,) = report["jobs"]
+    assert job["attempts"] == 2 and job["failures"] == 1
+    assert job["repeated_steps"] == 2 * (15 - 10)  # both ranks train steps 10..15 again
+
+
 BAD_FLAGS = [
     (["--steps", "0"], "--steps: must be at least 1"),
     (["--steps", "-5"], "--steps: -5 is negative"),
@@ -208,6 +236,7 @@ BAD_FLAGS = [
     (["--job", ""], "a job id must be 1-200 characters"),
     (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
     (["--opt", "turbo"], "argument --opt: unknown optimization 'turbo'"),
+    (["--restarts-by", "slurm"], "argument --restarts-by: invalid choice: 'slurm'"),
     (["--steps", "40", "--fail-at-steps", "10,40"], "--fail-at-steps 40 is not before the last"),
 ]
 

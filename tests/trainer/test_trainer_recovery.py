@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
+from trainer_runs import run_supervisor
 
-from trainer.recovery import daly_interval_s, interval_steps, young_interval_s
+from trainer.recovery import (
+    MEASURED_FILE,
+    PROBE_STEPS,
+    Measured,
+    daly_interval_s,
+    interval_steps,
+    load_measured,
+    save_measured,
+    young_interval_s,
+)
 
 
 @pytest.mark.parametrize(("mtbf_min", "cost_min", "published_min"), [
@@ -32,3 +43,33 @@ def test_interval_in_steps_respects_the_background_write_and_a_floor() -> None:
     assert interval_steps(0.5, 600.0, 0.01, background_s=100.0) == 10_000
     assert interval_steps(0.0, 600.0, 0.01, at_least=3) == 3
     assert not math.isnan(daly_interval_s(1e-9, 1.0))
+
+
+def test_the_measurement_survives_a_restart_and_a_damaged_one_is_ignored(
+        tmp_path: Path) -> None:
+    measured = Measured(cost_s=1.5, step_s=0.02, background_s=0.4)
+    save_measured(tmp_path, measured)
+    assert load_measured(tmp_path) == measured
+    assert measured.interval_steps(300.0) == interval_steps(1.5, 300.0, 0.02, background_s=0.4)
+    for damaged in ("{not json", '{"cost_s": 1}', '{"cost_s": -1, "step_s": 0.1}',
+                    '{"cost_s": 1, "step_s": 0}', '{"cost_s": "NaN", "step_s": 0.1}'):
+        (tmp_path / MEASURED_FILE).write_text(damaged)
+        assert load_measured(tmp_path) is None, damaged
+    assert load_measured(tmp_path / "nowhere") is None
+
+
+@pytest.mark.integration
+def test_recovery_probes_the_cost_early_and_a_restart_reuses_it(tmp_path: Path,
+                                                                 compile_cache: Path) -> None:
+    run = run_supervisor(tmp_path, "--no-compile", "--job", "probe", "--steps", "300",
+                         "--batch-size", "16", "--embedding-rows", "100", "--embedding-dim", "4",
+                         "--checkpoint-every", "250", "--fail-at-step", "150",
+                         "--eval-batches", "0", "--restart-delay", "0", "--opt", "recovery",
+                         "--mtbf", "0.05", cache=compile_cache)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"first checkpoint {PROBE_STEPS} steps in" in run.stderr
+    loads = [e["attrs"]["step"] for e in run.events()
+             if e["kind"] == "span" and e["phase"] == "checkpoint_load"]
+    assert loads and loads[0] >= PROBE_STEPS  # not back to step 0, as the fixed 250 would
+    assert "recovery (kept from an earlier attempt)" in run.stderr
+    assert load_measured(run.checkpoint_dir) is not None
