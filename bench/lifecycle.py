@@ -9,7 +9,9 @@ profile, the ablation (each optimization's own component against the baseline), 
 last line one JSON object with both ETT% and their ratio.
 
 ``--quick`` is a small plan (a few minutes on 2 cores; the ablation is off unless asked for);
-``--plan-only`` prints the plan and the commands and runs nothing. ``--device`` is passed to
+``--plan-only`` prints the plan and the commands and runs nothing; ``--resume`` reuses the
+runs an interrupted invocation finished (same command, same work dir) and runs the rest —
+the default plan with its ablation takes one to two hours on 2 cores. ``--device`` is passed to
 every run (``cuda``: the trainer's hybrid placement, tables on CPU and dense part on the GPU).
 """
 
@@ -108,8 +110,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="the trainer's --device for every run; auto = cuda when available "
                              "(default: %(default)s)")
     parser.add_argument("--work-dir", default="var/bench-lifecycle",
-                        help="spools and checkpoints (emptied first; default: %(default)s)")
+                        help="spools, checkpoints and reports (each run's folder is emptied before "
+                             "it runs; default: %(default)s)")
     parser.add_argument("--out", default=None, help="also write the tables to this file")
+    parser.add_argument("--resume", action="store_true",
+                        help="reuse each run a previous invocation finished in --work-dir with "
+                             "the very same command (its report.json); run only the others")
     parser.add_argument("--plan-only", action="store_true",
                         help="print the plan and commands; run nothing")
     args = parser.parse_args(argv)
@@ -153,8 +159,23 @@ def command(plan: Plan, name: str, extra: list[str], work: Path) -> list[str]:
             *plan.trainer_flags(), *extra]
 
 
+REPORT = "report.json"
+
+
+def finished_run(plan: Plan, name: str, extra: list[str], work: Path) -> dict[str, Any] | None:
+    """The report a previous invocation kept for this run, if it ran the very same command."""
+    try:
+        kept = json.loads((work / name / REPORT).read_text())
+    except (OSError, ValueError):
+        return None
+    if kept.get("command") != command(plan, name, extra, work):
+        return None
+    job: dict[str, Any] = kept["job"]
+    return job
+
+
 def run_one(plan: Plan, name: str, extra: list[str], work: Path) -> dict[str, Any]:
-    """One supervised job, then its offline report (ETT_SPEC §5) entry."""
+    """One supervised job, then its offline report (ETT_SPEC §5) entry, kept for ``--resume``."""
     shutil.rmtree(work / name, ignore_errors=True)
     env = {key: value for key, value in os.environ.items()
            if key not in ("TORCHINDUCTOR_CACHE_DIR", "TORCH_COMPILE_JOB_ID")}
@@ -175,6 +196,8 @@ def run_one(plan: Plan, name: str, extra: list[str], work: Path) -> dict[str, An
     if report["rejected"]:
         raise SystemExit(f"bench.lifecycle: {name}: rejected events {report['rejected'][:3]}")
     (job,) = report["jobs"]
+    (work / name / REPORT).write_text(json.dumps(
+        {"command": command(plan, name, extra, work), "job": job}))
     return dict(job)
 
 
@@ -246,7 +269,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results = {}
     for name, extra in runs:
-        results[name] = run_one(plan, name, extra, work)
+        kept = finished_run(plan, name, extra, work) if args.resume else None
+        if kept is not None:
+            print(f"  {name}: reused from {work / name / REPORT}", file=sys.stderr, flush=True)
+        results[name] = kept if kept is not None else run_one(plan, name, extra, work)
     lines = profile_table("baseline", results["baseline"]) + \
         profile_table("optimized", results["optimized"])
     alone = {n.removeprefix("only-"): job for n, job in results.items() if n.startswith("only-")}

@@ -1,6 +1,8 @@
 """The reference TorchRec DLRM trainer, instrumented for ETT (knows only collector.reporter).
 
-``python -m trainer`` is the supervisor; ``python -m trainer.train`` is one training process.
+``python -m trainer`` is the supervisor; ``python -m trainer.train`` is one training process;
+``python -m trainer.warmup`` the init-overlap compile warm-up; ``python -m trainer.publish``
+the out-of-band publisher.
 """
 
 import logging

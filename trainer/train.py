@@ -4,7 +4,10 @@ It reports every lifecycle phase through the ETT Reporter (ETT_SPEC §4) — and
 else about ETT. The supervisor (``python -m trainer``) owns the attempt: it emits
 ``attempt_start``/``attempt_end`` and restarts this process after a failure; this process
 resumes from the newest good checkpoint, so the steps between that checkpoint and the crash
-are trained again (what ETT calls repeated training).
+are trained again (what ETT calls repeated training). Started without the supervisor (by a
+torchrun that restarts the ranks itself, or by hand) rank 0 marks its own attempt: from the
+moment the kernel created the process to its exit; a crash leaves the attempt without an end,
+which ETT reads as ``lost``.
 
 With ``--device cuda`` the process group is ``cpu:gloo,cuda:nccl``: the CPU-sharded embedding
 tables, checkpoints and object collectives use gloo, the GPU-resident dense part's DDP uses

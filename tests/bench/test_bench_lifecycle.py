@@ -7,6 +7,7 @@ ablation, and one-line errors for bad input before any work starts.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -63,3 +64,29 @@ def test_bad_input_is_one_line_before_any_work(flags: list[str], reason: str,
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and reason in done.stderr, done.stderr
     assert not list(tmp_path.iterdir())
+
+
+def fake_job(ett_pct: float) -> dict[str, object]:
+    return {"ett_pct": ett_pct, "wall_s": 100.0, "productive_s": ett_pct, "time_to_start_s": 9.0,
+            "time_to_recover_s": [12.5], "failures": 1, "repeated_steps": 40,
+            "lost_by_component_s": {"pt2_compiler": 30.0}}
+
+
+def test_resume_reuses_finished_runs_of_the_same_command_only(tmp_path: Path) -> None:
+    from bench import lifecycle
+
+    planned = json.loads(bench("--quick", "--plan-only", "--work-dir", str(tmp_path)).stdout)
+    for run, ett in zip(planned["runs"], (40.0, 60.0), strict=True):
+        (tmp_path / run["name"]).mkdir()
+        (tmp_path / run["name"] / lifecycle.REPORT).write_text(
+            json.dumps({"command": run["command"], "job": fake_job(ett)}))
+    done = bench("--quick", "--resume", "--work-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("reused from") == 2
+    summary = json.loads(done.stdout.splitlines()[-1])
+    assert (summary["baseline_ett_pct"], summary["optimized_ett_pct"]) == (40.0, 60.0)
+    assert summary["ratio"] == 1.5
+    same = lifecycle.finished_run(lifecycle.QUICK, "baseline", ["--profile", "baseline"], tmp_path)
+    assert same is not None and same["ett_pct"] == 40.0
+    other = dataclasses.replace(lifecycle.QUICK, steps=500)  # another plan: another command
+    assert lifecycle.finished_run(other, "baseline", ["--profile", "baseline"], tmp_path) is None
