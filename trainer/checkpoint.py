@@ -212,6 +212,12 @@ class Checkpointer:
 
         upload.add_done_callback(finish)
 
+    @property
+    def writing(self) -> bool:
+        """Whether an asynchronous save is still being written in the background."""
+        pending = self._pending
+        return pending is not None and not pending.finished.is_set()
+
     def wait(self) -> None:
         """Block until the previous asynchronous save is written and published."""
         pending, self._pending = self._pending, None

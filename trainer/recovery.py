@@ -55,14 +55,36 @@ MEASURED_FILE = "recovery.json"
 
 @dataclass(frozen=True)
 class Measured:
-    """What a save cost, and the step time then: the inputs of the interval (slowest rank's)."""
+    """What a save cost, and the step time then: the inputs of the interval (slowest rank's).
+
+    ``interference_s`` is the training time an asynchronous save costs *while* it writes:
+    on a host where the write shares the cores (and the GIL) with training, steps run
+    slower meanwhile. Counting only the blocked time would make δ look tiny and Young/Daly
+    checkpoint so often that training is slowed all the time (measured on 2 cores: saves
+    every ~400 steps, steps 20-30% slower), time that ETT would count as productive.
+    """
 
     cost_s: float
     step_s: float
     background_s: float = 0.0
+    interference_s: float = 0.0
+
+    @property
+    def effective_cost_s(self) -> float:
+        return self.cost_s + self.interference_s
 
     def interval_steps(self, mtbf_s: float) -> int:
-        return interval_steps(self.cost_s, mtbf_s, self.step_s, background_s=self.background_s)
+        return interval_steps(self.effective_cost_s, mtbf_s, self.step_s,
+                              background_s=self.background_s)
+
+
+def interference_s(background_s: float, step_s: float, writing_step_s: float | None) -> float:
+    """Training time lost to a background write of ``background_s``: the steps it overlapped
+    (``background_s / writing_step_s`` of them) each took ``writing_step_s - step_s`` longer.
+    Zero when no step overlapped a write or they were not slower."""
+    if not writing_step_s or writing_step_s <= step_s or background_s <= 0:
+        return 0.0
+    return background_s * (1.0 - step_s / writing_step_s)
 
 
 def save_measured(directory: Path, measured: Measured) -> None:
@@ -79,10 +101,11 @@ def load_measured(directory: Path) -> Measured | None:
     try:
         raw = json.loads((directory / MEASURED_FILE).read_text())
         measured = Measured(float(raw["cost_s"]), float(raw["step_s"]),
-                            float(raw.get("background_s", 0.0)))
+                            float(raw.get("background_s", 0.0)),
+                            float(raw.get("interference_s", 0.0)))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    values = (measured.cost_s, measured.step_s, measured.background_s)
+    values = (measured.cost_s, measured.step_s, measured.background_s, measured.interference_s)
     if not all(math.isfinite(v) and v >= 0 for v in values) or measured.step_s == 0:
         return None
     return measured

@@ -96,6 +96,8 @@ class Trainer:
     checkpoint_every: int = 0
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     _step_times: deque[float] = field(default_factory=lambda: deque(maxlen=STEP_TIMES_KEPT))
+    _writing_step_times: deque[float] = field(
+        default_factory=lambda: deque(maxlen=STEP_TIMES_KEPT))
     _last_beat: float = field(default_factory=time.monotonic)
     _last_log: tuple[float, int] = (0.0, 0)
 
@@ -131,10 +133,12 @@ class Trainer:
             while self.step < self.cfg.steps:
                 self.crash_if_due()
                 began = time.monotonic()
+                writing = self.checkpointer.writing
                 loss = self.train_step(self.loader.next_batch(), tracker)
                 self.step += 1
                 tracker.advance(self.step)
-                self._step_times.append(time.monotonic() - began)
+                times = self._writing_step_times if writing else self._step_times
+                times.append(time.monotonic() - began)
                 self._after_step(loss, tracker)
         finally:
             tracker.close()  # also on a crash: the slice trained so far is reported
@@ -159,8 +163,14 @@ class Trainer:
 
     @property
     def step_s(self) -> float:
-        """The median of the recent step times (a step that compiled is an outlier)."""
+        """The median of the recent step times with no checkpoint being written (a step that
+        compiled is an outlier)."""
         return statistics.median(self._step_times) if self._step_times else 0.0
+
+    @property
+    def writing_step_s(self) -> float:
+        """The same while an asynchronous save was writing (0 when no step overlapped one)."""
+        return statistics.median(self._writing_step_times) if self._writing_step_times else 0.0
 
     def _retune_interval(self) -> None:
         """Young/Daly: the next interval from this save's cost and the recent step time.
@@ -168,8 +178,10 @@ class Trainer:
         Every rank must checkpoint at the same steps (the save is collective), so the inputs
         are the slowest rank's, agreed by an all-reduce. Rank 0 keeps them for a restart.
         """
-        inputs = torch.tensor([self.checkpointer.last_blocking_s or 0.0, self.step_s,
-                               self.checkpointer.last_background_s or 0.0],
+        background = self.checkpointer.last_background_s or 0.0
+        inputs = torch.tensor([self.checkpointer.last_blocking_s or 0.0, self.step_s, background,
+                               recovery.interference_s(background, self.step_s,
+                                                       self.writing_step_s)],
                               dtype=torch.float64)
         dist.all_reduce(inputs, op=dist.ReduceOp.MAX)
         measured = recovery.Measured(*(float(v) for v in inputs))
@@ -179,7 +191,8 @@ class Trainer:
 
     def _use_interval(self, measured: recovery.Measured, source: str) -> None:
         self.checkpoint_every = measured.interval_steps(self.cfg.mtbf)
-        self.say(f"recovery ({source}): checkpoint cost {measured.cost_s:.3f} s, step "
+        self.say(f"recovery ({source}): checkpoint cost {measured.cost_s:.3f} s blocked + "
+                 f"{measured.interference_s:.3f} s of slower steps while writing, step "
                  f"{measured.step_s * 1000:.1f} ms, MTBF {self.cfg.mtbf:g} s -> every "
                  f"{self.checkpoint_every} steps")
 

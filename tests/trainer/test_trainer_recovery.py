@@ -13,6 +13,7 @@ from trainer.recovery import (
     PROBE_STEPS,
     Measured,
     daly_interval_s,
+    interference_s,
     interval_steps,
     load_measured,
     save_measured,
@@ -47,10 +48,10 @@ def test_interval_in_steps_respects_the_background_write_and_a_floor() -> None:
 
 def test_the_measurement_survives_a_restart_and_a_damaged_one_is_ignored(
         tmp_path: Path) -> None:
-    measured = Measured(cost_s=1.5, step_s=0.02, background_s=0.4)
+    measured = Measured(cost_s=1.5, step_s=0.02, background_s=0.4, interference_s=0.5)
     save_measured(tmp_path, measured)
     assert load_measured(tmp_path) == measured
-    assert measured.interval_steps(300.0) == interval_steps(1.5, 300.0, 0.02, background_s=0.4)
+    assert measured.interval_steps(300.0) == interval_steps(2.0, 300.0, 0.02, background_s=0.4)
     for damaged in ("{not json", '{"cost_s": 1}', '{"cost_s": -1, "step_s": 0.1}',
                     '{"cost_s": 1, "step_s": 0}', '{"cost_s": "NaN", "step_s": 0.1}'):
         (tmp_path / MEASURED_FILE).write_text(damaged)
@@ -73,3 +74,15 @@ def test_recovery_probes_the_cost_early_and_a_restart_reuses_it(tmp_path: Path,
     assert loads and loads[0] >= PROBE_STEPS  # not back to step 0, as the fixed 250 would
     assert "recovery (kept from an earlier attempt)" in run.stderr
     assert load_measured(run.checkpoint_dir) is not None
+
+
+def test_a_write_that_slows_training_costs_what_the_slower_steps_lost() -> None:
+    # 10 s of writing at 25 ms a step instead of 20 ms: 400 steps, each 5 ms late = 2 s
+    assert interference_s(10.0, 0.020, 0.025) == pytest.approx(2.0)
+    assert interference_s(10.0, 0.020, 0.019) == 0.0  # not slower: no cost
+    assert interference_s(10.0, 0.020, None) == 0.0  # no step overlapped a write
+    assert interference_s(0.0, 0.020, 0.030) == 0.0
+    cheap = Measured(cost_s=0.3, step_s=0.02, background_s=5.0)
+    costly = Measured(cost_s=0.3, step_s=0.02, background_s=5.0,
+                      interference_s=interference_s(5.0, 0.02, 0.03))
+    assert costly.interval_steps(300.0) > cheap.interval_steps(300.0)  # save less often
