@@ -90,3 +90,12 @@ def test_resume_reuses_finished_runs_of_the_same_command_only(tmp_path: Path) ->
     assert same is not None and same["ett_pct"] == 40.0
     other = dataclasses.replace(lifecycle.QUICK, steps=500)  # another plan: another command
     assert lifecycle.finished_run(other, "baseline", ["--profile", "baseline"], tmp_path) is None
+
+
+def test_a_difference_within_the_noise_is_a_tie_not_an_effect() -> None:
+    from bench.lifecycle import ablation_verdict
+
+    assert ablation_verdict(6.63, 6.61) == "tie"
+    assert ablation_verdict(115.1, 47.0) == "lower"
+    assert ablation_verdict(11.9, 13.0) == "NOT lower"
+    assert ablation_verdict(0.0, 0.0) == "tie"
