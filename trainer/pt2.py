@@ -124,8 +124,8 @@ class CompileWatch:
 
     ``tracker`` is set by the trainer only while a training step runs: a compilation then
     pauses it, so the compile seconds leave the ``train`` span. Compilations in a thread named
-    in ``background`` (the init-overlap warm-up) are reported as non-blocking: training was
-    not waiting for them.
+    in ``background`` (the init-overlap warm-up process marks its own) are reported as
+    non-blocking: training was not waiting for them.
     """
 
     def __init__(self, reporter: Reporter) -> None:

@@ -53,4 +53,5 @@ def test_the_trainer_compiles_from_what_the_warm_up_left_in_the_cache(tmp_path: 
     assert trainer, "the trainer compiled nothing"
     assert sum(e["attrs"]["fxgraph_cache_hit"] for e in trainer) >= len(background)
     assert sum(e["attrs"]["fxgraph_cache_miss"] for e in trainer) == 0
-    assert not list((tmp_path / "cold-cache").glob("warm-up-attempt-*.lock.tmp"))
+    lock = tmp_path / "cold-cache" / "warm-up-attempt-0.lock"  # the supervisor's, per attempt
+    assert lock.read_text() == "ok"
