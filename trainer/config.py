@@ -39,6 +39,24 @@ PROFILES: dict[str, tuple[str, ...]] = {"baseline": (), "optimized": OPTIMIZATIO
 #: ``--device`` choices; ``auto`` is resolved (to cuda when available) before a config exists.
 DEVICES = ("auto", "cpu", "cuda")
 
+# The supervisor -> training process contract (here because this module imports no torch and
+# both sides import it).
+#: Set by the supervisor just before it spawns a training process (epoch seconds).
+LAUNCH_TS_ENV = "ETT_LAUNCH_TS"
+#: Set by the supervisor, which marks the attempts; without it (torchrun restarting the ranks
+#: itself, or a bare ``python -m trainer.train``) rank 0 marks its own attempt.
+SUPERVISED_ENV = "ETT_SUPERVISED"
+#: What makes a process join the job's process group: a helper process (compile warm-up,
+#: publisher) is started without it, so it never mistakes itself for a rank.
+RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK",
+            "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID")
+
+
+def helper_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) less :data:`RANK_ENV`, for a helper process."""
+    return {key: value for key, value in (os.environ if env is None else env).items()
+            if key not in RANK_ENV}
+
 
 class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line (no usage dump), as a CLI user expects."""

@@ -24,6 +24,8 @@ from typing import Any
 from collector.reporter import Reporter
 from trainer import warmup
 from trainer.config import (
+    LAUNCH_TS_ENV,
+    SUPERVISED_ENV,
     OneLineParser,
     TrainConfig,
     add_training_args,
@@ -35,8 +37,6 @@ from trainer.config import (
     safe_name,
 )
 
-LAUNCH_TS_ENV = "ETT_LAUNCH_TS"  # same name as trainer.train reads; kept here to avoid torch
-SUPERVISED_ENV = "ETT_SUPERVISED"  # likewise: the supervisor marks the attempts
 RESTARTERS = ("supervisor", "torchrun")
 COMPILE_CACHE_FOLDER = "compile-cache"
 STOP_GRACE_S = 10.0
@@ -152,7 +152,7 @@ class Supervisor:
             try:
                 status, detail = self._run_child(env)
             finally:
-                _end(warm_up)
+                _reap_warm_up(warm_up)
             reporter.attempt_end(status, **detail)
             self.say(f"attempt {attempt} {status} (exit code {detail['exit_code']})")
             return status
@@ -168,9 +168,7 @@ class Supervisor:
         The compile cache folder is the same for every restart: torchrun restarts on the same
         host, whose folders survive.
         """
-        env = self.child_env(0)
-        for name in ("ETT_ATTEMPT", SUPERVISED_ENV, LAUNCH_TS_ENV):
-            env.pop(name, None)
+        env = self.child_env(0, supervised=False)
         self.say(f"torchrun restarts failed attempts (up to {self.options.max_restarts}): "
                  f"{' '.join(self.command())}")
         child = subprocess.Popen(self.command(), env=env, start_new_session=True)
@@ -230,21 +228,22 @@ class Supervisor:
                 "--nproc-per-node", str(self.options.nproc_per_node),
                 "--max-restarts", str(restarts), *train_args]
 
-    def child_env(self, attempt: int) -> dict[str, str]:
+    def child_env(self, attempt: int, *, supervised: bool = True) -> dict[str, str]:
         """The attempt number, spool, launch time and a compile cache that survives restarts.
+
+        ``supervised=False`` (torchrun restarts): no attempt number, launch time or supervised
+        flag, which would be stale after torchrun's first restart; the trainer finds its own.
 
         Why the cache settings: inductor's default cache is under /tmp, which a rescheduled
         container loses; a kept folder turns the restart's compile from ~30 s into ~3 s on CPU,
         and TORCH_COMPILE_JOB_ID lets PT2 reuse its saved shape profiles (PYTORCH_NOTES).
         """
         env = dict(os.environ)
-        env.update({
-            "ETT_ATTEMPT": str(attempt),
-            SUPERVISED_ENV: "1",
-            "ETT_SPOOL_DIR": self.cfg.spool_dir,
-            "TORCHINDUCTOR_CACHE_DIR": str(self.compile_cache(attempt)),
-            LAUNCH_TS_ENV: repr(time.time()),
-        })
+        env.update({"ETT_SPOOL_DIR": self.cfg.spool_dir,
+                    "TORCHINDUCTOR_CACHE_DIR": str(self.compile_cache(attempt))})
+        if supervised:
+            env.update({"ETT_ATTEMPT": str(attempt), SUPERVISED_ENV: "1",
+                        LAUNCH_TS_ENV: repr(time.time())})
         if self.options.compile_cache_dir or "compile_cache" in self.cfg.opts:
             env["TORCH_COMPILE_JOB_ID"] = self.cfg.job
         return env
@@ -273,7 +272,7 @@ class Supervisor:
         print(f"[{self.cfg.job} supervisor] {message}", file=sys.stderr, flush=True)
 
 
-def _end(warm_up: subprocess.Popen[bytes] | None) -> None:
+def _reap_warm_up(warm_up: subprocess.Popen[bytes] | None) -> None:
     """A warm-up outliving its attempt (the trainer crashed before compiling) is killed."""
     if warm_up is None:
         return

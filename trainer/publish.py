@@ -26,7 +26,13 @@ import torch.distributed.checkpoint as dcp
 from torch import Tensor, nn
 
 from collector.reporter import Reporter
-from trainer.config import OneLineParser, TrainConfig, add_training_args, config_from_args
+from trainer.config import (
+    OneLineParser,
+    TrainConfig,
+    add_training_args,
+    config_from_args,
+    helper_env,
+)
 from trainer.model import ModelShape, build_unsharded
 
 PUBLISH_FOLDER = "published"
@@ -79,9 +85,7 @@ def spawn(cfg: TrainConfig, checkpoint_folder: Path) -> subprocess.Popen[bytes]:
     """Start the out-of-band publisher for ``checkpoint_folder`` and return at once."""
     command = [sys.executable, "-m", "trainer.publish", "--checkpoint", str(checkpoint_folder),
                *cfg.to_argv()]
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    return subprocess.Popen(command, env=env, start_new_session=True)
+    return subprocess.Popen(command, env=helper_env(), start_new_session=True)
 
 
 def main(argv: list[str] | None = None) -> int:

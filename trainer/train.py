@@ -43,7 +43,7 @@ from torchrec.optim.keyed import CombinedOptimizer
 from collector.reporter import Reporter, TrainTracker
 from trainer import checkpoint, plan_cache, publish, recovery, warmup
 from trainer.checkpoint import Checkpointer
-from trainer.config import TrainConfig, parse_train_config
+from trainer.config import LAUNCH_TS_ENV, SUPERVISED_ENV, TrainConfig, parse_train_config
 from trainer.data import StepLoader, SyntheticClicks
 from trainer.model import (
     ModelShape,
@@ -59,11 +59,6 @@ from trainer.model import (
 )
 from trainer.pt2 import CompileWatch, compile_arches, inductor_options
 
-#: Set by the supervisor just before it spawns this process (epoch seconds).
-LAUNCH_TS_ENV = "ETT_LAUNCH_TS"
-#: Set by the supervisor, which marks the attempts; without it (torchrun restarting the ranks
-#: itself, or a bare ``python -m trainer.train``) rank 0 marks its own attempt.
-SUPERVISED_ENV = "ETT_SUPERVISED"
 EXIT_SIMULATED_FAILURE = 1
 EXIT_INTERRUPTED = 130
 #: Batches the init-overlap data warm-up prepares ahead of training.
@@ -468,14 +463,22 @@ class CompileWarmUp:
     process: subprocess.Popen[bytes] | None = None
 
     def wait(self) -> str:
-        """Block until the warm-up has filled the caches; its verdict (``ok`` or why not)."""
+        """Block until the warm-up has filled the caches; its verdict (``ok`` or why not).
+
+        Not until its process exits: it releases the lock before its interpreter teardown
+        (trainer.warmup), which :meth:`close` reaps later.
+        """
         verdict = warmup.wait(self.lock_file, WARM_UP_TIMEOUT_S)
+        if verdict == "timeout" and self.process is not None:
+            self.process.kill()
+        return verdict
+
+    def close(self) -> None:
+        """Reap a warm-up this trainer started and drop its lock folder (the supervisor
+        reaps its own)."""
         if self.process is not None:
-            if self.process.poll() is None and verdict == "timeout":
-                self.process.kill()
             self.process.wait()
             shutil.rmtree(self.lock_file.parent, ignore_errors=True)
-        return verdict
 
 
 def start_compile_warm_up(cfg: TrainConfig) -> CompileWarmUp | None:
@@ -515,6 +518,8 @@ def run(cfg: TrainConfig, reporter: Reporter) -> None:
                     f"with {','.join(cfg.opts) or 'no optimizations'}"
                     + (f"; dense part on {device}, embeddings on cpu" if cfg.on_cuda else ""))
         trainer.train()
+        if compile_warm_up is not None:
+            compile_warm_up.close()
         if trainer.last_saved != cfg.steps:
             trainer.save_checkpoint()
         trainer.evaluate()

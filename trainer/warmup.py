@@ -29,13 +29,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trainer.config import helper_env
+
 if TYPE_CHECKING:
     from collector.reporter import Reporter
 
 WARM_UP_ENV = "ETT_COMPILE_WARM_UP"
 NICE = 10
-_DIST_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-             "GROUP_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID")
 
 
 def _lower_priority() -> None:
@@ -49,11 +49,9 @@ def spawn(train_argv: list[str], lock_file: Path,
     fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        child_env = {key: value for key, value in (env or os.environ).items()
-                     if key not in _DIST_ENV}
         return subprocess.Popen(
             [sys.executable, "-m", "trainer.warmup", "--lock-fd", str(fd), *train_argv],
-            env=child_env, pass_fds=(fd,), preexec_fn=_lower_priority,
+            env=helper_env(env), pass_fds=(fd,), preexec_fn=_lower_priority,
             start_new_session=True)
     finally:
         os.close(fd)  # the child's copy keeps the lock

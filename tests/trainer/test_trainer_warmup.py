@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import fcntl
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from trainer_runs import run_supervisor
+from trainer_runs import REPO, run_supervisor
 
+from collector.schema import parse_event
 from trainer import warmup
 
 TINY_FLAGS = ["--steps", "12", "--batch-size", "16", "--embedding-rows", "100",
@@ -55,3 +58,29 @@ def test_the_trainer_compiles_from_what_the_warm_up_left_in_the_cache(tmp_path: 
     assert sum(e["attrs"]["fxgraph_cache_miss"] for e in trainer) == 0
     lock = tmp_path / "cold-cache" / "warm-up-attempt-0.lock"  # the supervisor's, per attempt
     assert lock.read_text() == "ok"
+
+
+@pytest.mark.integration
+def test_a_trainer_started_alone_runs_and_reaps_its_own_warm_up(tmp_path: Path) -> None:
+    """No supervisor: the trainer spawns the warm-up itself, reaps it and removes its lock
+    folder, and (rank 0, unsupervised) marks its own attempt."""
+    spool, scratch = tmp_path / "spool", tmp_path / "tmp"
+    scratch.mkdir()
+    env = {key: value for key, value in os.environ.items()
+           if key not in (warmup.WARM_UP_ENV, "ETT_SUPERVISED", "ETT_ATTEMPT")}
+    env.update({"TMPDIR": str(scratch), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")})
+    done = subprocess.run(
+        [sys.executable, "-m", "trainer.train", *TINY_FLAGS, "--job", "alone",
+         "--opt", "init_overlap", "--spool-dir", str(spool),
+         "--checkpoint-dir", str(tmp_path / "checkpoints")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = [parse_event(line) for path in sorted(spool.glob("*.jsonl"))
+              for line in path.read_text().splitlines()]
+    (setup,) = [e for e in events if e["kind"] == "span" and e["phase"] == "compile"
+                and e["attrs"].get("stage") == "setup"]
+    assert setup["attrs"]["warm_up"] == "ok"
+    assert [(e["mark"], e["attrs"].get("status")) for e in events
+            if e["kind"] == "mark" and e["mark"] != "heartbeat"] == [
+        ("attempt_start", None), ("attempt_end", "completed")]
+    assert not list(scratch.glob("ett-warm-up-*"))  # the lock folder went with the warm-up
