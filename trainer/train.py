@@ -46,16 +46,19 @@ from trainer.checkpoint import Checkpointer
 from trainer.config import LAUNCH_TS_ENV, SUPERVISED_ENV, TrainConfig, parse_train_config
 from trainer.data import StepLoader, SyntheticClicks
 from trainer.model import (
+    DeferredTableInit,
     ModelShape,
     attach_sparse_optimizer,
     build_optimizer,
     build_unsharded,
+    deferred_table_init,
     dense_arches,
     dlrm_of,
     embedding_tables,
     plan_sharding,
     shard,
     sharders,
+    table_init_deferrable,
 )
 from trainer.pt2 import CompileWatch, compile_arches, inductor_options
 
@@ -90,6 +93,7 @@ class Trainer:
     last_saved: int | None = None
     checkpoint_every: int = 0
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    table_init: DeferredTableInit = field(default_factory=DeferredTableInit)
     _step_times: deque[float] = field(default_factory=lambda: deque(maxlen=STEP_TIMES_KEPT))
     _writing_step_times: deque[float] = field(
         default_factory=lambda: deque(maxlen=STEP_TIMES_KEPT))
@@ -216,7 +220,9 @@ class Trainer:
         directory = Path(self.cfg.checkpoint_dir)
         step = checkpoint.latest_step(directory, self.say)
         if step is None:
+            self.initialize_tables()
             return
+        self.table_init.discard()
         with self.reporter.phase("checkpoint_load", step=step):
             loaded = self.checkpointer.load(step, self.dmp, self.optimizer)
         self.loader.load_state_dict(loaded["loader"])
@@ -226,6 +232,15 @@ class Trainer:
         self.step = step
         self.last_saved = step
         self.say(f"resumed from checkpoint at step {step}")
+
+    def initialize_tables(self) -> None:
+        """Run the tables' random init that sharding held back expecting a checkpoint to load
+        (``init_overlap``), now that none will."""
+        if not self.table_init.pending:
+            return
+        with self.reporter.phase("model_init", stage="table_init"):
+            self.table_init.run()
+        self.say("no checkpoint loaded after all: embedding tables initialized now")
 
     def evaluate(self) -> None:
         """Loss and accuracy on held-out batches (every rank takes part: lookups are sharded).
@@ -402,12 +417,15 @@ def build_trainer(cfg: TrainConfig, reporter: Reporter, rank: int, world_size: i
 
     With ``init_overlap`` the data warm-up (a thread) and the compile warm-up (a process,
     trainer.warmup, which fills the PT2 caches) run while the model is built, planned and
-    sharded; this process waits for them only where it needs their result.
+    sharded; this process waits for them only where it needs their result. A restart also
+    skips the embedding tables' random init, which its checkpoint load overwrites
+    (:class:`~trainer.model.DeferredTableInit`).
     """
     shape = ModelShape(cfg.embedding_rows, cfg.embedding_dim, cfg.dense_features,
                        cfg.sparse_features)
     device = device or torch.device("cpu")
     overlap = cfg.has("init_overlap")
+    resume_hint = _newest_checkpoint_step(cfg) if overlap else 0
     with reporter.phase("data_init", blocking=not overlap):
         data = SyntheticClicks(cfg.seed, cfg.batch_size, cfg.dense_features,
                                cfg.sparse_features, cfg.embedding_rows, rank)
@@ -416,12 +434,16 @@ def build_trainer(cfg: TrainConfig, reporter: Reporter, rank: int, world_size: i
         model = build_unsharded(shape, cfg.seed, device)
         attach_sparse_optimizer(model, cfg.lr)
     if overlap:
-        loader.warm_up(_newest_checkpoint_step(cfg), WARM_BATCHES)
+        loader.warm_up(resume_hint, WARM_BATCHES)
     pg = dist.group.WORLD
     assert pg is not None
     plan = sharding_plan(cfg, reporter, model, pg, world_size)
-    with reporter.phase("model_init", stage="shard"):
-        dmp = shard(model, pg, plan, init_sync=not overlap)
+    # A restart skips the tables' random init that its checkpoint load will overwrite.
+    defer = resume_hint > 0 and table_init_deferrable(plan)
+    with reporter.phase("model_init", stage="shard") as span:
+        with deferred_table_init(enabled=defer) as table_init:
+            dmp = shard(model, pg, plan, init_sync=not overlap)
+        span.attrs["table_init"] = "deferred" if table_init.pending else "done"
         optimizer = build_optimizer(dmp, cfg.lr)
         checkpointer = Checkpointer(Path(cfg.checkpoint_dir), reporter,
                                     asynchronous=cfg.has("async_checkpoint"))
@@ -432,7 +454,8 @@ def build_trainer(cfg: TrainConfig, reporter: Reporter, rank: int, world_size: i
             compile_arches(dense_arches(dlrm_of(dmp)), dynamic_batch=cfg.has("dynamic_shapes"),
                            options=inductor_options(cfg.has("autotune_pruning"), device.type))
     trainer = Trainer(cfg, reporter, rank, world_size, dmp, optimizer, loader, checkpointer,
-                      watch, checkpoint_every=cfg.checkpoint_every, device=device)
+                      watch, checkpoint_every=cfg.checkpoint_every, device=device,
+                      table_init=table_init)
     return trainer
 
 

@@ -76,3 +76,27 @@ def assert_every_step_trained_once_after_its_checkpoint(run: TrainerRun) -> None
             assert start == end  # contiguous within an attempt: nothing skipped
         covered.update(range(ranges[0][0], ranges[-1][1]))
     assert covered == set(range(STEPS))
+
+
+def test_a_start_with_only_damaged_checkpoints_trains_from_the_seeded_init(
+        tmp_path: Path, compile_cache: Path) -> None:
+    """init_overlap skips the tables' random init when a checkpoint is there to load; if every
+    checkpoint then fails verification, the held-back init runs after all, from the RNG state
+    it would have had, so the job trains exactly the model of a clean start."""
+    clean = run_supervisor(tmp_path / "clean", *SMALL, "--job", "clean", cache=compile_cache)
+    damaged = tmp_path / "damaged" / "checkpoints" / f"step-{3:08d}"
+    damaged.mkdir(parents=True)
+    (damaged / ".metadata").write_bytes(b"not a checkpoint")  # listed, but has no manifest
+    resumed = run_supervisor(tmp_path / "damaged", *SMALL, "--job", "damaged",
+                             "--opt", "init_overlap", cache=compile_cache)
+    assert clean.returncode == 0, clean.stderr[-2000:]
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "embedding tables initialized now" in resumed.stdout + resumed.stderr
+    stages = [e["attrs"] for e in resumed.events()
+              if e["kind"] == "span" and e["phase"] == "model_init"]
+    assert {"stage": "shard", "table_init": "deferred"} in stages
+    assert {"stage": "table_init"} in stages
+    expected = flatten(final_state(clean, tmp_path))
+    got = flatten(final_state(resumed, tmp_path))
+    assert expected.keys() == got.keys()
+    assert [k for k in expected if not torch.equal(expected[k], got[k])] == []

@@ -193,6 +193,11 @@ def test_torchrun_two_ranks_crash_and_resume(two_rank_run: TrainerRun) -> None:
     plans = [e["attrs"]["cached"] for e in events if e["kind"] == "span"
              and e["phase"] == "sharding_plan"]
     assert sorted(plans) == [False, False, True, True]  # planned once, reused on restart
+    table_inits = sorted((e["attempt"], e["rank"], e["attrs"]["table_init"]) for e in events
+                         if e["kind"] == "span" and e["attrs"].get("stage") == "shard")
+    # init_overlap: a restart skips the random init its checkpoint load overwrites
+    assert table_inits == [(0, 0, "done"), (0, 1, "done"), (1, 0, "deferred"),
+                           (1, 1, "deferred")]
 
 
 def test_torchrun_can_do_the_restarts_itself(tmp_path: Path, compile_cache: Path) -> None:

@@ -8,6 +8,7 @@ Events are read back from a real Reporter spool.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,9 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
+from torchrec.distributed.batched_embedding_kernel import BaseBatchedEmbeddingBag
+from torchrec.distributed.embeddingbag import ShardedEmbeddingBagCollection
+from torchrec.distributed.types import ShardingType
 
 from collector.reporter import Reporter
 from collector.schema import parse_event
@@ -25,10 +29,12 @@ from trainer.model import (
     attach_sparse_optimizer,
     build_optimizer,
     build_unsharded,
+    deferred_table_init,
     embedding_tables,
     plan_sharding,
     shard,
     sharders,
+    table_init_deferrable,
 )
 from trainer.pt2 import CompileWatch, compile_arches, inductor_options, is_recompile
 
@@ -64,6 +70,55 @@ def test_cached_plan_round_trips_and_shards_the_same(world: dist.ProcessGroup,
     assert loaded is not None and str(loaded) == str(plan)
     plan_cache.plan_path(tmp_path, key).write_bytes(b"not a pickle")
     assert plan_cache.load_plan(tmp_path, key) is None  # unreadable: plan afresh
+
+
+def embedding_weights(dmp: nn.Module) -> dict[str, torch.Tensor]:
+    """Each table's local weights, as plain tensors (the state dict holds DTensors of
+    TorchRec's LocalShardsWrapper)."""
+    return {k: torch.cat([shard.clone() for shard in v.to_local().local_shards()])
+            for k, v in dmp.state_dict().items() if "embedding_bags" in k}
+
+
+def test_deferred_table_init_replays_bitwise_and_otherwise_leaves_zeros(
+        world: dist.ProcessGroup) -> None:
+    """init_overlap's restart path: the tables' init is held back while sharding, and a replay
+    (no checkpoint after all) gives exactly the weights a plain shard gives."""
+    def sharded(defer: bool) -> tuple[nn.Module, Any]:
+        model = build_unsharded(SHAPE, 3)  # seeds the RNG: both shards start from one state
+        attach_sparse_optimizer(model, 0.1)
+        plan = plan_sharding(model, world, 16)
+        with deferred_table_init(enabled=defer) as held:
+            dmp = shard(model, world, plan)
+        return dmp, held
+
+    plain, nothing_held = sharded(False)
+    assert nothing_held.pending == []
+    deferred, held = sharded(True)
+    # TorchRec initializes the tables twice (fused kernel, then the sharded collection); both
+    # calls are held: if a TorchRec upgrade renames either, this fails instead of saving nothing
+    assert len(held.pending) == 2
+    assert BaseBatchedEmbeddingBag.init_parameters.__name__ == "init_parameters"
+    assert ShardedEmbeddingBagCollection.reset_parameters.__name__ == "reset_parameters"
+    expected, skipped = embedding_weights(plain), embedding_weights(deferred)
+    assert len(expected) == SHAPE.sparse_features
+    assert all(float(w.abs().sum()) > 0 for w in expected.values())
+    assert all(float(w.abs().sum()) == 0 for w in skipped.values())  # zeros, never garbage
+    torch.manual_seed(99)  # whatever drew from the RNG meanwhile, the replay uses the held state
+    held.run()
+    assert held.pending == []
+    replayed = embedding_weights(deferred)
+    assert all(torch.equal(expected[k], replayed[k]) for k in expected)
+
+
+def test_a_data_parallel_table_is_never_deferred(world: dist.ProcessGroup) -> None:
+    """A data-parallel table's init is also a broadcast every rank must join."""
+    model = build_unsharded(SHAPE, 0)
+    plan = plan_sharding(model, world, 16)
+    assert table_init_deferrable(plan)
+    data_parallel = copy.deepcopy(plan)
+    module_plan = next(iter(data_parallel.plan.values()))
+    next(iter(module_plan.values())).sharding_type = ShardingType.DATA_PARALLEL.value
+    assert not table_init_deferrable(data_parallel)
 
 
 def test_async_checkpoint_blocks_only_for_staging(world: dist.ProcessGroup,
