@@ -99,3 +99,38 @@ def test_a_difference_within_the_noise_is_a_tie_not_an_effect() -> None:
     assert ablation_verdict(115.1, 47.0) == "lower"
     assert ablation_verdict(11.9, 13.0) == "NOT lower"
     assert ablation_verdict(0.0, 0.0) == "tie"
+
+
+def lost(**seconds: float) -> dict[str, object]:
+    return {"ett_pct": 80.0, "time_to_start_s": 9.0, "lost_by_component_s": seconds}
+
+
+def test_a_drifting_baseline_cannot_make_a_switch_look_better() -> None:
+    """The baseline ran slow: init_overlap beats it, but not the runs that leave trainer_init
+    alone, so it is a tie; recovery's extra checkpointing does not count against
+    async_checkpoint's control, and plan_cache does not control trainer_init."""
+    from bench.lifecycle import ablation_rows, ablation_table, control_seconds
+
+    baseline = lost(trainer_init=6.8, checkpointing=11.0)
+    results = {"init_overlap": lost(trainer_init=4.5, checkpointing=11.2),
+               "plan_cache": lost(trainer_init=3.0, checkpointing=10.9),
+               "dynamic_shapes": lost(trainer_init=4.6, checkpointing=10.8),
+               "recovery": lost(trainer_init=4.7, checkpointing=48.0),
+               "async_checkpoint": lost(trainer_init=4.6, checkpointing=4.0)}
+    assert sorted(control_seconds("trainer_init", baseline, results)) == [4.6, 4.6, 4.7, 6.8]
+    assert sorted(control_seconds("checkpointing", baseline, results)) == [
+        10.8, 10.9, 11.0, 11.2]
+    verdicts = {row.opt: (row.control_s, row.verdict) for row in ablation_rows(baseline, results)}
+    assert verdicts["init_overlap"] == (4.65, "tie")
+    assert verdicts["plan_cache"] == (4.65, "lower")
+    assert verdicts["async_checkpoint"] == (10.95, "lower")
+    table = "\n".join(ablation_table(baseline, results))
+    assert "trainer_init       4 run(s), 4.60 to 6.80 s" in table
+
+
+def test_a_switch_above_baseline_and_control_is_not_lower() -> None:
+    from bench.lifecycle import ablation_verdict
+
+    assert ablation_verdict(10.0, 12.0, 10.5) == "NOT lower"
+    assert ablation_verdict(10.0, 10.8, 11.0) == "tie"  # above the baseline, not the control
+    assert ablation_verdict(10.0, 9.3, 9.6) == "tie"  # below the baseline, not the control
