@@ -5,13 +5,14 @@ schedule (crashes at ~30% and ~70% of the steps) — once per profile (``baselin
 ``optimized``) and, for the ablation, once per optimization alone. Every number comes from
 the events those runs spooled through the Reporter, fed to the offline report
 (``python -m ettweb.attribution``): the same numbers the dashboard shows. Prints a table per
-profile, the ablation (each optimization's own component against the baseline), and as its
+profile, the ablation (each optimization's own component against a control: the baseline and
+every run whose switch leaves that component alone), and as its
 last line one JSON object with both ETT% and their ratio.
 
 ``--quick`` is a small plan (a few minutes on 2 cores; the ablation is off unless asked for);
 ``--plan-only`` prints the plan and the commands and runs nothing; ``--resume`` reuses the
 runs an interrupted invocation finished (same command, same work dir) and runs the rest —
-the default plan with its ablation takes one to two hours on 2 cores. ``--device`` is passed to
+the default plan with its ablation takes two to three hours on 2 cores. ``--device`` is passed to
 every run (``cuda``: the trainer's hybrid placement, tables on CPU and dense part on the GPU).
 """
 
@@ -231,7 +232,7 @@ def profile_table(name: str, job: dict[str, Any]) -> list[str]:
     return lines
 
 
-#: Within this fraction of the baseline a change is a tie: runs on a shared machine vary by a
+#: Within this fraction of the control a change is a tie: runs on a shared machine vary by a
 #: few percent, and "6.61 s < 6.63 s" must not read as an effect.
 TIE_FRACTION = 0.05
 
