@@ -280,11 +280,14 @@ class AblationRow:
 
 def ablation_rows(baseline: dict[str, Any],
                   results: dict[str, dict[str, Any]]) -> list[AblationRow]:
-    return [AblationRow(opt, OWN_COMPONENT[opt],
-                        baseline["lost_by_component_s"].get(OWN_COMPONENT[opt], 0.0),
-                        tuple(control_seconds(OWN_COMPONENT[opt], baseline, results)),
-                        job["lost_by_component_s"].get(OWN_COMPONENT[opt], 0.0))
-            for opt, job in results.items()]
+    rows = []
+    for opt, job in results.items():
+        component = OWN_COMPONENT[opt]
+        rows.append(AblationRow(opt, component,
+                                baseline["lost_by_component_s"].get(component, 0.0),
+                                tuple(control_seconds(component, baseline, results)),
+                                job["lost_by_component_s"].get(component, 0.0)))
+    return rows
 
 
 def ablation_table(baseline: dict[str, Any], results: dict[str, dict[str, Any]],

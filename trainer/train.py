@@ -520,8 +520,9 @@ def start_compile_warm_up(cfg: TrainConfig) -> CompileWarmUp | None:
 
 
 def _newest_checkpoint_step(cfg: TrainConfig) -> int:
-    """Where this attempt will probably resume (a hint for the data warm-up only: the loader's
-    checkpointed state decides)."""
+    """Where this attempt will probably resume: a hint, for the data warm-up and for holding the
+    tables' init back. The verified load decides (a wrong hint costs a wasted warm-up, or a
+    replayed table init)."""
     found = checkpoint.good_checkpoints(Path(cfg.checkpoint_dir))
     return found[-1][0] if found else 0
 
