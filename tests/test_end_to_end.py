@@ -18,9 +18,9 @@ from django.conf import settings
 from django.db import connection
 
 from collector import Reporter
-from ettweb.dashboard.queries import JobQuery, JobQueryRunner
 from ettweb.ingest.credentials import new_credential
 from ettweb.ingest.models import BatchNonce, Event, QuarantinedEvent
+from ettweb.queries import JobQuery, JobQueryRunner
 from ettweb.settings.env import database_url
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

@@ -7,7 +7,7 @@ from typing import Any
 
 from django import forms
 
-from ettweb.dashboard.queries import GROUPINGS, INTERVALS, DateRange, default_range
+from ettweb.queries import GROUPINGS, INTERVALS, DateRange, default_range
 
 DEFAULT_DAYS = 30
 GROUP_LABELS = {"none": "whole fleet", "model": "model", "team": "team", "cluster": "cluster",

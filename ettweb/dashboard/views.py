@@ -21,7 +21,7 @@ from kombu import Connection
 
 from ettweb.dashboard import figures
 from ettweb.dashboard.forms import FleetFilterForm
-from ettweb.dashboard.queries import (
+from ettweb.queries import (
     HOUR_S,
     FleetQuery,
     JobQuery,

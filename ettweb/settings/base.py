@@ -56,6 +56,11 @@ INSTALLED_APPS = [
     "ettweb.ingest",
     "ettweb.rollups",
     "ettweb.dashboard",
+    "ettweb.components",
+    "ettweb.rollouts",
+    "ettweb.api",
+    # django-ninja's own static files: the API docs page loads Swagger UI from us, not a CDN.
+    "ninja",
 ]
 
 MIDDLEWARE = [

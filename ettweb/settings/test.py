@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ettweb.settings import env
 from ettweb.settings.base import *  # noqa: F403
 from ettweb.settings.base import CELERY_BROKER_URL, DATABASE_URL, databases, embedded_defaults
 
@@ -16,3 +17,7 @@ DATABASES["default"]["CONN_MAX_AGE"] = 0
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = True
+# Several test sessions may share one Postgres server (the embedded one, or the system's):
+# each names its own test database, e.g. ETT_TEST_DATABASE_NAME=test_ett_import.
+if env.str_("ETT_TEST_DATABASE_NAME", ""):
+    DATABASES["default"]["TEST"] = {"NAME": env.str_("ETT_TEST_DATABASE_NAME", "")}

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from ettweb.dashboard.queries import (
+from ettweb.ingest.tasks import ingest_batch
+from ettweb.queries import (
     DateRange,
     LifecycleQuery,
     LostByComponentQuery,
@@ -30,7 +31,6 @@ from ettweb.dashboard.queries import (
     calculate,
     gpu_bucket,
 )
-from ettweb.ingest.tasks import ingest_batch
 from ettweb.rollups.models import DailyCategoryRollup, JobRollup, PhaseComponent
 from tests.conftest import mark, span
 

@@ -23,8 +23,8 @@ from rollup_fleet import fleet
 from collector.schema import parse_event
 from ettweb.attribution.components import DEFAULT_PHASE_COMPONENTS, component_of
 from ettweb.attribution.engine import attribute
-from ettweb.dashboard.queries import DateRange, LostByComponentQuery, TrendQuery, calculate
 from ettweb.ingest.tasks import ingest_batch
+from ettweb.queries import DateRange, LostByComponentQuery, TrendQuery, calculate
 from ettweb.rollups.models import DailyCategoryRollup, JobRollup, RecoveryRollup
 
 pytestmark = pytest.mark.django_db

@@ -1,120 +1,36 @@
-"""Query runners: typed input → ``calculate()`` → typed result (PostHog-style).
-
-The ONE query layer the dashboard and the (future) e-mail reports share. Views never touch
-models or the engine directly; they run a query and render its result.
-
-Fleet numbers come from the rollup tables (``ettweb.rollups``), never from an event scan:
-ranges read the per-UTC-day rows, the job list reads the per-job rows. Rollups store time by
-*category*; categories are mapped to owning components here, at query time, from the editable
-:class:`PhaseComponent` table, so an owner's edit shows on the next page load. Only the job
-page runs the engine, on that one job's events, to draw its timeline; its headline numbers
-are the rollup's.
-"""
+"""Fleet-wide queries over the per-day and per-job rollups: trend, lost time, top jobs,
+lifecycle sub-metrics and the jobs table."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
-from typing import Any, Final, Literal, overload
+from datetime import date, datetime
+from typing import Any, Final
 
-from django.db.models import F, Max, Q, Sum
+from django.db.models import F, Q, Sum
 from django.db.models.functions import TruncWeek
 
 from collector.schema import FAILED_STATUSES
-from ettweb.attribution.components import DEFAULT_PHASE_COMPONENTS, PRODUCTIVE, component_of
-from ettweb.attribution.engine import JobAttribution, attribute_job
-from ettweb.ingest.models import Event, Job, QuarantinedEvent
-from ettweb.rollups.logic import load_events, refresh_jobs
-from ettweb.rollups.models import (
-    AttemptRollup,
-    DailyCategoryRollup,
-    JobRollup,
-    PhaseComponent,
-    RecoveryRollup,
+from ettweb.attribution.components import PRODUCTIVE, component_of
+from ettweb.ingest.models import QuarantinedEvent
+from ettweb.queries.base import (
+    ALL,
+    GROUPINGS,
+    HOUR_S,
+    INTERVALS,
+    DateRange,
+    Grouping,
+    Interval,
+    by_component,
+    day_of,
+    gpu_bucket,
+    pct,
+    phase_components,
+    validated,
 )
-
-HOUR_S: Final = 3600.0
-DAY_S: Final = 86400.0
-Interval = Literal["day", "week"]
-Grouping = Literal["none", "model", "team", "cluster", "gpus"]
-INTERVALS: Final[tuple[Interval, ...]] = ("day", "week")
-GROUPINGS: Final[tuple[Grouping, ...]] = ("none", "model", "team", "cluster", "gpus")
-#: GPU-size buckets (lowest, highest or None, label): jobs of similar size fail and restart
-#: alike, so owners compare like with like.
-GPU_BUCKETS: Final = ((1, 1, "1"), (2, 8, "2-8"), (9, 64, "9-64"), (65, 512, "65-512"),
-                      (513, None, "513+"))
-#: The label of the single series when nothing is grouped.
-ALL: Final = "all"
-#: Longest range a query accepts: bounds the rows a page can ask Postgres for.
-MAX_RANGE_DAYS: Final = 3 * 366
-
-
-def gpu_bucket(gpus: int) -> str:
-    """The GPU-size bucket label of a job holding ``gpus`` accelerators."""
-    for low, high, label in GPU_BUCKETS:
-        if gpus >= low and (high is None or gpus <= high):
-            return label
-    return GPU_BUCKETS[0][2]
-
-
-def phase_components() -> dict[str, str]:
-    """The phase→component map as owners edited it (read on every query: no cache).
-
-    An empty table is never a deliberate map (it would send every second to ``unknown``):
-    it means the seed was wiped (a test flush, a restore), so ETT_SPEC §4's defaults apply.
-    """
-    mapping = dict(PhaseComponent.objects.values_list("phase", "component"))
-    return mapping or dict(DEFAULT_PHASE_COMPONENTS)
-
-
-def _pct(part: float, whole: float) -> float:
-    return 0.0 if whole <= 0.0 else min(100.0, max(0.0, 100.0 * part / whole))
-
-
-def _epoch(day: date) -> float:
-    return datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()
-
-
-def _day_of(ts: float) -> date:
-    return datetime.fromtimestamp(ts, UTC).date()
-
-
-@dataclass(frozen=True)
-class DateRange:
-    """Inclusive range of UTC days; rejects an inverted or oversized range with a reason."""
-
-    date_from: date
-    date_to: date
-
-    def __post_init__(self) -> None:
-        if self.date_from > self.date_to:
-            raise ValueError(f"date_from {self.date_from} is after date_to {self.date_to}")
-        if (self.date_to - self.date_from).days >= MAX_RANGE_DAYS:
-            raise ValueError(f"range longer than {MAX_RANGE_DAYS} days")
-
-    @property
-    def epoch_bounds(self) -> tuple[float, float]:
-        """[start, end) in epoch seconds."""
-        return _epoch(self.date_from), _epoch(self.date_to + timedelta(days=1))
-
-    def period_of(self, day: date, interval: Interval) -> date:
-        """The first day of the period ``day`` falls in (weeks start on Monday, as ISO)."""
-        return day - timedelta(days=day.weekday()) if interval == "week" else day
-
-
-def default_range(days: int = 30) -> DateRange:
-    """The last ``days`` days that have data (a demo's data may be years old), else today's."""
-    latest = DailyCategoryRollup.objects.aggregate(latest=Max("day"))["latest"]
-    end = latest or datetime.now(UTC).date()
-    return DateRange(end - timedelta(days=days - 1), end)
-
-
-def _validated(name: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
-
+from ettweb.rollups.models import AttemptRollup, DailyCategoryRollup, JobRollup, RecoveryRollup
 
 # --------------------------------------------------------------------------- ETT% trend
 
@@ -127,8 +43,8 @@ class TrendQuery:
     group_by: Grouping = "none"
 
     def __post_init__(self) -> None:
-        _validated("interval", self.interval, INTERVALS)
-        _validated("group_by", self.group_by, GROUPINGS)
+        validated("interval", self.interval, INTERVALS)
+        validated("group_by", self.group_by, GROUPINGS)
 
 
 @dataclass(frozen=True)
@@ -142,7 +58,7 @@ class TrendPoint:
 
     @property
     def ett_pct(self) -> float:
-        return _pct(self.productive_gpu_s, self.wall_gpu_s)
+        return pct(self.productive_gpu_s, self.wall_gpu_s)
 
 
 @dataclass(frozen=True)
@@ -156,7 +72,7 @@ class TrendResult:
 
     @property
     def ett_pct(self) -> float:
-        return _pct(self.productive_gpu_s, self.wall_gpu_s)
+        return pct(self.productive_gpu_s, self.wall_gpu_s)
 
     def series(self, group: str) -> list[TrendPoint]:
         return [point for point in self.points if point.group == group]
@@ -291,7 +207,7 @@ class TopJob:
     @property
     def ett_pct(self) -> float:
         """ETT% of the job inside the range (not over its whole life)."""
-        return _pct(self.wall_gpu_s - self.lost_gpu_s, self.wall_gpu_s)
+        return pct(self.wall_gpu_s - self.lost_gpu_s, self.wall_gpu_s)
 
 
 @dataclass(frozen=True)
@@ -332,7 +248,7 @@ class LifecycleQuery:
     interval: Interval = "day"
 
     def __post_init__(self) -> None:
-        _validated("interval", self.interval, INTERVALS)
+        validated("interval", self.interval, INTERVALS)
 
 
 @dataclass
@@ -396,11 +312,11 @@ class LifecycleQueryRunner:
                                        time_to_start_s__isnull=False)
                                .values_list("window_start", "time_to_start_s")):
             if start is not None and seconds is not None:  # both filtered, for the type
-                self._point(_day_of(start)).starts.append(seconds)
+                self._point(day_of(start)).starts.append(seconds)
         for (end,) in (AttemptRollup.objects
                        .filter(end__gte=low, end__lt=high, status__in=FAILED_STATUSES)
                        .values_list("end")):
-            self._point(_day_of(end)).failures += 1
+            self._point(day_of(end)).failures += 1
         rows = RecoveryRollup.objects.filter(day__gte=self.query.range.date_from,
                                              day__lte=self.query.range.date_to)
         for day, seconds, parts in rows.values_list("day", "seconds", "by_category_gpu"):
@@ -415,21 +331,6 @@ class LifecycleQueryRunner:
 
 
 # --------------------------------------------------------------------------- jobs list
-
-@dataclass(frozen=True)
-class JobMeta:
-    """What ingestion learnt about a job from its ``attempt_start`` attrs."""
-
-    model: str = ""
-    team: str = ""
-    cluster: str = ""
-
-    @property
-    def summary(self) -> str:
-        """``model dlrm · team ads`` — only the parts that are known."""
-        parts = (("model", self.model), ("team", self.team), ("cluster", self.cluster))
-        return " · ".join(f"{label} {value}" for label, value in parts if value)
-
 
 @dataclass(frozen=True)
 class FleetQuery:
@@ -473,13 +374,6 @@ class FleetResult:
         return (self.wall_gpu_s - self.productive_gpu_s) / HOUR_S
 
 
-def _by_component(seconds: Mapping[str, float], mapping: Mapping[str, str]) -> dict[str, float]:
-    grouped: dict[str, float] = defaultdict(float)
-    for category, value in seconds.items():
-        grouped[component_of(category, mapping)] += value
-    return {k: v for k, v in grouped.items() if v}
-
-
 class FleetQueryRunner:
     """Runs a :class:`FleetQuery` over the per-job rollups (no event scan)."""
 
@@ -494,7 +388,7 @@ class FleetQueryRunner:
         wall, productive = totals["wall"] or 0.0, totals["productive"] or 0.0
         return FleetResult(
             rows=rows, wall_gpu_s=wall, productive_gpu_s=productive,
-            ett_pct=_pct(productive, wall), quarantined=QuarantinedEvent.objects.count(),
+            ett_pct=pct(productive, wall), quarantined=QuarantinedEvent.objects.count(),
             components=sorted({name for row in rows for name in row.lost_by_component_s}),
         )
 
@@ -503,145 +397,7 @@ def _job_row(rollup: JobRollup, mapping: Mapping[str, str]) -> JobRow:
     return JobRow(job=rollup.job, attempts=rollup.attempts, status=rollup.status,
                   gpus=rollup.gpus, wall_s=rollup.wall_s, ett_pct=rollup.ett_pct,
                   lost_gpu_hours=(rollup.wall_gpu_s - rollup.productive_gpu_s) / HOUR_S,
-                  lost_by_component_s=_by_component(rollup.lost_s, mapping),
+                  lost_by_component_s=by_component(rollup.lost_s, mapping),
                   anomalies=rollup.anomaly_count)
 
-
-# --------------------------------------------------------------------------- one job
-
-@dataclass(frozen=True)
-class JobQuery:
-    """One job's numbers; ``components`` overrides the edited phase→component map."""
-
-    job: str
-    components: Mapping[str, str] | None = None
-
-
-@dataclass(frozen=True)
-class AttemptRow:
-    attempt: int
-    status: str
-    gpus: int
-    duration_s: float
-
-
-@dataclass(frozen=True)
-class RecoveryRow:
-    attempt: int
-    seconds: float
-    by_category: dict[str, float]
-
-
-@dataclass(frozen=True)
-class JobHeadline:
-    """The numbers a job page shows: exactly the job's rollup row."""
-
-    ett_pct: float
-    wall_s: float
-    productive_s: float
-    wall_gpu_s: float
-    productive_gpu_s: float
-    time_to_start_s: float | None
-    time_to_recover_s: list[float]
-    failures: int
-    repeated_steps: int
-    attempts: list[AttemptRow]
-    anomalies: dict[str, int]
-    recoveries: list[RecoveryRow]
-
-    @property
-    def anomaly_count(self) -> int:
-        return sum(self.anomalies.values())
-
-
-@dataclass(frozen=True)
-class JobResult:
-    """A job's headline (from rollups), its attribution (for the timeline) and context."""
-
-    job: str
-    headline: JobHeadline
-    attribution: JobAttribution
-    lost_by_component_s: dict[str, float]
-    quarantined: int
-    meta: JobMeta
-
-
-def _headline(rollup: JobRollup) -> JobHeadline:
-    recoveries = [RecoveryRow(r.attempt, r.seconds, r.by_category)
-                  for r in rollup.recovery_rows.order_by("attempt")]
-    attempts = [AttemptRow(a.attempt, a.status, a.gpus, a.end - a.start)
-                for a in rollup.attempt_rows.order_by("attempt")]
-    return JobHeadline(
-        ett_pct=rollup.ett_pct, wall_s=rollup.wall_s, productive_s=rollup.productive_s,
-        wall_gpu_s=rollup.wall_gpu_s, productive_gpu_s=rollup.productive_gpu_s,
-        time_to_start_s=rollup.time_to_start_s,
-        time_to_recover_s=[r.seconds for r in recoveries], failures=rollup.failures,
-        repeated_steps=rollup.repeated_steps, attempts=attempts,
-        anomalies={k: int(v) for k, v in rollup.anomalies.items() if v},
-        recoveries=recoveries,
-    )
-
-
-def _rollup(job: str) -> JobRollup | None:
-    """The job's rollup; a job whose events predate rollups is refreshed on first view."""
-    rollup = JobRollup.objects.filter(job=job).first()
-    if rollup is None and Event.objects.filter(job=job).exists():
-        refresh_jobs([job])
-        rollup = JobRollup.objects.filter(job=job).first()
-    return rollup
-
-
-class JobQueryRunner:
-    """Runs a :class:`JobQuery`; ``calculate()`` is ``None`` for a job with no stored events."""
-
-    def __init__(self, query: JobQuery) -> None:
-        self.query = query
-
-    def calculate(self) -> JobResult | None:
-        rollup = _rollup(self.query.job)
-        events = load_events([self.query.job]).get(self.query.job, [])
-        if rollup is None or not events:
-            return None
-        mapping = self.query.components or phase_components()
-        return JobResult(
-            job=self.query.job, headline=_headline(rollup), attribution=attribute_job(events),
-            lost_by_component_s=_by_component(rollup.lost_s, mapping),
-            quarantined=QuarantinedEvent.objects.filter(job=self.query.job).count(),
-            meta=_job_meta(self.query.job, rollup),
-        )
-
-
-def _job_meta(job: str, rollup: JobRollup) -> JobMeta:
-    row = Job.objects.filter(job_id=job).values("model", "team", "cluster").first()
-    if row:
-        return JobMeta(**row)
-    return JobMeta(model=rollup.model, team=rollup.team, cluster=rollup.cluster)
-
-
-# --------------------------------------------------------------------------- one entry point
-
-AnyQuery = (TrendQuery | LostByComponentQuery | TopJobsQuery | LifecycleQuery | FleetQuery
-            | JobQuery)
-
-
-@overload
-def calculate(query: TrendQuery) -> TrendResult: ...
-@overload
-def calculate(query: LostByComponentQuery) -> LostByComponentResult: ...
-@overload
-def calculate(query: TopJobsQuery) -> TopJobsResult: ...
-@overload
-def calculate(query: LifecycleQuery) -> LifecycleResult: ...
-@overload
-def calculate(query: FleetQuery) -> FleetResult: ...
-@overload
-def calculate(query: JobQuery) -> JobResult | None: ...
-def calculate(query: AnyQuery) -> Any:
-    """Run any query with its runner: what views and reports call."""
-    runners: dict[type, Any] = {
-        TrendQuery: TrendQueryRunner, LostByComponentQuery: LostByComponentQueryRunner,
-        TopJobsQuery: TopJobsQueryRunner, LifecycleQuery: LifecycleQueryRunner,
-        FleetQuery: FleetQueryRunner, JobQuery: JobQueryRunner,
-    }
-    return runners[type(query)](query).calculate()
 

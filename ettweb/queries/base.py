@@ -1,0 +1,112 @@
+"""What every query shares: date ranges, the phase→component map, percentages, GPU buckets.
+
+The query layer (``ettweb.queries``) is the ONE place numbers come from: dashboard pages, the
+JSON API and (soon) the e-mail reports run a typed query through ``calculate()`` and render
+the dataclass it returns, so no two of them can disagree. Views never touch models or the
+engine directly.
+
+Fleet numbers come from the rollup tables (``ettweb.rollups``), never from an event scan.
+Rollups store time by *category*; categories are mapped to owning components at query time,
+from the editable :class:`PhaseComponent` table, so an owner's edit shows on the next load.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Final, Literal
+
+from django.db.models import Max
+
+from ettweb.attribution.components import DEFAULT_PHASE_COMPONENTS, component_of
+from ettweb.rollups.models import DailyCategoryRollup, PhaseComponent
+
+HOUR_S: Final = 3600.0
+DAY_S: Final = 86400.0
+Interval = Literal["day", "week"]
+Grouping = Literal["none", "model", "team", "cluster", "gpus"]
+INTERVALS: Final[tuple[Interval, ...]] = ("day", "week")
+GROUPINGS: Final[tuple[Grouping, ...]] = ("none", "model", "team", "cluster", "gpus")
+#: GPU-size buckets (lowest, highest or None, label): jobs of similar size fail and restart
+#: alike, so owners compare like with like.
+GPU_BUCKETS: Final = ((1, 1, "1"), (2, 8, "2-8"), (9, 64, "9-64"), (65, 512, "65-512"),
+                      (513, None, "513+"))
+#: The label of the single series when nothing is grouped.
+ALL: Final = "all"
+#: Longest range a query accepts: bounds the rows a page can ask Postgres for.
+MAX_RANGE_DAYS: Final = 3 * 366
+
+
+def gpu_bucket(gpus: int) -> str:
+    """The GPU-size bucket label of a job holding ``gpus`` accelerators."""
+    for low, high, label in GPU_BUCKETS:
+        if gpus >= low and (high is None or gpus <= high):
+            return label
+    return GPU_BUCKETS[0][2]
+
+
+def phase_components() -> dict[str, str]:
+    """The phase→component map as owners edited it (read on every query: no cache).
+
+    An empty table is never a deliberate map (it would send every second to ``unknown``):
+    it means the seed was wiped (a test flush, a restore), so ETT_SPEC §4's defaults apply.
+    """
+    mapping = dict(PhaseComponent.objects.values_list("phase", "component"))
+    return mapping or dict(DEFAULT_PHASE_COMPONENTS)
+
+
+def pct(part: float, whole: float) -> float:
+    return 0.0 if whole <= 0.0 else min(100.0, max(0.0, 100.0 * part / whole))
+
+
+def epoch(day: date) -> float:
+    return datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()
+
+
+def day_of(ts: float) -> date:
+    return datetime.fromtimestamp(ts, UTC).date()
+
+
+@dataclass(frozen=True)
+class DateRange:
+    """Inclusive range of UTC days; rejects an inverted or oversized range with a reason."""
+
+    date_from: date
+    date_to: date
+
+    def __post_init__(self) -> None:
+        if self.date_from > self.date_to:
+            raise ValueError(f"date_from {self.date_from} is after date_to {self.date_to}")
+        if (self.date_to - self.date_from).days >= MAX_RANGE_DAYS:
+            raise ValueError(f"range longer than {MAX_RANGE_DAYS} days")
+
+    @property
+    def epoch_bounds(self) -> tuple[float, float]:
+        """[start, end) in epoch seconds."""
+        return epoch(self.date_from), epoch(self.date_to + timedelta(days=1))
+
+    def period_of(self, day: date, interval: Interval) -> date:
+        """The first day of the period ``day`` falls in (weeks start on Monday, as ISO)."""
+        return day - timedelta(days=day.weekday()) if interval == "week" else day
+
+
+def default_range(days: int = 30) -> DateRange:
+    """The last ``days`` days that have data (a demo's data may be years old), else today's."""
+    latest = DailyCategoryRollup.objects.aggregate(latest=Max("day"))["latest"]
+    end = latest or datetime.now(UTC).date()
+    return DateRange(end - timedelta(days=days - 1), end)
+
+
+def validated(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+
+
+def by_component(seconds: Mapping[str, float], mapping: Mapping[str, str]) -> dict[str, float]:
+    """Seconds per category folded into seconds per owning component (zeros left out)."""
+    grouped: dict[str, float] = defaultdict(float)
+    for category, value in seconds.items():
+        grouped[component_of(category, mapping)] += value
+    return {k: v for k, v in grouped.items() if v}
