@@ -4,9 +4,12 @@ What it does, with progress on the console:
   1. starts (or attaches to) the embedded Postgres and Redis — or uses DATABASE_URL /
      CELERY_BROKER_URL when they are set;
   2. migrates and prints a dashboard login;
-  3. starts a Celery worker, the collector agent and the web server (http://127.0.0.1:8000);
-  4. runs the reference trainer for about two minutes with one injected failure and restart;
-  5. waits until every spooled event is stored, prints the job's ETT%, and serves the dashboard
+  3. loads a small simulated fleet beside it (``manage.py simulate_fleet``: 90 days, 300 jobs,
+     staged optimization rollouts; ``--no-fleet`` skips it), so the trend, lost-time and
+     rollout pages have months to show;
+  4. starts a Celery worker, the collector agent and the web server (http://127.0.0.1:8000);
+  5. runs the reference trainer for about two minutes with one injected failure and restart;
+  6. waits until every spooled event is stored, prints the job's ETT%, and serves the dashboard
      until Ctrl-C, then shuts everything down (the embedded servers too, if it started them).
 
 It imports no Django and no torch: it only orchestrates processes, the way an operator would.
@@ -31,6 +34,8 @@ from ettweb import embedded
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
+#: The simulated fleet step 3 loads: small enough to take seconds, long enough for rollouts.
+FLEET_DAYS, FLEET_JOBS = 90, 300
 
 
 @dataclass
@@ -67,7 +72,7 @@ class Demo:
         need_pg = not os.environ.get("DATABASE_URL")
         need_redis = not os.environ.get("CELERY_BROKER_URL")
         if need_pg or need_redis:
-            _say("1/6", "starting embedded Postgres and Redis (data in var/)…")
+            _say("1/7", "starting embedded Postgres and Redis (data in var/)…")
             was_running = embedded.status()
             urls = embedded.start(postgres=need_pg, redis=need_redis)
             self.started_embedded = not all(was_running.values())
@@ -76,13 +81,24 @@ class Demo:
             if urls.broker_url:
                 self.env["CELERY_BROKER_URL"] = urls.broker_url
         else:
-            _say("1/6", "using DATABASE_URL and CELERY_BROKER_URL from the environment")
+            _say("1/7", "using DATABASE_URL and CELERY_BROKER_URL from the environment")
 
     def migrate_and_login(self) -> str:
-        _say("2/6", "migrating the database…")
+        _say("2/7", "migrating the database…")
         self.manage("migrate", "--noinput", quiet=True)
         out = self.manage("ett_login", self.args.username, quiet=True)
         return out.strip().splitlines()[-1]
+
+    def simulated_fleet(self) -> None:
+        """The simulated fleet (seed 0, ending today): months of jobs and rollouts to browse
+        while the live job trains; a second demo on the same database stores nothing new."""
+        if self.args.no_fleet:
+            _say("3/7", "no simulated fleet (--no-fleet)")
+            return
+        _say("3/7", f"loading a simulated fleet: {FLEET_DAYS} days, {FLEET_JOBS} jobs…")
+        out = self.manage("simulate_fleet", "--seed", "0", "--days", str(FLEET_DAYS),
+                          "--jobs", str(FLEET_JOBS), "--no-progress", quiet=True)
+        print(f"      {out.strip().splitlines()[-1]}", flush=True)
 
     def collector_credential(self) -> dict[str, str]:
         """A credential for the demo's collector, which signs batches as in production.
@@ -103,7 +119,7 @@ class Demo:
         raise SystemExit(f"demo: manage.py ett_collector create failed:\n{proc.stderr.strip()}")
 
     def start_services(self) -> None:
-        _say("3/6", f"starting worker, collector and web server (logs in {self.logs})…")
+        _say("4/7", f"starting worker, collector and web server (logs in {self.logs})…")
         credential = self.collector_credential()
         self.spawn("worker", ["-m", "celery", "-A", "ettweb.celery", "worker",
                               "--loglevel", "INFO", "--concurrency", "1", "--without-heartbeat",
@@ -115,7 +131,7 @@ class Demo:
 
     def train(self) -> int:
         a = self.args
-        _say("4/6", f"training job {a.job}: {a.steps} steps, one injected failure at step "
+        _say("5/7", f"training job {a.job}: {a.steps} steps, one injected failure at step "
                     f"{a.fail_at_step}, then a restart from the last checkpoint…")
         cmd = [PY, "-m", "trainer", "--job", a.job, "--steps", str(a.steps),
                "--fail-at-step", str(a.fail_at_step), "--spool-dir", str(self.spool),
@@ -134,13 +150,23 @@ class Demo:
             raise
 
     def wait_stored(self) -> dict[str, object]:
-        _say("5/6", "waiting for the collector and worker to store every event…")
+        """Wait until every spooled event is stored, then report on the STORED events.
+
+        The report reads ``manage.py ett_export``'s file, not the spool: the collector
+        deletes shipped segments 10 minutes later, and a report on what is left of them
+        printed other numbers than the dashboard (1 attempt instead of 2) without a warning.
+        """
+        _say("6/7", "waiting for the collector and worker to store every event…")
         lines = sum(1 for p in self.spool.glob("*.jsonl") for ln in p.open() if ln.strip())
         out = self.manage("ett_wait_ingested", "--events", str(lines),
                           "--timeout", str(self.args.drain_timeout), quiet=True)
         print(f"      {out.strip()}", flush=True)
+        export = self.work / f"{self.args.job}.jsonl"
+        self.manage("ett_export", "--job", self.args.job, "--output", str(export), quiet=True)
+        print(f"      stored events exported to {export} "
+              f"(offline report: python -m ettweb.attribution {export})", flush=True)
         report = subprocess.run(
-            [PY, "-m", "ettweb.attribution", *map(str, sorted(self.spool.glob("*.jsonl")))],
+            [PY, "-m", "ettweb.attribution", str(export)],
             cwd=REPO_ROOT, env=self.env, check=True, capture_output=True, text=True)
         result: dict[str, object] = json.loads(report.stdout)
         return result
@@ -218,6 +244,7 @@ def run(args: argparse.Namespace) -> int:
     with demo.running():
         demo.servers()
         login = demo.migrate_and_login()
+        demo.simulated_fleet()
         demo.start_services()
         time.sleep(2.0)
         demo.check_children()
@@ -231,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
         _print_job(demo.wait_stored())
         if args.no_serve:
             return 0
-        _say("6/6", f"dashboard: {url}   {login}   — Ctrl-C to stop everything")
+        _say("7/7", f"dashboard: {url}   {login}   — Ctrl-C to stop everything")
         with contextlib.suppress(KeyboardInterrupt):
             while True:
                 time.sleep(1.0)
@@ -259,6 +286,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="where the demo's spool, checkpoints and logs go")
     parser.add_argument("--drain-timeout", type=float, default=120.0,
                         help="seconds to wait for every event to be stored")
+    parser.add_argument("--no-fleet", action="store_true",
+                        help="do not load the simulated fleet beside the live job")
     parser.add_argument("--no-serve", action="store_true",
                         help="exit after the job is stored instead of serving until Ctrl-C")
     parser.add_argument("--keep-servers", action="store_true",

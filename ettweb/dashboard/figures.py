@@ -7,16 +7,23 @@ HTML fragment without plotly.js: the page loads our own static copy (no CDN).
 
 from __future__ import annotations
 
+import functools
 import zlib
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, timedelta
-from itertools import pairwise
+from datetime import UTC, date, datetime, timedelta
+from html import escape
+from typing import Any
+from urllib.parse import urlencode
 
 import plotly.graph_objects as go
+import plotly.io as pio
+from django.urls import reverse
 
 from ettweb.attribution.components import PRODUCTIVE
 from ettweb.attribution.engine import Segment
+from ettweb.queries.markers import RolloutMarker, http_link
 
 #: Fixed colours for the categories people look for first; other phases cycle a palette.
 CATEGORY_COLOURS = {
@@ -42,8 +49,12 @@ COMPONENT_COLOURS = {
 }
 PALETTE = ("#4c78a8", "#72b7b2", "#b279a2", "#9d755d", "#eeca3b", "#54a24b", "#ff9da6",
            "#79706e", "#bab0ac", "#f58518")
-LAYOUT = {"margin": {"l": 10, "r": 10, "t": 30, "b": 40}, "template": "plotly_white",
-          "font": {"family": "system-ui, sans-serif", "size": 12}}
+MARGIN = {"l": 10, "r": 10, "t": 30, "b": 40}
+#: No ``template`` here: ``to_fragment`` adds it as plain JSON. Why: assigning a template
+#: makes plotly validate the whole of it, 20-50 ms per figure (measured), a third of a
+#: rollout page's server time; a figure rendered with the same template JSON is identical.
+LAYOUT = {"margin": MARGIN, "font": {"family": "system-ui, sans-serif", "size": 12}}
+TEMPLATE = "plotly_white"
 
 
 @dataclass(frozen=True)
@@ -70,10 +81,22 @@ def colour_of(name: str) -> str:
     return fixed or PALETTE[zlib.crc32(name.encode()) % len(PALETTE)]
 
 
+@functools.cache
+def _template_json() -> dict[str, Any]:
+    """The page template as plain JSON, built once per process."""
+    return dict(pio.templates[TEMPLATE].to_plotly_json())
+
+
 def to_fragment(fig: go.Figure, div_id: str) -> str:
-    """Figure as an embeddable ``<div>``; plotly.js itself comes from our static files."""
-    return str(fig.to_html(include_plotlyjs=False, full_html=False, div_id=div_id,
-                           config={"displaylogo": False, "responsive": True}))
+    """Figure as an embeddable ``<div>``; plotly.js itself comes from our static files.
+
+    The figure was validated as it was built; its JSON gets the template and is rendered
+    without validating again (see ``LAYOUT``).
+    """
+    data = fig.to_plotly_json()  # holds plotly's default template: replaced by ours
+    data.setdefault("layout", {})["template"] = _template_json()
+    return str(pio.to_html(data, validate=False, include_plotlyjs=False, full_html=False,
+                           div_id=div_id, config={"displaylogo": False, "responsive": True}))
 
 
 def lost_by_component_bar(lost_s: Mapping[str, float]) -> go.Figure:
@@ -161,35 +184,96 @@ def phase_timeline(segments: Sequence[Segment], job_start: float) -> go.Figure:
 
 
 DAY_MS = 86_400_000
+#: ISO weeks start on Monday; plotly's own week periods and ticks would start on Sunday.
+MONDAY = "2000-01-03"
+#: Room at each end of a time axis, as a share of its span: edge markers stay whole.
+EDGE_PAD = 0.02
 
 
-def _period_axis(fig: go.Figure, periods: Sequence[str]) -> None:
-    """Days (or weeks) on the x axis as whole days: with one or two points plotly would
-    otherwise zoom into milliseconds around them and label ticks 23:59:59.999."""
+def _period_axis(fig: go.Figure, periods: Sequence[str], interval: str = "day",
+                 moments: Sequence[datetime] = ()) -> tuple[datetime, datetime] | None:
+    """Days (or weeks) on the x axis as whole periods: with one or two points plotly would
+    otherwise zoom into milliseconds around them and label ticks 23:59:59.999.
+
+    Each point stands for its whole UTC day or ISO week, so it is drawn in the middle of
+    that period and tick labels sit under the period they name: a rollout at 09:00 then
+    falls inside its day's bar, not after it. ``moments`` (rollout times) widen the range
+    so every marker is on the chart; the range is returned because marker clustering is
+    relative to what is visible.
+    """
     days = sorted({date.fromisoformat(p) for p in periods})
-    fig.update_xaxes(type="date", tickformat="%b %d", hoverformat="%Y-%m-%d")
+    fig.update_xaxes(type="date", tickformat="%b %d", hoverformat="%Y-%m-%d",
+                     ticklabelmode="period")
     if not days:
-        return
-    step = min(((b - a).days for a, b in pairwise(days)), default=1)
+        return None
+    week = interval == "week"
+    period_ms = (7 if week else 1) * DAY_MS
+    fig.update_traces(xperiod=period_ms, xperiodalignment="middle",
+                      xperiod0=MONDAY if week else None)
     # Bars on a date axis are as wide as their data says: one bar would be a hairline.
-    fig.update_traces(width=0.8 * step * DAY_MS, selector={"type": "bar"})
-    first, last = days[0] - timedelta(days=step), days[-1] + timedelta(days=step)
-    fig.update_xaxes(range=[first.isoformat(), last.isoformat()])
-    if (last - first).days <= 31:
-        fig.update_xaxes(dtick=DAY_MS)
+    fig.update_traces(width=0.8 * period_ms, selector={"type": "bar"})
+    low = min([_midnight(days[0]), *moments])
+    high = max([_midnight(days[-1]) + timedelta(milliseconds=period_ms), *moments])
+    pad = (high - low) * EDGE_PAD
+    low, high = low - pad, high + pad
+    fig.update_xaxes(range=[_plotly_time(low), _plotly_time(high)])
+    if (high - low) <= timedelta(milliseconds=31 * period_ms):
+        fig.update_xaxes(dtick=period_ms, tick0=MONDAY if week else None)
+    return low, high
 
 
-def ett_trend(series: Mapping[str, Sequence[tuple[date, float]]], interval: str) -> go.Figure:
-    """ETT% per day or week, one line per group (GPU-weighted within each point)."""
+def _midnight(day: date) -> datetime:
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
+
+
+def _plotly_time(moment: datetime) -> str:
+    """UTC wall-clock text: plotly.js reads no time-zone offsets, so none is written."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def ett_trend(series: Mapping[str, Sequence[tuple[date, float]]], interval: str,
+              markers: Sequence[RolloutMarker] = ()) -> go.Figure:
+    """ETT% per day or week, one line per group (GPU-weighted within each point), with a
+    lane of rollout markers per component above it."""
     fig = go.Figure([
         go.Scatter(name=group, x=[p.isoformat() for p, _ in points], y=[v for _, v in points],
                    mode="lines+markers",
-                   hovertemplate="%{x}: %{y:.2f}%<extra>" + group + "</extra>")
+                   hovertemplate="%{x}: %{y:.2f}%<extra>" + escape(group) + "</extra>")
         for group, points in series.items()
     ])
     fig.update_layout(**LAYOUT, height=340, yaxis={"title": "ETT%", "range": [0, 100]},
                       xaxis_title=f"{interval} (UTC)", legend_title="group")
-    _period_axis(fig, [p.isoformat() for points in series.values() for p, _ in points])
+    _with_markers(fig, [p.isoformat() for points in series.values() for p, _ in points],
+                  interval, markers)
+    return fig
+
+
+def component_lost_chart(points: Sequence[tuple[date, float]], component: str, interval: str,
+                         markers: Sequence[RolloutMarker] = ()) -> go.Figure:
+    """One component's lost GPU-hours per day or week, its rollouts in a lane above."""
+    x = [p.isoformat() for p, _ in points]
+    fig = go.Figure(go.Bar(name="lost GPU-hours", x=x, y=[v for _, v in points],
+                           marker_color=colour_of(component),
+                           hovertemplate="%{x}: %{y:.2f} GPU-hours<extra></extra>"))
+    fig.update_layout(**LAYOUT, height=300, yaxis={"title": "lost GPU-hours",
+                                                   "rangemode": "tozero"},
+                      xaxis_title=f"{interval} (UTC)", showlegend=False)
+    _with_markers(fig, x, interval, markers)
+    return fig
+
+
+def component_share_chart(points: Sequence[tuple[date, float]], component: str, interval: str,
+                          markers: Sequence[RolloutMarker] = ()) -> go.Figure:
+    """One component's lost share: points of the fleet's wall time per day or week (a
+    growing fleet does not look worse), its rollouts in a lane above."""
+    x = [p.isoformat() for p, _ in points]
+    fig = go.Figure(go.Scatter(name="lost share", x=x, y=[v for _, v in points],
+                               mode="lines+markers", line_color=colour_of(component),
+                               hovertemplate="%{x}: %{y:.2f} pts of wall time<extra></extra>"))
+    fig.update_layout(**LAYOUT, height=300,
+                      yaxis={"title": "pts of fleet wall time", "rangemode": "tozero"},
+                      xaxis_title=f"{interval} (UTC)", showlegend=False)
+    _with_markers(fig, x, interval, markers)
     return fig
 
 
@@ -208,7 +292,7 @@ def lost_gpu_hours_bar(gpu_hours: Mapping[str, float]) -> go.Figure:
 
 
 def restart_tax_stacked(periods: Sequence[date], by_category: Sequence[Mapping[str, float]],
-                        categories: Sequence[str]) -> go.Figure:
+                        categories: Sequence[str], interval: str = "day") -> go.Figure:
     """GPU-hours spent recovering from failures per period, stacked by what they went to."""
     fig = go.Figure([
         go.Bar(name=category, x=[p.isoformat() for p in periods],
@@ -219,13 +303,13 @@ def restart_tax_stacked(periods: Sequence[date], by_category: Sequence[Mapping[s
     ])
     fig.update_layout(**LAYOUT, barmode="stack", height=320, yaxis_title="GPU-hours",
                       legend_title="category")
-    _period_axis(fig, [p.isoformat() for p in periods])
+    _period_axis(fig, [p.isoformat() for p in periods], interval)
     return fig
 
 
 def lifecycle_chart(periods: Sequence[date], time_to_start_s: Sequence[float | None],
                     time_to_recover_s: Sequence[float | None],
-                    failures: Sequence[int]) -> go.Figure:
+                    failures: Sequence[int], interval: str = "day") -> go.Figure:
     """Mean time to start and to recover (minutes, lines) and failures (bars, right axis)."""
     x = [p.isoformat() for p in periods]
 
@@ -243,5 +327,188 @@ def lifecycle_chart(periods: Sequence[date], time_to_start_s: Sequence[float | N
     fig.update_layout(**LAYOUT, height=320, yaxis_title="mean minutes",
                       yaxis2={"title": "failures", "overlaying": "y", "side": "right",
                               "rangemode": "tozero"})
-    _period_axis(fig, x)
+    _period_axis(fig, x, interval)
     return fig
+
+
+# --------------------------------------------------------------------------- rollout markers
+
+#: Most markers one lane shows across the visible range: closer rollouts merge into a cluster,
+#: so fifty rollouts in a month stay readable (a marker is ~1/24 of the plot width apart).
+MAX_MARKERS_PER_LANE = 24
+#: Names a cluster's hover lists before "and N more".
+CLUSTER_NAMES_SHOWN = 10
+#: Longest name or scope shown in hover text (the page's table has the whole text).
+HOVER_CHARS = 60
+LANE_PX = 26
+LANES_GAP_PX = 14
+PLOT_MARGIN_PX = MARGIN["t"] + MARGIN["b"]
+
+
+@dataclass(frozen=True)
+class MarkerCluster:
+    """One marker drawn in a component's lane: a rollout, or several close together."""
+
+    component: str
+    markers: tuple[RolloutMarker, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.markers)
+
+    @property
+    def first(self) -> datetime:
+        return self.markers[0].at
+
+    @property
+    def last(self) -> datetime:
+        return self.markers[-1].at
+
+    @property
+    def at(self) -> datetime:
+        """Where it is drawn: the middle of the rollouts it holds."""
+        return self.first + (self.last - self.first) / 2
+
+
+def cluster_markers(markers: Sequence[RolloutMarker], span_s: float,
+                    max_per_lane: int = MAX_MARKERS_PER_LANE) -> dict[str, list[MarkerCluster]]:
+    """Markers in one lane per component (lanes sorted by name), merged when close.
+
+    A cluster starts at a rollout and takes every later one of its lane within
+    ``span_s / max_per_lane`` of that start. Measured from the start, not chained from the
+    previous rollout, so a cluster is never wider than the threshold and a lane of markers
+    inside ``span_s`` holds at most ``max_per_lane`` of them, whatever the density.
+    """
+    lanes: dict[str, list[RolloutMarker]] = defaultdict(list)
+    for marker in sorted(markers, key=lambda m: (m.at, m.id)):
+        lanes[marker.component].append(marker)
+    threshold = max(span_s, 0.0) / max_per_lane
+    return {name: _merge(name, lane, threshold) for name, lane in sorted(lanes.items())}
+
+
+def _merge(component: str, lane: Sequence[RolloutMarker],
+           threshold_s: float) -> list[MarkerCluster]:
+    groups: list[list[RolloutMarker]] = []
+    for marker in lane:
+        if groups and (marker.at - groups[-1][0].at).total_seconds() <= threshold_s:
+            groups[-1].append(marker)
+        else:
+            groups.append([marker])
+    return [MarkerCluster(component, tuple(group)) for group in groups]
+
+
+def _text(value: str, limit: int = HOVER_CHARS) -> str:
+    """User text made safe for plotly, which renders hover and tick text as HTML."""
+    short = value if len(value) <= limit else value[:limit - 1] + "…"
+    return escape(short, quote=True)
+
+
+def marker_hover(cluster: MarkerCluster) -> str:
+    """Hover text (HTML, every user-provided part escaped): one rollout, or a cluster's
+    count and names (at most ``CLUSTER_NAMES_SHOWN``, then "and N more")."""
+    if cluster.count == 1:
+        m = cluster.markers[0]
+        lines = [f"<b>{_text(m.name)}</b>", f"{_text(m.component)} · {m.at:%Y-%m-%d %H:%M} UTC",
+                 f"scope: {_text(m.scope)}"]
+        link = http_link(m.link)
+        if link:
+            lines.append(_text(link, 2 * HOVER_CHARS))
+        return "<br>".join([*lines, "<i>click to open the rollout</i>"])
+    names = [f"• {_text(m.name)} ({m.at:%m-%d})" for m in cluster.markers[:CLUSTER_NAMES_SHOWN]]
+    if cluster.count > CLUSTER_NAMES_SHOWN:
+        names.append(f"and {cluster.count - CLUSTER_NAMES_SHOWN} more")
+    days = f"{cluster.first:%Y-%m-%d}"
+    if cluster.last.date() != cluster.first.date():
+        days += f" to {cluster.last:%Y-%m-%d}"
+    head = [f"<b>{cluster.count} rollouts</b> · {_text(cluster.component)}", days]
+    return "<br>".join([*head, *names, "<i>click to list them</i>"])
+
+
+def rollout_url(rollout_id: int) -> str:
+    """The rollout's page: where a click on a single marker goes."""
+    return reverse("rollouts:detail", args=[rollout_id])
+
+
+def rollouts_list_url(component: str, first: date, last: date) -> str:
+    """The rollouts list filtered to one component and a span of UTC days (a cluster's
+    click, and the component page's "all rollouts" link)."""
+    base = reverse("rollouts:list")
+    query = {"component": component, "date_from": first.isoformat(),
+             "date_to": last.isoformat()}
+    return f"{base}?{urlencode(query)}"
+
+
+def cluster_url(cluster: MarkerCluster) -> str:
+    """Where a click on the marker goes: the rollout, or the list of the cluster's ones."""
+    if cluster.count == 1:
+        return rollout_url(cluster.markers[0].id)
+    first, last = cluster.first.astimezone(UTC).date(), cluster.last.astimezone(UTC).date()
+    return rollouts_list_url(cluster.component, first, last)
+
+
+def _lane_trace(index: int, component: str, lane: Sequence[MarkerCluster],
+                axis: str) -> go.Scatter:
+    """One lane: diamonds for single rollouts, numbered circles for clusters."""
+    single = [c.count == 1 for c in lane]
+    return go.Scatter(
+        name=f"rollouts · {_text(component)}", meta="rollouts", yaxis=axis, showlegend=False,
+        x=[_plotly_time(c.at) for c in lane], y=[index] * len(lane), mode="markers+text",
+        marker={"symbol": ["diamond" if s else "circle" for s in single],
+                "size": [13 if s else 19 for s in single], "color": colour_of(component),
+                "line": {"color": "#ffffff", "width": 1}},
+        text=["" if s else str(c.count) for s, c in zip(single, lane, strict=True)],
+        textposition="middle center", textfont={"color": "#ffffff", "size": 10},
+        hovertext=[marker_hover(c) for c in lane], hoverinfo="text",
+        hoverlabel={"align": "left"}, customdata=[cluster_url(c) for c in lane],
+    )
+
+
+def _guides(lanes: Mapping[str, Sequence[MarkerCluster]]) -> list[dict[str, object]]:
+    """Faint lines (a rollout) and bands (a cluster's span) down through the main plot, so a
+    marker can be read against the day it hit."""
+    shapes: list[dict[str, object]] = []
+    for component, lane in lanes.items():
+        colour = colour_of(component)
+        for c in lane:
+            common = {"xref": "x", "yref": "y domain", "y0": 0, "y1": 1, "layer": "below",
+                      "x0": _plotly_time(c.first), "x1": _plotly_time(c.last)}
+            if c.count == 1:
+                shapes.append({**common, "type": "line", "opacity": 0.45,
+                               "line": {"color": colour, "width": 1, "dash": "dot"}})
+            else:
+                shapes.append({**common, "type": "rect", "opacity": 0.12, "fillcolor": colour,
+                               "line": {"width": 0}})
+    return shapes
+
+
+def add_rollout_lanes(fig: go.Figure, lanes: Mapping[str, Sequence[MarkerCluster]],
+                      axis: str = "y2") -> None:
+    """A strip of lanes above the figure's plot, one per component, on its own y axis.
+
+    Lanes sit on a separate axis domain (not on the plot) so markers never hide data and
+    the lane label (the component) reads like an axis label. Lane positions are numbers with
+    escaped tick text: a component name is user text and never becomes a plotly category.
+    """
+    if not lanes:
+        return
+    names = list(lanes)
+    lanes_px = LANE_PX * len(names) + LANES_GAP_PX
+    height = int(fig.layout.height or 340) + lanes_px
+    split = 1.0 - lanes_px / (height - PLOT_MARGIN_PX)
+    fig.update_layout(height=height, yaxis={"domain": [0.0, split]}, shapes=_guides(lanes))
+    fig.update_layout({f"yaxis{axis[1:]}": {
+        "domain": [split + LANES_GAP_PX / (height - PLOT_MARGIN_PX), 1.0], "fixedrange": True,
+        "range": [len(names) - 0.5, -0.5], "tickvals": list(range(len(names))),
+        "ticktext": [_text(n, 32) for n in names], "showgrid": False, "zeroline": False,
+        "ticks": "", "title": {"text": ""}}})
+    for index, name in enumerate(names):
+        fig.add_trace(_lane_trace(index, name, lanes[name], axis))
+
+
+def _with_markers(fig: go.Figure, periods: Sequence[str], interval: str,
+                  markers: Sequence[RolloutMarker]) -> None:
+    """Set the period axis (widened to the markers) and draw the marker lanes on it."""
+    bounds = _period_axis(fig, periods, interval, [m.at for m in markers])
+    if bounds is not None and markers:
+        span_s = (bounds[1] - bounds[0]).total_seconds()
+        add_rollout_lanes(fig, cluster_markers(markers, span_s))

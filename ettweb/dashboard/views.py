@@ -28,6 +28,8 @@ from ettweb.queries import (
     LifecycleQuery,
     LifecycleResult,
     LostByComponentQuery,
+    RolloutMarker,
+    RolloutMarkersQuery,
     TopJobsQuery,
     TrendQuery,
     TrendResult,
@@ -92,22 +94,24 @@ def fleet(request: HttpRequest) -> HttpResponse:
     lost = calculate(LostByComponentQuery(data["range"]))
     top = calculate(TopJobsQuery(data["range"]))
     lifecycle = calculate(LifecycleQuery(data["range"], data["interval"]))
+    markers = calculate(RolloutMarkersQuery(data["range"])).markers
     context: dict[str, Any] = {
         "form": form, "range": data["range"], "interval": data["interval"],
         "group_by": data["group_by"], "trend": trend, "lost": lost, "top": top,
-        "lifecycle": lifecycle, "charts": _fleet_charts(trend, lost.components, lifecycle,
-                                                        data["interval"]),
+        "lifecycle": lifecycle, "rollouts": len(markers),
+        "charts": _fleet_charts(trend, lost.components, lifecycle, data["interval"], markers),
     }
     return render(request, "dashboard/fleet.html", context)
 
 
 def _fleet_charts(trend: TrendResult, components: Any, lifecycle: LifecycleResult,
-                  interval: str) -> dict[str, str]:
+                  interval: str, markers: list[RolloutMarker]) -> dict[str, str]:
     """The overview's figures as HTML fragments (empty when there is nothing to draw)."""
     charts: dict[str, str] = {}
     if trend.points:
         series = {g: [(p.period, p.ett_pct) for p in trend.series(g)] for g in trend.groups}
-        charts["trend"] = figures.to_fragment(figures.ett_trend(series, interval), "ett-trend")
+        charts["trend"] = figures.to_fragment(figures.ett_trend(series, interval, markers),
+                                              "ett-trend")
     if components:
         hours = {c.component: c.gpu_hours for c in components}
         charts["lost"] = figures.to_fragment(figures.lost_gpu_hours_bar(hours),
@@ -116,12 +120,12 @@ def _fleet_charts(trend: TrendResult, components: Any, lifecycle: LifecycleResul
     if lifecycle.categories:
         tax = [{k: v / HOUR_S for k, v in p.restart_tax_gpu_s.items()} for p in points]
         charts["tax"] = figures.to_fragment(figures.restart_tax_stacked(
-            [p.period for p in points], tax, lifecycle.categories), "restart-tax")
+            [p.period for p in points], tax, lifecycle.categories, interval), "restart-tax")
     if points:
         charts["lifecycle"] = figures.to_fragment(figures.lifecycle_chart(
             [p.period for p in points], [p.mean_time_to_start_s for p in points],
-            [p.mean_time_to_recover_s for p in points], [p.failures for p in points]),
-            "lifecycle")
+            [p.mean_time_to_recover_s for p in points], [p.failures for p in points],
+            interval), "lifecycle")
     return charts
 
 

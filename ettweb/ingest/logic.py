@@ -330,7 +330,7 @@ def reject_batch(lines: Iterable[Any], source: str, reason: str) -> IngestResult
 
 
 def ingest_lines(lines: Iterable[Any], source: str = "", *, nonce: Nonce | None = None,
-                 redelivered: bool = False) -> IngestResult:
+                 redelivered: bool = False, any_age_partitions: bool = False) -> IngestResult:
     """Store the valid events of a batch once each and quarantine the invalid lines.
 
     Everything a batch writes (its nonce, events, jobs, quarantined lines) commits together.
@@ -338,10 +338,13 @@ def ingest_lines(lines: Iterable[Any], source: str = "", *, nonce: Nonce | None 
     broker ``redelivered`` it (our own Celery retry after a commit, e.g. the rollup refresh
     lost the database): then it is ingested again, all duplicates, so its jobs still refresh.
     Connection problems (OperationalError) propagate on purpose: the task retries the batch.
+    ``any_age_partitions`` gives every day of the batch its partition, however old (an import
+    of history, ``partitions.ensure_days``); the worker keeps the window around now.
     """
     lines = list(lines)
     batch = sort_lines(lines, source)
-    partitions.ensure_for_events(_partition_key(event) for event in batch.events)
+    partitions.ensure_for_events((_partition_key(event) for event in batch.events),
+                                 any_age=any_age_partitions)
     try:
         return _store_and_mark(batch, source, nonce)
     except ReplayedBatch:

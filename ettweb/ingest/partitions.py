@@ -8,6 +8,10 @@ fall inside a window around now (``ETT_PARTITION_DAYS_BACK`` / ``_AHEAD``) and b
 beat task ``ett.ensure_event_partitions``; a day outside the window stays in the default
 partition rather than creating thousands of tiny tables for garbage timestamps.
 
+``manage.py ett_import`` brings a team's history (months or years old) on purpose, so it asks
+for ``any_age``: every day its events fall on gets its partition, whatever its age, and old
+days can be detached or dropped like recent ones. The worker keeps its window.
+
 Creating a day whose rows already sit in the default partition moves them first: Postgres
 refuses to attach a range the default partition holds rows of.
 """
@@ -59,13 +63,21 @@ def existing_days() -> set[int]:
             for name in names if name.startswith(prefix)}
 
 
-def ensure_days(days: Iterable[int], now: float | None = None) -> list[str]:
+#: The days an ``any_age`` partition can be made for: years 1000-9999, whose names have the
+#: four-digit ``%Y`` that ``existing_days`` parses back. Beyond, events stay in the default.
+NAMEABLE_DAYS = (day_of(datetime(1000, 1, 1, tzinfo=UTC).timestamp()),
+                 day_of(datetime(9999, 12, 31, tzinfo=UTC).timestamp()))
+
+
+def ensure_days(days: Iterable[int], now: float | None = None, *,
+                any_age: bool = False) -> list[str]:
     """Create the partitions of ``days`` inside the window; returns the names created.
 
+    ``any_age`` drops the window (an import of history): every nameable day gets its own.
     Must run outside the transaction that inserts the events: it takes an exclusive lock on
     the default partition, and an insert holding a lock there would wait on it forever.
     """
-    first, last = window(now)
+    first, last = NAMEABLE_DAYS if any_age else window(now)
     wanted = sorted({day for day in days if first <= day <= last} - _known_days)
     if not wanted:
         return []
@@ -81,9 +93,11 @@ def ensure_days(days: Iterable[int], now: float | None = None) -> list[str]:
     return created
 
 
-def ensure_for_events(times: Iterable[float], now: float | None = None) -> list[str]:
-    """Partitions for the days of these event times (the ingest path calls this per batch)."""
-    return ensure_days({day_of(t) for t in times}, now)
+def ensure_for_events(times: Iterable[float], now: float | None = None, *,
+                      any_age: bool = False) -> list[str]:
+    """Partitions for the days of these event times (the ingest path calls this per batch);
+    ``any_age`` as in :func:`ensure_days`."""
+    return ensure_days({day_of(t) for t in times}, now, any_age=any_age)
 
 
 def ensure_ahead(now: float | None = None) -> list[str]:

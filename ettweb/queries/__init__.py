@@ -3,8 +3,10 @@
 Every number a person or a program sees comes through here — dashboard pages, the JSON API,
 the e-mail reports and ``/metrics`` — so none of them can disagree. Each query is a frozen
 dataclass that validates itself; its runner reads rollups (never raw events, except one job's
-timeline) and returns a frozen result. Modules: ``base`` (ranges, the component map),
-``fleet`` (trend, lost time, top jobs, lifecycle, jobs table), ``job`` (one job).
+timeline) and returns a frozen result. Modules: ``base`` (ranges, the component map, the
+per-day rows), ``fleet`` (trend, lost time, top jobs, lifecycle, jobs table), ``job`` (one
+job), ``impact`` (a rollout's measured impact, ETT_SPEC §6), ``markers`` (rollouts drawn on
+trends), ``components`` (the component pages).
 """
 
 from __future__ import annotations
@@ -25,6 +27,14 @@ from ettweb.queries.base import (
     gpu_bucket,
     phase_components,
 )
+from ettweb.queries.components import (
+    ComponentQuery,
+    ComponentQueryRunner,
+    ComponentResult,
+    ComponentsIndexQuery,
+    ComponentsIndexQueryRunner,
+    ComponentsIndexResult,
+)
 from ettweb.queries.fleet import (
     FleetQuery,
     FleetQueryRunner,
@@ -43,24 +53,66 @@ from ettweb.queries.fleet import (
     TrendQueryRunner,
     TrendResult,
 )
+from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner, ImpactResult, WindowError
 from ettweb.queries.job import JobMeta, JobQuery, JobQueryRunner, JobResult
+from ettweb.queries.markers import (
+    RolloutMarker,
+    RolloutMarkersQuery,
+    RolloutMarkersQueryRunner,
+    RolloutMarkersResult,
+)
 
 __all__ = [
-    "ALL", "GPU_BUCKETS", "GROUPINGS", "HOUR_S", "INTERVALS", "MAX_RANGE_DAYS", "DateRange",
-    "FleetQuery", "FleetResult", "Grouping", "Interval", "JobMeta", "JobQuery",
-    "JobQueryRunner", "JobResult", "JobRow", "LifecycleQuery", "LifecycleResult",
-    "LostByComponentQuery", "LostByComponentResult", "TopJobsQuery", "TopJobsResult",
-    "TrendQuery", "TrendResult", "calculate", "default_range", "gpu_bucket",
+    "ALL",
+    "GPU_BUCKETS",
+    "GROUPINGS",
+    "HOUR_S",
+    "INTERVALS",
+    "MAX_RANGE_DAYS",
+    "ComponentQuery",
+    "ComponentResult",
+    "ComponentsIndexQuery",
+    "ComponentsIndexResult",
+    "DateRange",
+    "FleetQuery",
+    "FleetResult",
+    "Grouping",
+    "ImpactQuery",
+    "ImpactResult",
+    "Interval",
+    "JobMeta",
+    "JobQuery",
+    "JobQueryRunner",
+    "JobResult",
+    "JobRow",
+    "LifecycleQuery",
+    "LifecycleResult",
+    "LostByComponentQuery",
+    "LostByComponentResult",
+    "RolloutMarker",
+    "RolloutMarkersQuery",
+    "RolloutMarkersResult",
+    "TopJobsQuery",
+    "TopJobsResult",
+    "TrendQuery",
+    "TrendResult",
+    "WindowError",
+    "calculate",
+    "default_range",
+    "gpu_bucket",
     "phase_components",
 ]
 
 AnyQuery = (TrendQuery | LostByComponentQuery | TopJobsQuery | LifecycleQuery | FleetQuery
-            | JobQuery)
+            | JobQuery | ImpactQuery
+            | ComponentQuery | ComponentsIndexQuery | RolloutMarkersQuery)
 
 _RUNNERS: dict[type, Any] = {
     TrendQuery: TrendQueryRunner, LostByComponentQuery: LostByComponentQueryRunner,
     TopJobsQuery: TopJobsQueryRunner, LifecycleQuery: LifecycleQueryRunner,
-    FleetQuery: FleetQueryRunner, JobQuery: JobQueryRunner,
+    FleetQuery: FleetQueryRunner, JobQuery: JobQueryRunner, ImpactQuery: ImpactQueryRunner,
+    ComponentQuery: ComponentQueryRunner, ComponentsIndexQuery: ComponentsIndexQueryRunner,
+    RolloutMarkersQuery: RolloutMarkersQueryRunner,
 }
 
 
@@ -76,6 +128,14 @@ def calculate(query: LifecycleQuery) -> LifecycleResult: ...
 def calculate(query: FleetQuery) -> FleetResult: ...
 @overload
 def calculate(query: JobQuery) -> JobResult | None: ...
+@overload
+def calculate(query: ImpactQuery) -> ImpactResult | None: ...
+@overload
+def calculate(query: ComponentQuery) -> ComponentResult | None: ...
+@overload
+def calculate(query: ComponentsIndexQuery) -> ComponentsIndexResult: ...
+@overload
+def calculate(query: RolloutMarkersQuery) -> RolloutMarkersResult: ...
 def calculate(query: AnyQuery) -> Any:
     """Run any query with its runner: what views, the API and reports call."""
     return _RUNNERS[type(query)](query).calculate()

@@ -16,9 +16,10 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
-from django.db.models import Max
+from django.db.models import F, Max
+from django.db.models.functions import TruncWeek
 
 from ettweb.attribution.components import DEFAULT_PHASE_COMPONENTS, component_of
 from ettweb.rollups.models import DailyCategoryRollup, PhaseComponent
@@ -110,3 +111,19 @@ def by_component(seconds: Mapping[str, float], mapping: Mapping[str, str]) -> di
     for category, value in seconds.items():
         grouped[component_of(category, mapping)] += value
     return {k: v for k, v in grouped.items() if v}
+
+
+def day_rows(query_range: DateRange) -> Any:
+    """The per-day rollup rows inside ``query_range`` (a queryset to aggregate)."""
+    return DailyCategoryRollup.objects.filter(day__gte=query_range.date_from,
+                                              day__lte=query_range.date_to)
+
+
+def periods(rows: Any, interval: Interval) -> Any:
+    """``rows`` annotated with ``period``: the day itself, or the Monday of its ISO week."""
+    return rows.annotate(period=TruncWeek("day") if interval == "week" else F("day"))
+
+
+def as_date(value: date | datetime) -> date:
+    """A period value as a date (``TruncWeek`` hands back datetimes)."""
+    return value.date() if isinstance(value, datetime) else value

@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date
 from typing import Any, Final
 
-from django.db.models import F, Q, Sum
-from django.db.models.functions import TruncWeek
+from django.db.models import Q, Sum
 
 from collector.schema import FAILED_STATUSES
 from ettweb.attribution.components import PRODUCTIVE, component_of
@@ -23,14 +22,17 @@ from ettweb.queries.base import (
     DateRange,
     Grouping,
     Interval,
+    as_date,
     by_component,
     day_of,
+    day_rows,
     gpu_bucket,
     pct,
+    periods,
     phase_components,
     validated,
 )
-from ettweb.rollups.models import AttemptRollup, DailyCategoryRollup, JobRollup, RecoveryRollup
+from ettweb.rollups.models import AttemptRollup, JobRollup, RecoveryRollup
 
 # --------------------------------------------------------------------------- ETT% trend
 
@@ -90,15 +92,6 @@ def _group_label(group_by: Grouping, value: Any) -> str:
     return str(value) if value else "(none)"
 
 
-def _day_rows(query_range: DateRange) -> Any:
-    return DailyCategoryRollup.objects.filter(day__gte=query_range.date_from,
-                                              day__lte=query_range.date_to)
-
-
-def _periods(rows: Any, interval: Interval) -> Any:
-    return rows.annotate(period=TruncWeek("day") if interval == "week" else F("day"))
-
-
 class TrendQueryRunner:
     def __init__(self, query: TrendQuery) -> None:
         self.query = query
@@ -106,13 +99,13 @@ class TrendQueryRunner:
     def calculate(self) -> TrendResult:
         q = self.query
         keys = ["period"] + ([_GROUP_FIELDS[q.group_by]] if q.group_by != "none" else [])
-        rows = (_periods(_day_rows(q.range), q.interval).values(*keys)
+        rows = (periods(day_rows(q.range), q.interval).values(*keys)
                 .annotate(wall=Sum("gpu_seconds"),
                           productive=Sum("gpu_seconds", filter=Q(category=PRODUCTIVE))))
         folded: dict[tuple[date, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
         for row in rows:
             label = _group_label(q.group_by, row.get(keys[-1]))
-            bucket = folded[(_as_date(row["period"]), label)]
+            bucket = folded[(as_date(row["period"]), label)]
             bucket[0] += row["wall"] or 0.0
             bucket[1] += row["productive"] or 0.0
         points = [TrendPoint(period, group, wall, productive)
@@ -121,10 +114,6 @@ class TrendQueryRunner:
         return TrendResult(points=points, groups=sorted({p.group for p in points}),
                            wall_gpu_s=sum(p.wall_gpu_s for p in points),
                            productive_gpu_s=sum(p.productive_gpu_s for p in points))
-
-
-def _as_date(value: date | datetime) -> date:
-    return value.date() if isinstance(value, datetime) else value
 
 
 # --------------------------------------------------------------------------- lost by component
@@ -164,7 +153,7 @@ class LostByComponentQueryRunner:
 
     def calculate(self) -> LostByComponentResult:
         mapping = phase_components()
-        rows = (_day_rows(self.query.range).exclude(category=PRODUCTIVE)
+        rows = (day_rows(self.query.range).exclude(category=PRODUCTIVE)
                 .values("category").annotate(gpu_s=Sum("gpu_seconds")))
         grouped: dict[str, dict[str, float]] = defaultdict(dict)
         for row in rows:
@@ -221,7 +210,7 @@ class TopJobsQueryRunner:
 
     def calculate(self) -> TopJobsResult:
         lost = ~Q(category=PRODUCTIVE)
-        rows = (_day_rows(self.query.range).values("job_id")
+        rows = (day_rows(self.query.range).values("job_id")
                 .annotate(lost=Sum("gpu_seconds", filter=lost), wall=Sum("gpu_seconds"))
                 .filter(lost__gt=0).order_by("-lost", "job_id")[:self.query.limit])
         rows = list(rows)

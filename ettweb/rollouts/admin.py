@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from ettweb.rollouts.forms import RolloutAdminForm
 from ettweb.rollouts.models import Rollout
 
 
 @admin.register(Rollout)
 class RolloutAdmin(admin.ModelAdmin):
+    """Same checks as the API and the dashboard form (``RolloutAdminForm``)."""
+
+    form = RolloutAdminForm
     list_display = ("name", "component", "at", "scope", "created_by", "simulated")
     list_filter = ("component", "simulated")
     search_fields = ("name", "component", "notes")

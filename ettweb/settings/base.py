@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "ettweb.components",
     "ettweb.rollouts",
     "ettweb.api",
+    "ettweb.simulate",
     # django-ninja's own static files: the API docs page loads Swagger UI from us, not a CDN.
     "ninja",
 ]

@@ -5,6 +5,7 @@ is exercised by real processes."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from django.db import connection
 
 from ettweb.demo import parse_args
 from ettweb.ingest.models import CollectorCredential, Event, QuarantinedEvent
+from ettweb.rollouts.models import Rollout
 from ettweb.settings.env import database_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +36,11 @@ def test_impossible_plan_is_refused_before_any_work(capsys: pytest.CaptureFixtur
     assert "--fail-at-step" in capsys.readouterr().err
 
 
+def test_the_simulated_fleet_is_loaded_unless_no_fleet() -> None:
+    assert parse_args([]).no_fleet is False
+    assert parse_args(["--no-fleet"]).no_fleet is True
+
+
 @pytest.mark.integration
 @pytest.mark.django_db(transaction=True)
 def test_demo_trains_a_job_and_stores_every_event(tmp_path: Path) -> None:
@@ -50,6 +57,11 @@ def test_demo_trains_a_job_and_stores_every_event(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"job {job}: 2 attempts" in proc.stdout
     assert "login: demo / " in proc.stdout
+    # Step 3 loaded the simulated fleet beside the live job (``[k/7]`` step lines).
+    assert "[3/7]" in proc.stdout and "[6/7]" in proc.stdout
+    assert re.search(r"simulated [\d,]+ jobs \(seed 0, 90 days to .*, 14 rollouts; fleet ETT% ",
+                     proc.stdout), proc.stdout[:3000]
+    assert Rollout.objects.filter(simulated=True).count() == 14
     spool = tmp_path / "demo" / "spool"
     spooled = sum(len(p.read_text().splitlines()) for p in spool.glob("*.jsonl"))
     assert Event.objects.filter(job=job).count() == spooled > 0

@@ -34,6 +34,19 @@ def durations(values: list[float]) -> str:
 
 
 @register.filter
+def hours(value: float | None) -> str:
+    """GPU-hours for a headline tile: two decimals while small, then whole thousands, then
+    millions (``222.66M``), so a fleet's 222,656,779 GPU-hours still fit their tile."""
+    if value is None:
+        return "—"
+    if abs(value) < 10_000:
+        return f"{value:.2f}"
+    if abs(value) < 1_000_000:
+        return f"{value:,.0f}"
+    return f"{value / 1_000_000:,.2f}M"
+
+
+@register.filter
 def gpu_hours(gpu_seconds: float | None) -> str:
-    """GPU-seconds shown as GPU-hours with two decimals."""
-    return "—" if gpu_seconds is None else f"{gpu_seconds / 3600.0:.2f}"
+    """GPU-seconds shown as GPU-hours (see ``hours``)."""
+    return "—" if gpu_seconds is None else hours(gpu_seconds / 3600.0)

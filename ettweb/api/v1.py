@@ -1,0 +1,208 @@
+"""``/api/v1/``: rollouts and their impact for deploy pipelines (django-ninja).
+
+A deploy job creates a rollout right after it ships a change (``POST /api/v1/rollouts``) and
+can read its measured impact later (``GET /api/v1/rollouts/<id>/impact?window=14``). The
+impact comes from the same query runner as the rollout page, so the two always agree.
+
+Errors are JSON ``{"error": "<field>: <problem>"}``: 400 for bad input (ninja's 422 for
+schema errors is folded into 400 with the field named, so every refusal reads the same),
+401 without a valid bearer token, 404 for an unknown rollout.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from ninja import NinjaAPI, Schema, Status
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.security import HttpBearer
+from pydantic import ConfigDict
+
+from ettweb.api.tokens import user_for_token
+from ettweb.components.logic import known_components
+from ettweb.queries import ImpactQuery, WindowError, calculate
+from ettweb.queries.impact import DEFAULT_WINDOW_DAYS
+from ettweb.rollouts.logic import RolloutInvalid, as_json, clean_rollout, save_rollout
+from ettweb.rollouts.models import Rollout
+
+MAX_LIST = 500
+
+
+class BearerToken(HttpBearer):
+    """``Authorization: Bearer <token>`` from ``manage.py ett_api_token USERNAME``."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        user = user_for_token(token)
+        if user is not None:
+            request.user = user
+        return user
+
+
+api = NinjaAPI(title="ETT API", version="1", urls_namespace="api-v1", auth=BearerToken(),
+               description="Rollouts and their measured ETT% impact (docs/rollouts.md).")
+
+
+# --------------------------------------------------------------------------- schemas
+
+class RolloutIn(Schema):
+    """What a deploy pipeline sends; unknown fields are refused, not ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    component: str
+    at: datetime
+    scope: dict[str, Any]
+    notes: str | None = None
+    link: str | None = None
+
+
+class RolloutOut(Schema):
+    id: int
+    name: str
+    component: str
+    at: str
+    scope: dict[str, Any]
+    notes: str
+    link: str
+    created_by: str | None
+    created_at: str
+    simulated: bool
+
+
+class GroupOut(Schema):
+    jobs_before: int
+    jobs_after: int
+    before_ett_pct: float | None
+    after_ett_pct: float | None
+    change_pts: float | None
+    change_rel: float | None
+    ci95_pts: list[float] | None
+
+
+class ComponentShiftOut(Schema):
+    before_lost_pct: float | None
+    after_lost_pct: float | None
+    change_pts: float | None
+    change_rel: float | None
+
+
+class RolloutRefOut(Schema):
+    id: int
+    name: str
+    component: str
+    at: str
+    scope: dict[str, Any]
+
+
+class ImpactOut(Schema):
+    """ETT_SPEC §6's impact document, plus this implementation's verdict."""
+
+    rollout: RolloutRefOut
+    window_days: int
+    before: list[str]
+    after: list[str] | None
+    partial: bool
+    treated: GroupOut
+    control: GroupOut | None
+    did_pts: float | None
+    did_ci95_pts: list[float] | None
+    components: dict[str, ComponentShiftOut]
+    verdict: str
+    verdict_reason: str
+
+
+class ErrorOut(Schema):
+    error: str
+
+
+# --------------------------------------------------------------------------- errors
+
+def _error(request: HttpRequest, status: int, message: str) -> HttpResponse:
+    return api.create_response(request, {"error": message}, status=status)
+
+
+def _field_of(location: Any) -> str:
+    """``["body", "payload", "scope", "teams"]`` → ``scope.teams``."""
+    parts = [str(p) for p in location if p not in ("body", "payload", "query", "path")]
+    return ".".join(parts) or "request"
+
+
+@api.exception_handler(ValidationError)
+def _validation(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    messages = [f"{_field_of(e.get('loc', ()))}: {e.get('msg', 'invalid')}" for e in exc.errors]
+    return api.create_response(request, {"error": "; ".join(messages) or "invalid request"},
+                               status=400)
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    return _error(request, 401, "missing or invalid bearer token (python manage.py "
+                                "ett_api_token USERNAME issues one)")
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    return _error(request, exc.status_code, str(exc))
+
+
+@api.exception_handler(RolloutInvalid)
+def _invalid(request: HttpRequest, exc: RolloutInvalid) -> HttpResponse:
+    return _error(request, 400, str(exc))
+
+
+@api.exception_handler(WindowError)
+def _window(request: HttpRequest, exc: WindowError) -> HttpResponse:
+    return _error(request, 400, f"window: {exc}")
+
+
+def _rollout(rollout_id: int) -> Rollout:
+    rollout = Rollout.objects.select_related("created_by").filter(pk=rollout_id).first()
+    if rollout is None:
+        raise HttpError(404, f"no rollout {rollout_id}")
+    return rollout
+
+
+# --------------------------------------------------------------------------- endpoints
+
+@api.post("/rollouts", response={201: RolloutOut, 400: ErrorOut, 401: ErrorOut},
+          summary="Record a rollout")
+def create_rollout(request: HttpRequest, payload: RolloutIn) -> Status[dict[str, Any]]:
+    """Store one rollout (ETT_SPEC §6); answers 201 with it, ``id`` included."""
+    fields = clean_rollout(payload.model_dump(), known_components())
+    rollout = save_rollout(fields, created_by=request.user)
+    return Status(201, as_json(rollout))
+
+
+@api.get("/rollouts", response={200: list[RolloutOut], 400: ErrorOut, 401: ErrorOut},
+         summary="List rollouts, newest first")
+def list_rollouts(request: HttpRequest, component: str | None = None,
+                  limit: int = 100) -> list[dict[str, Any]]:
+    if not 1 <= limit <= MAX_LIST:
+        raise HttpError(400, f"limit: must be between 1 and {MAX_LIST}, not {limit}")
+    rows = Rollout.objects.select_related("created_by").order_by("-at", "-id")
+    if component:
+        rows = rows.filter(component=component)
+    return [as_json(rollout) for rollout in rows[:limit]]
+
+
+@api.get("/rollouts/{rollout_id}", response={200: RolloutOut, 401: ErrorOut, 404: ErrorOut},
+         summary="One rollout")
+def get_rollout(request: HttpRequest, rollout_id: int) -> dict[str, Any]:
+    return as_json(_rollout(rollout_id))
+
+
+@api.get("/rollouts/{rollout_id}/impact",
+         response={200: ImpactOut, 400: ErrorOut, 401: ErrorOut, 404: ErrorOut},
+         summary="A rollout's measured impact (ETT_SPEC §6)")
+def get_impact(request: HttpRequest, rollout_id: int,
+               window: int = DEFAULT_WINDOW_DAYS) -> dict[str, Any]:
+    """ETT% before and after over ``window`` UTC days (1-90), treated vs control, DiD, the
+    bootstrap interval and the verdict; percentages are not rounded."""
+    query = ImpactQuery(rollout_id, window)  # WindowError -> 400 before any read
+    result = calculate(query)
+    if result is None:
+        raise HttpError(404, f"no rollout {rollout_id}")
+    return result.as_api()

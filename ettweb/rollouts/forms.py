@@ -1,0 +1,140 @@
+"""Rollout forms: the dashboard's create/edit form, the admin's form and the page's inputs.
+
+Both editing forms end in :func:`ettweb.rollouts.logic.clean_rollout`, the checks the API
+runs, so a rollout refused by the API is refused here with the same words.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from ettweb.components.logic import known_components
+from ettweb.queries.impact import DEFAULT_WINDOW_DAYS, MAX_WINDOW_DAYS, MIN_WINDOW_DAYS
+from ettweb.rollouts.logic import RolloutFields, RolloutInvalid, clean_rollout
+from ettweb.rollouts.models import Rollout
+from ettweb.rollouts.scope import LIST_FIELDS
+
+SCOPE_HELP = "comma-separated exact values; leave empty for every one"
+
+
+def _split(text: str) -> list[str] | None:
+    """``"ads, feed"`` → ``["ads", "feed"]``; an empty box means "not given", while a box
+    holding only commas is a field given with no values (refused, as the API refuses it)."""
+    if not text.strip():
+        return None
+    return [value for value in (part.strip() for part in text.split(",")) if value]
+
+
+class RolloutForm(forms.Form):
+    """Create or edit a rollout; scope fields are plain text boxes (comma-separated)."""
+
+    name = forms.CharField(max_length=200)
+    component = forms.ChoiceField(choices=())
+    at = forms.DateTimeField(label="At (UTC)", input_formats=["%Y-%m-%dT%H:%M",
+                                                              "%Y-%m-%dT%H:%M:%S",
+                                                              "%Y-%m-%d %H:%M"],
+                             widget=forms.DateTimeInput(attrs={"type": "datetime-local"},
+                                                        format="%Y-%m-%dT%H:%M"))
+    models = forms.CharField(required=False, help_text=SCOPE_HELP)
+    teams = forms.CharField(required=False, help_text=SCOPE_HELP)
+    clusters = forms.CharField(required=False, help_text=SCOPE_HELP)
+    job_pattern = forms.CharField(required=False, max_length=200,
+                                  help_text="shell-style glob on the job id, e.g. ads-*")
+    notes = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}))
+    link = forms.CharField(required=False, max_length=500, label="Link (http/https)")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["component"].choices = [(c, c) for c in known_components()]  # type: ignore[attr-defined]
+        self.rollout_fields: RolloutFields | None = None
+
+    @classmethod
+    def initial_for(cls, rollout: Rollout) -> dict[str, Any]:
+        scope = rollout.scope or {}
+        initial: dict[str, Any] = {"name": rollout.name, "component": rollout.component,
+                                   "at": rollout.at.replace(tzinfo=None, microsecond=0),
+                                   "job_pattern": scope.get("job_pattern", ""),
+                                   "notes": rollout.notes, "link": rollout.link}
+        for name in LIST_FIELDS:
+            initial[name] = ", ".join(scope.get(name, []))
+        return initial
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        scope: dict[str, Any] = {}
+        for name in LIST_FIELDS:
+            values = _split(data.get(name) or "")
+            if values is not None:
+                scope[name] = values
+        if data.get("job_pattern"):
+            scope["job_pattern"] = data["job_pattern"].strip()
+        raw = {**data, "scope": scope}
+        try:
+            self.rollout_fields = clean_rollout(raw, known_components())
+        except RolloutInvalid as exc:
+            field = exc.field.removeprefix("scope.")
+            self.add_error(field if field in self.fields else None, str(exc))
+        return data
+
+
+class RolloutAdminForm(forms.ModelForm):
+    """The admin's form: the JSON scope and every other field pass ``clean_rollout``."""
+
+    link = forms.CharField(required=False, max_length=500, help_text="an http(s) URL")
+
+    class Meta:
+        model = Rollout
+        fields = ["name", "component", "at", "scope", "notes", "link", "created_by",
+                  "simulated"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        try:
+            fields = clean_rollout(data, known_components())
+        except RolloutInvalid as exc:
+            field = exc.field.split(".")[0]
+            self.add_error(field if field in self.fields else None, str(exc))
+            return data
+        data.update(name=fields.name, component=fields.component, at=fields.at,
+                    scope=fields.scope.as_dict(), notes=fields.notes, link=fields.link)
+        return data
+
+
+class ImpactWindowForm(forms.Form):
+    """The rollout page's ``?window=`` (whole UTC days, 1-90; 14 by default)."""
+
+    window = forms.IntegerField(required=False, min_value=MIN_WINDOW_DAYS,
+                                max_value=MAX_WINDOW_DAYS)
+
+    def window_days(self) -> int:
+        return int(self.cleaned_data.get("window") or DEFAULT_WINDOW_DAYS)
+
+
+class RolloutListForm(forms.Form):
+    """The list page's filters (a cluster of markers links here with all three)."""
+
+    component = forms.CharField(required=False, max_length=64)
+    date_from = forms.DateField(required=False, input_formats=["%Y-%m-%d"])
+    date_to = forms.DateField(required=False, input_formats=["%Y-%m-%d"])
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        low, high = data.get("date_from"), data.get("date_to")
+        if low and high and low > high:
+            raise forms.ValidationError(f"date_from {low} is after date_to {high}")
+        return data
+
+
+def form_reason(form: forms.Form) -> str:
+    """All errors on one line, naming the parameter: what a 400 response says."""
+    parts = []
+    for name, errors in form.errors.items():
+        label = "parameters" if name == "__all__" else name
+        parts.append(f"{label}: {' '.join(str(e) for e in errors)}")
+    return "; ".join(parts)
