@@ -158,7 +158,7 @@ class Demo:
         """
         _say("6/7", "waiting for the collector and worker to store every event…")
         lines = sum(1 for p in self.spool.glob("*.jsonl") for ln in p.open() if ln.strip())
-        out = self.manage("ett_wait_ingested", "--events", str(lines),
+        out = self.manage("ett_wait_ingested", "--events", str(lines), "--job", self.args.job,
                           "--timeout", str(self.args.drain_timeout), quiet=True)
         print(f"      {out.strip()}", flush=True)
         export = self.work / f"{self.args.job}.jsonl"

@@ -14,10 +14,15 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from playwright.sync_api import Browser, sync_playwright
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ettweb.settings.test")
 
 LineFactory = Callable[..., str]
+#: Debian's Chromium, driven by playwright (never ``playwright install``): the UI tests'
+#: browser. No background networking, so "nothing leaves the machine" is ours to prove.
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 
 #: ETT_SPEC §3 "A worked example": ETT 70.80%, wall 113 s, productive 80 s, 4 GPUs.
 WORKED_EXAMPLE_ETT_PCT = 70.80
@@ -78,3 +83,21 @@ def worked_example_lines(event_line: LineFactory) -> list[str]:
 @pytest.fixture
 def one_gpu_job_lines(event_line: LineFactory) -> list[str]:
     return [event_line(**fields) for fields in one_gpu_job()]
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    """A headless Chromium for one test.
+
+    Playwright's sync API runs an event loop in this thread; Django would refuse ORM calls
+    made while it is alive. Tests do their ORM work before the browser starts; this only
+    covers teardown of live_server's database state.
+    """
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            yield chromium
+            chromium.close()
+    finally:
+        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)

@@ -39,6 +39,14 @@ class FleetFilterForm(forms.Form):
         data["group_by"] = data.get("group_by") or "none"
         return data
 
+    def shown(self) -> FleetFilterForm:
+        """The same form bound to the values the page used, defaults filled in, so the
+        inputs show the range on screen rather than stay empty."""
+        data = self.cleaned_data
+        return FleetFilterForm({"date_from": data["range"].date_from.isoformat(),
+                                "date_to": data["range"].date_to.isoformat(),
+                                "interval": data["interval"], "group_by": data["group_by"]})
+
     def reason(self) -> str:
         """All errors on one line, naming the parameter: what a 400 response says."""
         parts = []

@@ -96,7 +96,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
     lifecycle = calculate(LifecycleQuery(data["range"], data["interval"]))
     markers = calculate(RolloutMarkersQuery(data["range"])).markers
     context: dict[str, Any] = {
-        "form": form, "range": data["range"], "interval": data["interval"],
+        "form": form.shown(), "range": data["range"], "interval": data["interval"],
         "group_by": data["group_by"], "trend": trend, "lost": lost, "top": top,
         "lifecycle": lifecycle, "rollouts": len(markers),
         "charts": _fleet_charts(trend, lost.components, lifecycle, data["interval"], markers),

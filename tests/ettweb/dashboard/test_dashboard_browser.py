@@ -6,34 +6,16 @@ only a browser can. Chromium comes from the system (``/usr/bin/chromium``), neve
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-
 import pytest
 from django.contrib.auth.models import User
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser
 from pytest_django.live_server_helper import LiveServer
 
 from ettweb.ingest.tasks import ingest_batch
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 PASSWORD = "pw-browser-1"
 
 
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    # Playwright's sync API runs an event loop in this thread; Django would refuse ORM calls
-    # made while it is alive. The ORM work happens before the browser starts; this only
-    # covers teardown of live_server's database state.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    try:
-        with sync_playwright() as playwright:
-            chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            yield chromium
-            chromium.close()
-    finally:
-        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
 
 
 @pytest.fixture

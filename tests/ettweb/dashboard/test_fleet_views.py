@@ -77,6 +77,16 @@ def test_fleet_page_without_data_renders(logged_in: Client) -> None:
     assert b"No rollups in this range." in response.content
 
 
+def test_filters_show_the_range_the_page_used(logged_in: Client,
+                                              worked_example_lines: list[str]) -> None:
+    """With no parameters the page picks the last 30 data days: the inputs say which."""
+    ingest_batch(worked_example_lines)
+    html = logged_in.get("/fleet/").content.decode()
+    assert 'name="date_from" value="1969-12-03"' in html  # the worked example is on 1970-01-01
+    assert 'name="date_to" value="1970-01-01"' in html
+    assert '<option value="day" selected>' in html
+
+
 def test_fleet_page_requires_login(client: Client) -> None:
     assert client.get("/fleet/").status_code == 302
 

@@ -7,21 +7,17 @@ marker opens the rollout. Chromium comes from the system (``/usr/bin/chromium``)
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 from pytest_django.live_server_helper import LiveServer
 
 from ettweb.rollouts.models import Rollout
 from tests.ettweb.components.fleet import ingest_fleet
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 PASSWORD = "pw-browser-2"
 EVIL = '<script>window.pwned=1</script><img src=x onerror="window.pwned=2">'
 LANES_JS = """id => document.getElementById(id).data
@@ -29,19 +25,6 @@ LANES_JS = """id => document.getElementById(id).data
     .map(t => ({name: t.name, text: t.text, hovertext: t.hovertext, customdata: t.customdata}))"""
 
 
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    # Playwright's sync API runs an event loop in this thread; Django would refuse ORM calls
-    # made while it is alive. The ORM work happens before the browser starts; this only
-    # covers teardown of live_server's database state.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    try:
-        with sync_playwright() as playwright:
-            chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            yield chromium
-            chromium.close()
-    finally:
-        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
 
 
 @pytest.fixture

@@ -33,3 +33,15 @@ def test_waits_for_the_rollup_refresh_of_a_stored_job(worked_example_lines: list
 def test_times_out_with_counts() -> None:
     with pytest.raises(CommandError, match=r"timed out: 0 stored \+ 0 quarantined < 3 lines"):
         call_command("ett_wait_ingested", events=3, timeout=0.1)
+
+
+def test_job_counts_only_that_jobs_lines(worked_example_lines: list[str],
+                                         one_gpu_job_lines: list[str]) -> None:
+    """Other jobs' events (a simulated fleet) must not satisfy the wait for a new job."""
+    refresh_jobs(ingest_lines(worked_example_lines).jobs)  # j1: 12 events
+    with pytest.raises(CommandError, match=r"timed out: 0 stored \+ 0 quarantined < 3 lines"):
+        call_command("ett_wait_ingested", events=3, job="j2", timeout=0.1)
+    refresh_jobs(ingest_lines(one_gpu_job_lines).jobs)  # j2: 3 events
+    out = StringIO()
+    call_command("ett_wait_ingested", events=3, job="j2", timeout=1, stdout=out)
+    assert out.getvalue().strip() == "ingested 3 events, 0 quarantined; rollups current"
