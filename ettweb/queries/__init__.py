@@ -6,7 +6,8 @@ dataclass that validates itself; its runner reads rollups (never raw events, exc
 timeline) and returns a frozen result. Modules: ``base`` (ranges, the component map, the
 per-day rows), ``fleet`` (trend, lost time, top jobs, lifecycle, jobs table), ``job`` (one
 job), ``impact`` (a rollout's measured impact, ETT_SPEC §6), ``markers`` (rollouts drawn on
-trends), ``components`` (the component pages).
+trends), ``components`` (the component pages), ``weekly`` (the weekly report's numbers,
+ETT_SPEC §7).
 """
 
 from __future__ import annotations
@@ -61,6 +62,12 @@ from ettweb.queries.markers import (
     RolloutMarkersQueryRunner,
     RolloutMarkersResult,
 )
+from ettweb.queries.weekly import (
+    IsoWeek,
+    WeeklyReportQuery,
+    WeeklyReportQueryRunner,
+    WeeklyReportResult,
+)
 
 __all__ = [
     "ALL",
@@ -80,6 +87,7 @@ __all__ = [
     "ImpactQuery",
     "ImpactResult",
     "Interval",
+    "IsoWeek",
     "JobMeta",
     "JobQuery",
     "JobQueryRunner",
@@ -96,6 +104,8 @@ __all__ = [
     "TopJobsResult",
     "TrendQuery",
     "TrendResult",
+    "WeeklyReportQuery",
+    "WeeklyReportResult",
     "WindowError",
     "calculate",
     "default_range",
@@ -105,14 +115,14 @@ __all__ = [
 
 AnyQuery = (TrendQuery | LostByComponentQuery | TopJobsQuery | LifecycleQuery | FleetQuery
             | JobQuery | ImpactQuery
-            | ComponentQuery | ComponentsIndexQuery | RolloutMarkersQuery)
+            | ComponentQuery | ComponentsIndexQuery | RolloutMarkersQuery | WeeklyReportQuery)
 
 _RUNNERS: dict[type, Any] = {
     TrendQuery: TrendQueryRunner, LostByComponentQuery: LostByComponentQueryRunner,
     TopJobsQuery: TopJobsQueryRunner, LifecycleQuery: LifecycleQueryRunner,
     FleetQuery: FleetQueryRunner, JobQuery: JobQueryRunner, ImpactQuery: ImpactQueryRunner,
     ComponentQuery: ComponentQueryRunner, ComponentsIndexQuery: ComponentsIndexQueryRunner,
-    RolloutMarkersQuery: RolloutMarkersQueryRunner,
+    RolloutMarkersQuery: RolloutMarkersQueryRunner, WeeklyReportQuery: WeeklyReportQueryRunner,
 }
 
 
@@ -136,6 +146,8 @@ def calculate(query: ComponentQuery) -> ComponentResult | None: ...
 def calculate(query: ComponentsIndexQuery) -> ComponentsIndexResult: ...
 @overload
 def calculate(query: RolloutMarkersQuery) -> RolloutMarkersResult: ...
+@overload
+def calculate(query: WeeklyReportQuery) -> WeeklyReportResult: ...
 def calculate(query: AnyQuery) -> Any:
     """Run any query with its runner: what views, the API and reports call."""
     return _RUNNERS[type(query)](query).calculate()

@@ -1,0 +1,225 @@
+"""The weekly report's numbers (ETT_SPEC §7): one ISO week against the week before.
+
+A report covers Monday 00:00 UTC to the next Monday 00:00 UTC — seven UTC days — so every
+number in it is a number the dashboard and the API give for the same days. That is why this
+runner computes nothing of its own: it runs the fleet, lifecycle, top-jobs, marker and
+impact queries over the week's ``DateRange`` and arranges their results. The e-mail (issue
+12's templates, beat schedule and send records) renders this result and nothing else.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from typing import Final
+
+from ettweb.queries.base import DateRange, pct
+from ettweb.queries.fleet import (
+    LifecycleQuery,
+    LifecycleQueryRunner,
+    LostByComponentQuery,
+    LostByComponentQueryRunner,
+    TopJob,
+    TopJobsQuery,
+    TopJobsQueryRunner,
+    TrendQuery,
+    TrendQueryRunner,
+)
+from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner
+from ettweb.queries.markers import RolloutMarker, RolloutMarkersQuery, RolloutMarkersQueryRunner
+
+_WEEK = re.compile(r"^(\d{4})-W(\d{2})$")
+TOP_JOBS: Final = 5
+
+
+@dataclass(frozen=True, order=True)
+class IsoWeek:
+    """An ISO 8601 week, ``2026-W47``: Monday to Sunday, UTC days."""
+
+    year: int
+    week: int
+
+    def __post_init__(self) -> None:
+        last = date(self.year, 12, 28).isocalendar().week  # Dec 28 is always in the last week
+        if not 1 <= self.week <= last:
+            raise ValueError(f"{self.year} has ISO weeks 1 to {last}, not {self.week}")
+
+    @classmethod
+    def parse(cls, text: str) -> IsoWeek:
+        """``2026-W47`` → the week; anything else is a ValueError naming the expected form."""
+        match = _WEEK.match(text.strip())
+        if match is None:
+            raise ValueError(f"week must look like 2026-W47, not {text!r}")
+        return cls(int(match.group(1)), int(match.group(2)))
+
+    @classmethod
+    def of(cls, day: date) -> IsoWeek:
+        iso = day.isocalendar()
+        return cls(iso.year, iso.week)
+
+    @classmethod
+    def last_complete(cls, now: datetime) -> IsoWeek:
+        """The latest week that has ended at ``now`` (UTC): what Monday's report covers."""
+        return cls.of(now.astimezone(UTC).date() - timedelta(days=7))
+
+    @property
+    def monday(self) -> date:
+        return date.fromisocalendar(self.year, self.week, 1)
+
+    @property
+    def range(self) -> DateRange:
+        """The seven UTC days, as every other query takes them."""
+        return DateRange(self.monday, self.monday + timedelta(days=6))
+
+    @property
+    def previous(self) -> IsoWeek:
+        return IsoWeek.of(self.monday - timedelta(days=7))
+
+    def __str__(self) -> str:
+        return f"{self.year}-W{self.week:02d}"
+
+
+@dataclass(frozen=True)
+class WeeklyReportQuery:
+    """One week's report; ``components`` are the subscriber's, listed before the rest."""
+
+    week: IsoWeek
+    components: tuple[str, ...] = ()
+    top: int = TOP_JOBS
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.top <= 50:
+            raise ValueError(f"top must be between 1 and 50, not {self.top}")
+
+
+@dataclass(frozen=True)
+class WeekNumbers:
+    """One week's fleet numbers, each from the query the dashboard uses for it."""
+
+    wall_gpu_s: float
+    productive_gpu_s: float
+    lost_by_component_gpu_s: dict[str, float]
+    failures: int
+    mean_time_to_start_s: float | None
+    mean_time_to_recover_s: float | None
+
+    @property
+    def has_data(self) -> bool:
+        return self.wall_gpu_s > 0
+
+    @property
+    def ett_pct(self) -> float | None:
+        return pct(self.productive_gpu_s, self.wall_gpu_s) if self.has_data else None
+
+
+@dataclass(frozen=True)
+class ComponentWeek:
+    """A component's lost GPU-seconds this week and the week before."""
+
+    component: str
+    lost_gpu_s: float
+    previous_lost_gpu_s: float
+    subscribed: bool
+
+    @property
+    def change_gpu_s(self) -> float:
+        return self.lost_gpu_s - self.previous_lost_gpu_s
+
+
+@dataclass(frozen=True)
+class RolloutWeek:
+    """A rollout deployed this week, with its impact so far (None: too early to tell)."""
+
+    rollout: RolloutMarker
+    change_pts: float | None
+    ci95_pts: tuple[float, float] | None
+    verdict: str
+
+    @property
+    def too_early(self) -> bool:
+        return self.change_pts is None
+
+
+@dataclass(frozen=True)
+class WeeklyReportResult:
+    week: IsoWeek
+    this: WeekNumbers
+    before: WeekNumbers
+    components: list[ComponentWeek]
+    top_jobs: list[TopJob]
+    rollouts: list[RolloutWeek] = field(default_factory=list)
+
+    @property
+    def change_pts(self) -> float | None:
+        now, then = self.this.ett_pct, self.before.ett_pct
+        return None if now is None or then is None else now - then
+
+    @property
+    def change_rel(self) -> float | None:
+        now, then = self.this.ett_pct, self.before.ett_pct
+        return None if now is None or not then else now / then - 1.0
+
+    @property
+    def subject(self) -> str:
+        """``ETT% 2026-W47: 87.3% (+1.2 pts)`` (ETT_SPEC §7); a week without data says so."""
+        now = self.this.ett_pct
+        if now is None:
+            return f"ETT% {self.week}: no training data this week"
+        change = self.change_pts
+        tail = "" if change is None else f" ({change:+.1f} pts)"
+        return f"ETT% {self.week}: {now:.1f}%{tail}"
+
+
+def _numbers(week: IsoWeek) -> WeekNumbers:
+    trend = TrendQueryRunner(TrendQuery(week.range, "week")).calculate()
+    lost = LostByComponentQueryRunner(LostByComponentQuery(week.range)).calculate()
+    lifecycle = LifecycleQueryRunner(LifecycleQuery(week.range, "week")).calculate()
+    starts = [s for p in lifecycle.points for s in p.starts]
+    recoveries = [s for p in lifecycle.points for s in p.recoveries]
+    return WeekNumbers(
+        wall_gpu_s=trend.wall_gpu_s, productive_gpu_s=trend.productive_gpu_s,
+        lost_by_component_gpu_s={c.component: c.gpu_s for c in lost.components},
+        failures=lifecycle.failures,
+        mean_time_to_start_s=sum(starts) / len(starts) if starts else None,
+        mean_time_to_recover_s=sum(recoveries) / len(recoveries) if recoveries else None)
+
+
+def _components(this: WeekNumbers, before: WeekNumbers,
+                subscribed: Sequence[str]) -> list[ComponentWeek]:
+    """Subscribed components first (in the order given), then the rest by lost time."""
+    names = set(this.lost_by_component_gpu_s) | set(before.lost_by_component_gpu_s) | \
+        set(subscribed)
+    rows = [ComponentWeek(name, this.lost_by_component_gpu_s.get(name, 0.0),
+                          before.lost_by_component_gpu_s.get(name, 0.0), name in subscribed)
+            for name in names]
+    order = {name: i for i, name in enumerate(subscribed)}
+    return sorted(rows, key=lambda c: (c.component not in order, order.get(c.component, 0),
+                                       -c.lost_gpu_s, c.component))
+
+
+def _rollouts(week: IsoWeek) -> list[RolloutWeek]:
+    """The week's rollouts and their impact so far, from the impact query (default window)."""
+    markers = RolloutMarkersQueryRunner(RolloutMarkersQuery(week.range)).calculate().markers
+    rows = []
+    for marker in markers:
+        impact = ImpactQueryRunner(ImpactQuery(marker.id)).calculate()
+        treated = impact.treated if impact else None
+        rows.append(RolloutWeek(marker, treated.change_pts if treated else None,
+                                treated.ci95_pts if treated else None,
+                                impact.verdict if impact else "inconclusive"))
+    return rows
+
+
+class WeeklyReportQueryRunner:
+    def __init__(self, query: WeeklyReportQuery) -> None:
+        self.query = query
+
+    def calculate(self) -> WeeklyReportResult:
+        q = self.query
+        this, before = _numbers(q.week), _numbers(q.week.previous)
+        top = TopJobsQueryRunner(TopJobsQuery(q.week.range, q.top)).calculate().jobs
+        return WeeklyReportResult(week=q.week, this=this, before=before,
+                                  components=_components(this, before, q.components),
+                                  top_jobs=top, rollouts=_rollouts(q.week))
