@@ -12,20 +12,10 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from ettweb.components.forms import ComponentFilterForm, OwnerTeamForm
 from ettweb.dashboard import figures
+from ettweb.dashboard.forms import bad_parameters
 from ettweb.queries import ComponentQuery, ComponentResult, ComponentsIndexQuery, calculate
 from ettweb.queries.components import component_names
 from ettweb.queries.impact import DEFAULT_WINDOW_DAYS
-
-
-def _bad_parameters(form: ComponentFilterForm) -> HttpResponse:
-    return HttpResponseBadRequest(f"bad parameters: {form.reason()}", content_type="text/plain")
-
-
-def _shown(data: dict[str, Any]) -> ComponentFilterForm:
-    """The filters as the page applied them (defaults filled in), so the inputs say which
-    range is on screen."""
-    return ComponentFilterForm({"date_from": data["range"].date_from,
-                                "date_to": data["range"].date_to, "interval": data["interval"]})
 
 
 @login_required
@@ -35,10 +25,10 @@ def index(request: HttpRequest) -> HttpResponse:
     and owner team over the range."""
     form = ComponentFilterForm(request.GET)
     if not form.is_valid():
-        return _bad_parameters(form)
+        return bad_parameters(form)
     data = form.cleaned_data
     result = calculate(ComponentsIndexQuery(data["range"]))
-    context = {"form": _shown(data), "range": data["range"], "result": result,
+    context = {"form": form.shown(), "range": data["range"], "result": result,
                "rows": [(row, figures.colour_of(row.name)) for row in result.rows]}
     return render(request, "components/index.html", context)
 
@@ -52,13 +42,13 @@ def detail(request: HttpRequest, name: str) -> HttpResponse:
         return _save_owner_team(request, name)
     form = ComponentFilterForm(request.GET)
     if not form.is_valid():
-        return _bad_parameters(form)
+        return bad_parameters(form)
     data = form.cleaned_data
     result = calculate(ComponentQuery(name, data["range"], data["interval"]))
     if result is None:
         raise Http404(f"no component {name!r}")
     context: dict[str, Any] = {
-        "form": _shown(data), "range": data["range"], "interval": data["interval"], "c": result,
+        "form": form.shown(), "range": data["range"], "interval": data["interval"], "c": result,
         "owner_form": OwnerTeamForm(initial={"owner_team": result.owner_team}),
         "charts": _charts(result, data["interval"]),
         "rollout_rows": [(r, figures.rollout_url(r.marker.id)) for r in result.rollouts],

@@ -23,7 +23,7 @@ from django.urls import reverse
 
 from ettweb.attribution.components import PRODUCTIVE
 from ettweb.attribution.engine import Segment
-from ettweb.queries.markers import RolloutMarker, http_link
+from ettweb.queries.markers import RolloutMarker
 
 #: Fixed colours for the categories people look for first; other phases cycle a palette.
 CATEGORY_COLOURS = {
@@ -410,9 +410,8 @@ def marker_hover(cluster: MarkerCluster) -> str:
         m = cluster.markers[0]
         lines = [f"<b>{_text(m.name)}</b>", f"{_text(m.component)} · {m.at:%Y-%m-%d %H:%M} UTC",
                  f"scope: {_text(m.scope)}"]
-        link = http_link(m.link)
-        if link:
-            lines.append(_text(link, 2 * HOVER_CHARS))
+        if m.link:  # http(s) only: ``RolloutMarker.link`` is checked by the markers query
+            lines.append(_text(m.link, 2 * HOVER_CHARS))
         return "<br>".join([*lines, "<i>click to open the rollout</i>"])
     names = [f"• {_text(m.name)} ({m.at:%m-%d})" for m in cluster.markers[:CLUSTER_NAMES_SHOWN]]
     if cluster.count > CLUSTER_NAMES_SHOWN:

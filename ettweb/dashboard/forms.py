@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 from django import forms
+from django.http import HttpResponse, HttpResponseBadRequest
 
 from ettweb.queries import GROUPINGS, INTERVALS, DateRange, default_range
 
@@ -41,16 +42,24 @@ class FleetFilterForm(forms.Form):
 
     def shown(self) -> FleetFilterForm:
         """The same form bound to the values the page used, defaults filled in, so the
-        inputs show the range on screen rather than stay empty."""
+        inputs show the range on screen rather than stay empty (a subclass gets its own
+        class back; values for fields it dropped are ignored)."""
         data = self.cleaned_data
-        return FleetFilterForm({"date_from": data["range"].date_from.isoformat(),
-                                "date_to": data["range"].date_to.isoformat(),
-                                "interval": data["interval"], "group_by": data["group_by"]})
+        return type(self)({"date_from": data["range"].date_from.isoformat(),
+                           "date_to": data["range"].date_to.isoformat(),
+                           "interval": data["interval"], "group_by": data["group_by"]})
 
-    def reason(self) -> str:
-        """All errors on one line, naming the parameter: what a 400 response says."""
-        parts = []
-        for name, errors in self.errors.items():
-            label = "parameters" if name == "__all__" else name
-            parts.append(f"{label}: {' '.join(str(e) for e in errors)}")
-        return "; ".join(parts)
+
+def form_reason(form: forms.Form) -> str:
+    """All errors on one line, naming the parameter: what a 400 response says."""
+    parts = []
+    for name, errors in form.errors.items():
+        label = "parameters" if name == "__all__" else name
+        parts.append(f"{label}: {' '.join(str(e) for e in errors)}")
+    return "; ".join(parts)
+
+
+def bad_parameters(form: forms.Form) -> HttpResponse:
+    """The 400 every page answers for bad GET parameters: ``bad parameters: <reasons>``."""
+    return HttpResponseBadRequest(f"bad parameters: {form_reason(form)}",
+                                  content_type="text/plain")

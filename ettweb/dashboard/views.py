@@ -11,7 +11,6 @@ from django.http import (
     Http404,
     HttpRequest,
     HttpResponse,
-    HttpResponseBadRequest,
     JsonResponse,
 )
 from django.shortcuts import render
@@ -20,7 +19,7 @@ from django.views.decorators.http import require_GET
 from kombu import Connection
 
 from ettweb.dashboard import figures
-from ettweb.dashboard.forms import FleetFilterForm
+from ettweb.dashboard.forms import FleetFilterForm, bad_parameters
 from ettweb.queries import (
     HOUR_S,
     FleetQuery,
@@ -87,8 +86,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
     """
     form = FleetFilterForm(request.GET)
     if not form.is_valid():
-        return HttpResponseBadRequest(f"bad parameters: {form.reason()}",
-                                      content_type="text/plain")
+        return bad_parameters(form)
     data = form.cleaned_data
     trend = calculate(TrendQuery(data["range"], data["interval"], data["group_by"]))
     lost = calculate(LostByComponentQuery(data["range"]))

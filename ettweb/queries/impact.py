@@ -250,6 +250,34 @@ class _Jobs:
     in_after: np.ndarray
     in_scope: np.ndarray
 
+    def group(self, mask: np.ndarray) -> _Group:
+        return _Group(self.values[mask], self.in_before[mask], self.in_after[mask])
+
+    @property
+    def treated_ids(self) -> list[str]:
+        return [job for job, flag in zip(self.ids, self.in_scope, strict=True) if flag]
+
+
+@dataclass
+class _Group:
+    """The treated or the control jobs' rows of :class:`_Jobs`."""
+
+    values: np.ndarray
+    in_before: np.ndarray
+    in_after: np.ndarray
+
+    @property
+    def totals(self) -> np.ndarray:
+        """Σ over the group's jobs of the four sums (zeros for no job)."""
+        return self.values.sum(axis=0)
+
+    def per_job_ett(self, after: bool) -> list[float]:
+        """Each job's own ETT% in one window (jobs with wall time there)."""
+        present, col = (self.in_after, 2) if after else (self.in_before, 0)
+        rows = self.values[present]
+        return [100.0 * p / w for w, p in zip(rows[:, col], rows[:, col + 1], strict=True)
+                if w > 0]
+
 
 def _window_filter(windows: Windows) -> tuple[str, list[Any]]:
     """SQL condition on ``d.day`` for both windows, and its parameters."""
@@ -325,7 +353,7 @@ def _trend(windows: Windows, jobs: _Jobs) -> list[TrendDay]:
     The rollout's own day is left out, as it is from every number of the page: a day that is
     partly before and partly after the change belongs to neither (the chart marks it).
     """
-    treated = [job for job, flag in zip(jobs.ids, jobs.in_scope, strict=True) if flag]
+    treated = jobs.treated_ids
     where, params = _window_filter(windows)
     sql = (f"SELECT d.day, t.job IS NOT NULL, SUM(d.gpu_seconds), "
            f"COALESCE(SUM(d.gpu_seconds) FILTER (WHERE d.category = %s), 0) "
@@ -348,22 +376,20 @@ def _ratio(part: float, whole: float) -> float | None:
     return None if whole <= 0.0 else 100.0 * part / whole
 
 
-def _group(values: np.ndarray, in_before: np.ndarray, in_after: np.ndarray,
-           rng: np.random.Generator) -> tuple[GroupImpact, np.ndarray | None]:
+def _impact(group: _Group, rng: np.random.Generator) -> tuple[GroupImpact, np.ndarray | None]:
     """A group's numbers and its bootstrap draws of the change (None: too few jobs)."""
-    totals = values.sum(axis=0) if len(values) else np.zeros(4)
+    totals = group.totals
     before, after = _ratio(totals[1], totals[0]), _ratio(totals[3], totals[2])
     change = relative = None
     if before is not None and after is not None:
         change = after - before
         relative = after / before - 1.0 if before else None
-    jobs_before, jobs_after = int(in_before.sum()), int(in_after.sum())
+    jobs_before, jobs_after = int(group.in_before.sum()), int(group.in_after.sum())
     draws = None
     if min(jobs_before, jobs_after) >= MIN_JOBS_FOR_INTERVAL:
-        draws = bootstrap_changes(values, rng)
-    group = GroupImpact(jobs_before, jobs_after, before, after, change, relative,
-                        _interval(draws))
-    return group, draws
+        draws = bootstrap_changes(group.values, rng)
+    return GroupImpact(jobs_before, jobs_after, before, after, change, relative,
+                       _interval(draws)), draws
 
 
 def bootstrap_changes(values: np.ndarray, rng: np.random.Generator,
@@ -434,11 +460,6 @@ def _components(lost: Mapping[bool, Mapping[str, float]], wall_before: float,
             for name in sorted(names)}
 
 
-def _per_job_ett(values: np.ndarray, present: np.ndarray, col: int) -> list[float]:
-    rows = values[present]
-    return [100.0 * p / w for w, p in zip(rows[:, col], rows[:, col + 1], strict=True) if w > 0]
-
-
 # --------------------------------------------------------------------------- runner
 
 def _info(rollout: Rollout) -> RolloutInfo:
@@ -461,30 +482,24 @@ class ImpactQueryRunner:
         windows = rollout_windows(info.at, self.query.window_days, last_data_day())
         jobs = _read_jobs(windows, info.scope)
         rng = np.random.default_rng(info.id)  # same rollout, same draws, same interval
-        scoped = jobs.in_scope
-        treated, treated_draws = _group(jobs.values[scoped], jobs.in_before[scoped],
-                                        jobs.in_after[scoped], rng)
+        in_scope = jobs.group(jobs.in_scope)
+        treated, treated_draws = _impact(in_scope, rng)
         control, did, did_ci = None, None, None
         if not info.scope.is_fleet:
-            others = ~scoped
-            control, control_draws = _group(jobs.values[others], jobs.in_before[others],
-                                            jobs.in_after[others], rng)
+            control, control_draws = _impact(jobs.group(~jobs.in_scope), rng)
             if treated.change_pts is not None and control.change_pts is not None:
                 did = treated.change_pts - control.change_pts
             if treated_draws is not None and control_draws is not None:
                 did_ci = _interval(treated_draws - control_draws)
-        treated_ids = None if info.scope.is_fleet else \
-            [job for job, flag in zip(jobs.ids, scoped, strict=True) if flag]
-        totals = jobs.values[scoped].sum(axis=0) if scoped.any() else np.zeros(4)
-        components = _components(_lost_by_category(windows, treated_ids), totals[0], totals[2])
+        lost = _lost_by_category(windows, None if info.scope.is_fleet else jobs.treated_ids)
+        totals = in_scope.totals
         verdict, reason = _verdict(treated, control, did_ci)
-        values, present_b, present_a = jobs.values[scoped], jobs.in_before[scoped], \
-            jobs.in_after[scoped]
         return ImpactResult(
             rollout=info, window_days=self.query.window_days, windows=windows,
             treated=treated, control=control, did_pts=did, did_ci95_pts=did_ci,
-            components=components, treated_before_ett=_per_job_ett(values, present_b, 0),
-            treated_after_ett=_per_job_ett(values, present_a, 2), verdict=verdict,
+            components=_components(lost, totals[0], totals[2]),
+            treated_before_ett=in_scope.per_job_ett(after=False),
+            treated_after_ett=in_scope.per_job_ett(after=True), verdict=verdict,
             verdict_reason=reason,
             trend=_trend(windows, jobs) if self.query.with_trend else [],
         )

@@ -129,12 +129,3 @@ class RolloutListForm(forms.Form):
         if low and high and low > high:
             raise forms.ValidationError(f"date_from {low} is after date_to {high}")
         return data
-
-
-def form_reason(form: forms.Form) -> str:
-    """All errors on one line, naming the parameter: what a 400 response says."""
-    parts = []
-    for name, errors in form.errors.items():
-        label = "parameters" if name == "__all__" else name
-        parts.append(f"{label}: {' '.join(str(e) for e in errors)}")
-    return "; ".join(parts)

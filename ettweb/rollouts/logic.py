@@ -88,15 +88,30 @@ def _notes(value: Any) -> str:
     return value.strip()
 
 
+def http_link(url: str) -> str:
+    """``url`` if it is an absolute http(s) URL with a host, else ``""``.
+
+    Why so strict: a link is rendered as ``href`` on pages and in hover text; anything else
+    (``javascript:``, ``data:``, a scheme-relative ``//host``) could run script or leave the
+    product's pages unexpectedly. Stored links pass it on the way in (``clean_rollout``) and
+    again on the way out (``queries.markers``), for rows written before or around the checks.
+    """
+    text = url.strip()
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        return ""
+    return text if parts.scheme.lower() in ("http", "https") and parts.netloc else ""
+
+
 def _link(value: Any) -> str:
-    """Empty, or an http(s) URL: a link is shown as a clickable ``href`` on every page."""
+    """Empty, or an http(s) URL (:func:`http_link`), at most ``MAX_LINK_CHARS``."""
     if value is None or value == "":
         return ""
     if not isinstance(value, str):
         raise RolloutInvalid("link", "must be a URL")
-    link = value.strip()
-    parts = urlsplit(link)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    link = http_link(value)
+    if not link:
         raise RolloutInvalid("link", "must be an http:// or https:// URL")
     if len(link) > MAX_LINK_CHARS:
         raise RolloutInvalid("link", f"at most {MAX_LINK_CHARS} characters")

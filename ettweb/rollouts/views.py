@@ -13,11 +13,12 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
 from ettweb.dashboard.figures import to_fragment
+from ettweb.dashboard.forms import bad_parameters
 from ettweb.queries import ImpactQuery, calculate
 from ettweb.queries.impact import ImpactResult
 from ettweb.rollouts import figures
@@ -25,7 +26,6 @@ from ettweb.rollouts.forms import (
     ImpactWindowForm,
     RolloutForm,
     RolloutListForm,
-    form_reason,
 )
 from ettweb.rollouts.logic import save_rollout
 from ettweb.rollouts.models import Rollout
@@ -45,18 +45,13 @@ def staff_required(view: View) -> View:
     return wrapped
 
 
-def _bad_request(form: Any) -> HttpResponse:
-    return HttpResponseBadRequest(f"bad parameters: {form_reason(form)}",
-                                  content_type="text/plain")
-
-
 @login_required
 @require_GET
 def rollout_list(request: HttpRequest) -> HttpResponse:
     """``/rollouts/``: every rollout, newest first, filterable by component and days."""
     form = RolloutListForm(request.GET)
     if not form.is_valid():
-        return _bad_request(form)
+        return bad_parameters(form)
     data = form.cleaned_data
     rows = Rollout.objects.select_related("created_by").order_by("-at", "-id")
     if data.get("component"):
@@ -100,7 +95,7 @@ def rollout_detail(request: HttpRequest, rollout_id: int) -> HttpResponse:
     """``/rollouts/<id>/?window=14``: the measured impact, as the API reports it."""
     form = ImpactWindowForm(request.GET)
     if not form.is_valid():
-        return _bad_request(form)
+        return bad_parameters(form)
     result = calculate(ImpactQuery(rollout_id, form.window_days(), with_trend=True))
     if result is None:
         raise Http404(f"no rollout {rollout_id}")

@@ -19,7 +19,8 @@ from ettweb.dashboard.figures import (
     marker_hover,
 )
 from ettweb.queries import DateRange, RolloutMarker, RolloutMarkersQuery, calculate
-from ettweb.queries.markers import INVALID_SCOPE, http_link
+from ettweb.queries.markers import INVALID_SCOPE
+from ettweb.rollouts.logic import http_link
 from ettweb.rollouts.models import Rollout
 
 MAR1 = datetime(2026, 3, 1, tzinfo=UTC)

@@ -17,7 +17,6 @@ import pytest
 from ettweb.ingest.tasks import ingest_batch
 from ettweb.queries import ImpactQuery, WindowError, calculate
 from ettweb.queries.impact import (
-    BOOTSTRAP_DRAWS,
     ImpactResult,
     bootstrap_changes,
     rollout_windows,
@@ -214,16 +213,19 @@ def interval_fleet() -> None:
 def test_identical_jobs_give_a_degenerate_interval(interval_fleet: None) -> None:
     result = impact(rollout({"teams": ["ads"]}))
     assert result.treated.change_pts == pytest.approx(10.0)
-    low, high = result.treated.ci95_pts or (None, None)
-    assert low == pytest.approx(10.0) and high == pytest.approx(10.0)
-    c_low, c_high = result.control.ci95_pts if result.control and result.control.ci95_pts \
-        else (0.0, 0.0)
-    assert c_low < result.control.change_pts < c_high  # type: ignore[union-attr,operator]
+    assert result.treated.ci95_pts == pytest.approx((10.0, 10.0))
+    assert result.control is not None and result.control.ci95_pts is not None
+    assert result.control.change_pts is not None
+    c_low, c_high = result.control.ci95_pts
+    assert c_low < result.control.change_pts < c_high
     # DiD draws are 10 - control draws, so its interval is the control's mirrored.
-    d_low, d_high = result.did_ci95_pts or (0.0, 0.0)
-    assert d_low == pytest.approx(10.0 - c_high) and d_high == pytest.approx(10.0 - c_low)
-    assert result.verdict == "improved" if d_low > 0 else result.verdict == "inconclusive"
-    assert "difference-in-differences" in result.verdict_reason
+    assert result.did_ci95_pts == pytest.approx((10.0 - c_high, 10.0 - c_low))
+    # The control's ETT% swings by more than 10 points between draws (six jobs, each 60-100%),
+    # so the DiD interval reaches below 0: the DiD decides, and it cannot tell.
+    assert 10.0 - c_high < 0 < 10.0 - c_low
+    assert result.verdict == "inconclusive"
+    assert result.verdict_reason.startswith("the difference-in-differences interval")
+    assert result.verdict_reason.endswith("contains 0")
 
 
 def test_the_interval_is_the_same_on_every_load(interval_fleet: None) -> None:
@@ -249,4 +251,21 @@ def test_vectorized_bootstrap_equals_a_plain_loop() -> None:
         s = values[picks].sum(axis=0)
         slow.append(100 * s[3] / s[2] - 100 * s[1] / s[0])
     assert fast == pytest.approx(np.array(slow))
-    assert BOOTSTRAP_DRAWS == 2000
+
+
+def test_verdict_reads_the_deciding_interval() -> None:
+    from ettweb.queries.impact import GroupImpact, _verdict
+
+    def group(ci: tuple[float, float] | None, jobs: int = 9) -> GroupImpact:
+        return GroupImpact(jobs, jobs, 80.0, 82.0, 2.0, 0.025, ci)
+
+    assert _verdict(group((0.5, 3.0)), None, None)[0] == "improved"  # fleet: treated decides
+    assert _verdict(group((-3.0, -0.1)), None, None)[0] == "regressed"
+    assert _verdict(group((-1.0, 3.0)), None, None)[0] == "inconclusive"
+    # With a control, the DiD interval decides, even against a clear treated interval.
+    verdict, reason = _verdict(group((0.5, 3.0)), group((0.0, 1.0)), (-0.5, 2.0))
+    assert verdict == "inconclusive" and reason.startswith("the difference-in-differences")
+    verdict, reason = _verdict(group((0.5, 3.0)), group(None, 3), None)
+    assert verdict == "improved" and "control has too few jobs" in reason
+    verdict, reason = _verdict(group(None, 4), None, None)
+    assert verdict == "inconclusive" and reason.startswith("too few jobs: 4 treated")
