@@ -10,7 +10,8 @@ What it does, with progress on the console:
   4. starts a Celery worker, the collector agent and the web server (http://127.0.0.1:8000);
   5. runs the reference trainer for about two minutes with one injected failure and restart;
   6. waits until every spooled event is stored, prints the job's ETT%, and serves the dashboard
-     until Ctrl-C, then shuts everything down (the embedded servers too, if it started them).
+     (and last week's e-mail report at /reports/preview/) until Ctrl-C, then shuts everything
+     down (the embedded servers too, if it started them).
 
 It imports no Django and no torch: it only orchestrates processes, the way an operator would.
 """
@@ -259,6 +260,9 @@ def run(args: argparse.Namespace) -> int:
         if args.no_serve:
             return 0
         _say("7/7", f"dashboard: {url}   {login}   — Ctrl-C to stop everything")
+        print(f"      last week's e-mail report: {url}reports/preview/   (python manage.py "
+              "send_weekly_reports --to YOU@EXAMPLE.COM prints it, or sends it once EMAIL_HOST "
+              "names a relay)", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             while True:
                 time.sleep(1.0)

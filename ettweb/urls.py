@@ -1,5 +1,5 @@
-"""Root URLs: dashboard at ``/``, rollouts, components, the JSON API, Django auth login, admin,
-and an unauthenticated health check."""
+"""Root URLs: dashboard at ``/``, rollouts, components, weekly reports, the JSON API, Django
+auth login, admin, and an unauthenticated health check."""
 
 from django.contrib import admin
 from django.urls import include, path
@@ -14,5 +14,6 @@ urlpatterns = [
     path("api/v1/", api.urls),
     path("rollouts/", include("ettweb.rollouts.urls")),
     path("components/", include("ettweb.components.urls")),
+    path("reports/", include("ettweb.reports.urls")),
     path("", include("ettweb.dashboard.urls")),
 ]

@@ -76,3 +76,14 @@ def test_production_services_require_secrets() -> None:
     assert ":?" in env["DJANGO_SECRET_KEY"], "the secret key must have no default"
     for name in ("web", "worker", "beat"):
         assert SERVICES[name]["environment"]["CELERY_BROKER_URL"].startswith("redis://redis")
+
+
+def test_every_service_of_ours_can_send_reports_with_links_that_work() -> None:
+    """The beat plans reports and the worker sends them: both need the relay and base URL
+    (the same anchor for every service, so none can disagree)."""
+    for name in ("web", "worker", "beat"):
+        env = SERVICES[name]["environment"]
+        for variable in ("EMAIL_HOST", "EMAIL_PORT", "EMAIL_HOST_USER", "EMAIL_HOST_PASSWORD",
+                         "EMAIL_USE_TLS", "DEFAULT_FROM_EMAIL", "ETT_BASE_URL"):
+            assert variable in env, f"{name} lacks {variable}"
+        assert env["ETT_BASE_URL"].startswith("${ETT_BASE_URL:-http")

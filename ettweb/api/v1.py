@@ -11,7 +11,7 @@ schema errors is folded into 400 with the field named, so every refusal reads th
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -22,8 +22,17 @@ from pydantic import ConfigDict
 
 from ettweb.api.tokens import user_for_token
 from ettweb.components.logic import known_components
-from ettweb.queries import ImpactQuery, WindowError, calculate
+from ettweb.queries import (
+    DateRange,
+    ImpactQuery,
+    IsoWeek,
+    TopJobsQuery,
+    WeeklyReportQuery,
+    WindowError,
+    calculate,
+)
 from ettweb.queries.impact import DEFAULT_WINDOW_DAYS
+from ettweb.queries.weekly import TOP_JOBS, period_numbers
 from ettweb.rollouts.logic import RolloutInvalid, as_json, clean_rollout, save_rollout
 from ettweb.rollouts.models import Rollout
 
@@ -41,7 +50,8 @@ class BearerToken(HttpBearer):
 
 
 api = NinjaAPI(title="ETT API", version="1", urls_namespace="api-v1", auth=BearerToken(),
-               description="Rollouts and their measured ETT% impact (docs/rollouts.md).")
+               description="Rollouts and their measured ETT% impact (docs/rollouts.md), the fleet "
+                           "over any days and the weekly report's numbers (docs/reports.md).")
 
 
 # --------------------------------------------------------------------------- schemas
@@ -112,6 +122,69 @@ class ImpactOut(Schema):
     components: dict[str, ComponentShiftOut]
     verdict: str
     verdict_reason: str
+
+
+class PeriodOut(Schema):
+    wall_gpu_s: float
+    productive_gpu_s: float
+    ett_pct: float | None
+    lost_by_component_gpu_s: dict[str, float]
+    failures: int
+    mean_time_to_start_s: float | None
+    mean_time_to_recover_s: float | None
+
+
+class TopJobOut(Schema):
+    job: str
+    lost_gpu_s: float
+    wall_gpu_s: float
+
+
+class FleetSummaryOut(PeriodOut):
+    """The fleet over a range of UTC days, as the fleet page shows it."""
+
+    days: list[str]
+    top_jobs: list[TopJobOut]
+
+
+class ComponentWeekOut(Schema):
+    component: str
+    lost_gpu_s: float
+    previous_lost_gpu_s: float
+    change_gpu_s: float
+    subscribed: bool
+
+
+class RolloutWeekOut(Schema):
+    id: int
+    name: str
+    component: str
+    at: str
+    change_pts: float | None
+    ci95_pts: list[float] | None
+    verdict: str
+    too_early: bool
+
+
+class HistoryWeekOut(Schema):
+    week: str
+    ett_pct: float | None
+
+
+class WeeklyReportOut(Schema):
+    """The weekly report's numbers (ETT_SPEC §7), what the e-mail renders."""
+
+    week: str
+    days: list[str]
+    subject: str
+    this: PeriodOut
+    before: PeriodOut
+    change_pts: float | None
+    change_rel: float | None
+    components: list[ComponentWeekOut]
+    top_jobs: list[TopJobOut]
+    rollouts: list[RolloutWeekOut]
+    history: list[HistoryWeekOut]
 
 
 class ErrorOut(Schema):
@@ -206,3 +279,36 @@ def get_impact(request: HttpRequest, rollout_id: int,
     if result is None:
         raise HttpError(404, f"no rollout {rollout_id}")
     return result.as_api()
+
+
+@api.get("/fleet/summary", response={200: FleetSummaryOut, 400: ErrorOut, 401: ErrorOut},
+         summary="The fleet over a range of UTC days")
+def fleet_summary(request: HttpRequest, date_from: date, date_to: date,
+                  top: int = TOP_JOBS) -> dict[str, Any]:
+    """ETT%, GPU-seconds, lost time by component, failures, mean time to start and recover,
+    and the jobs that lost most, over ``date_from``..``date_to`` (inclusive UTC days)."""
+    if not 1 <= top <= 50:
+        raise HttpError(400, f"top: must be between 1 and 50, not {top}")
+    try:
+        days = DateRange(date_from, date_to)
+    except ValueError as exc:
+        raise HttpError(400, f"date_from/date_to: {exc}") from None
+    jobs = calculate(TopJobsQuery(days, top)).jobs
+    return {**period_numbers(days).as_api(),
+            "days": [days.date_from.isoformat(), days.date_to.isoformat()],
+            "top_jobs": [{"job": j.job, "lost_gpu_s": j.lost_gpu_s, "wall_gpu_s": j.wall_gpu_s}
+                         for j in jobs]}
+
+
+@api.get("/reports/weekly", response={200: WeeklyReportOut, 400: ErrorOut, 401: ErrorOut},
+         summary="The weekly report's numbers (ETT_SPEC §7)")
+def weekly_report(request: HttpRequest, week: str,
+                  components: str = "") -> dict[str, Any]:
+    """One ISO week (``2026-W47``) against the week before; ``components`` (comma-separated)
+    are listed first, as a subscriber's report lists theirs."""
+    try:
+        iso_week = IsoWeek.parse(week)
+    except ValueError as exc:
+        raise HttpError(400, f"week: {exc}") from None
+    names = tuple(name.strip() for name in components.split(",") if name.strip())
+    return calculate(WeeklyReportQuery(iso_week, components=names)).as_api()

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
-from typing import Final
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any, Final
 
 from ettweb.queries.base import DateRange, pct
 from ettweb.queries.fleet import (
@@ -29,9 +29,12 @@ from ettweb.queries.fleet import (
 )
 from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner
 from ettweb.queries.markers import RolloutMarker, RolloutMarkersQuery, RolloutMarkersQueryRunner
+from ettweb.rollouts.logic import iso_utc
 
 _WEEK = re.compile(r"^(\d{4})-W(\d{2})$")
 TOP_JOBS: Final = 5
+#: Weeks in the report's chart, this one included.
+HISTORY_WEEKS: Final = 8
 
 
 @dataclass(frozen=True, order=True)
@@ -77,6 +80,15 @@ class IsoWeek:
     def previous(self) -> IsoWeek:
         return IsoWeek.of(self.monday - timedelta(days=7))
 
+    @property
+    def next(self) -> IsoWeek:
+        return IsoWeek.of(self.monday + timedelta(days=7))
+
+    @property
+    def ends_at(self) -> datetime:
+        """The Monday 00:00 UTC after the week: the moment its numbers can be final."""
+        return datetime.combine(self.next.monday, time(0), tzinfo=UTC)
+
     def __str__(self) -> str:
         return f"{self.year}-W{self.week:02d}"
 
@@ -88,10 +100,13 @@ class WeeklyReportQuery:
     week: IsoWeek
     components: tuple[str, ...] = ()
     top: int = TOP_JOBS
+    history_weeks: int = HISTORY_WEEKS
 
     def __post_init__(self) -> None:
         if not 1 <= self.top <= 50:
             raise ValueError(f"top must be between 1 and 50, not {self.top}")
+        if not 2 <= self.history_weeks <= 52:
+            raise ValueError(f"history_weeks must be between 2 and 52, not {self.history_weeks}")
 
 
 @dataclass(frozen=True)
@@ -112,6 +127,12 @@ class WeekNumbers:
     @property
     def ett_pct(self) -> float | None:
         return pct(self.productive_gpu_s, self.wall_gpu_s) if self.has_data else None
+
+    def as_api(self) -> dict[str, Any]:
+        return {"wall_gpu_s": self.wall_gpu_s, "productive_gpu_s": self.productive_gpu_s,
+                "ett_pct": self.ett_pct, "lost_by_component_gpu_s": self.lost_by_component_gpu_s,
+                "failures": self.failures, "mean_time_to_start_s": self.mean_time_to_start_s,
+                "mean_time_to_recover_s": self.mean_time_to_recover_s}
 
 
 @dataclass(frozen=True)
@@ -143,6 +164,14 @@ class RolloutWeek:
 
 
 @dataclass(frozen=True)
+class HistoryWeek:
+    """One week of the report's chart; ``ett_pct`` is None for a week without data."""
+
+    week: IsoWeek
+    ett_pct: float | None
+
+
+@dataclass(frozen=True)
 class WeeklyReportResult:
     week: IsoWeek
     this: WeekNumbers
@@ -150,6 +179,9 @@ class WeeklyReportResult:
     components: list[ComponentWeek]
     top_jobs: list[TopJob]
     rollouts: list[RolloutWeek] = field(default_factory=list)
+    #: The chart: the last weeks up to this one (oldest first) and their rollouts.
+    history: list[HistoryWeek] = field(default_factory=list)
+    history_markers: list[RolloutMarker] = field(default_factory=list)
 
     @property
     def change_pts(self) -> float | None:
@@ -171,11 +203,35 @@ class WeeklyReportResult:
         tail = "" if change is None else f" ({change:+.1f} pts)"
         return f"ETT% {self.week}: {now:.1f}%{tail}"
 
+    def as_api(self) -> dict[str, Any]:
+        """The report's numbers as JSON (``/api/v1/reports/weekly``), not rounded."""
+        return {
+            "week": str(self.week), "days": [self.week.range.date_from.isoformat(),
+                                             self.week.range.date_to.isoformat()],
+            "subject": self.subject, "this": self.this.as_api(), "before": self.before.as_api(),
+            "change_pts": self.change_pts, "change_rel": self.change_rel,
+            "components": [{"component": c.component, "lost_gpu_s": c.lost_gpu_s,
+                            "previous_lost_gpu_s": c.previous_lost_gpu_s,
+                            "change_gpu_s": c.change_gpu_s, "subscribed": c.subscribed}
+                           for c in self.components],
+            "top_jobs": [{"job": j.job, "lost_gpu_s": j.lost_gpu_s, "wall_gpu_s": j.wall_gpu_s}
+                         for j in self.top_jobs],
+            "rollouts": [{"id": r.rollout.id, "name": r.rollout.name,
+                          "component": r.rollout.component, "at": iso_utc(r.rollout.at),
+                          "change_pts": r.change_pts,
+                          "ci95_pts": list(r.ci95_pts) if r.ci95_pts else None,
+                          "verdict": r.verdict, "too_early": r.too_early}
+                         for r in self.rollouts],
+            "history": [{"week": str(h.week), "ett_pct": h.ett_pct} for h in self.history],
+        }
 
-def _numbers(week: IsoWeek) -> WeekNumbers:
-    trend = TrendQueryRunner(TrendQuery(week.range, "week")).calculate()
-    lost = LostByComponentQueryRunner(LostByComponentQuery(week.range)).calculate()
-    lifecycle = LifecycleQueryRunner(LifecycleQuery(week.range, "week")).calculate()
+
+def period_numbers(days: DateRange) -> WeekNumbers:
+    """The fleet's numbers over any days, from the dashboard's runners (what a week shows and
+    what ``/api/v1/fleet/summary`` answers for the same days)."""
+    trend = TrendQueryRunner(TrendQuery(days, "week")).calculate()
+    lost = LostByComponentQueryRunner(LostByComponentQuery(days)).calculate()
+    lifecycle = LifecycleQueryRunner(LifecycleQuery(days, "week")).calculate()
     starts = [s for p in lifecycle.points for s in p.starts]
     recoveries = [s for p in lifecycle.points for s in p.recoveries]
     return WeekNumbers(
@@ -212,14 +268,32 @@ def _rollouts(week: IsoWeek) -> list[RolloutWeek]:
     return rows
 
 
+def _history(week: IsoWeek, weeks: int) -> tuple[list[HistoryWeek], list[RolloutMarker]]:
+    """ETT% of each of the last ``weeks`` weeks from the weekly trend, and their rollouts."""
+    first = week
+    for _ in range(weeks - 1):
+        first = first.previous
+    span = DateRange(first.monday, week.range.date_to)
+    trend = TrendQueryRunner(TrendQuery(span, "week")).calculate()
+    by_monday = {p.period: p.ett_pct for p in trend.points if p.wall_gpu_s > 0}
+    history, current = [], first
+    for _ in range(weeks):
+        history.append(HistoryWeek(current, by_monday.get(current.monday)))
+        current = current.next
+    markers = RolloutMarkersQueryRunner(RolloutMarkersQuery(span)).calculate().markers
+    return history, markers
+
+
 class WeeklyReportQueryRunner:
     def __init__(self, query: WeeklyReportQuery) -> None:
         self.query = query
 
     def calculate(self) -> WeeklyReportResult:
         q = self.query
-        this, before = _numbers(q.week), _numbers(q.week.previous)
+        this, before = period_numbers(q.week.range), period_numbers(q.week.previous.range)
         top = TopJobsQueryRunner(TopJobsQuery(q.week.range, q.top)).calculate().jobs
+        history, markers = _history(q.week, q.history_weeks)
         return WeeklyReportResult(week=q.week, this=this, before=before,
                                   components=_components(this, before, q.components),
-                                  top_jobs=top, rollouts=_rollouts(q.week))
+                                  top_jobs=top, rollouts=_rollouts(q.week),
+                                  history=history, history_markers=markers)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ettweb.schedule import BEAT_SCHEDULE
 from ettweb.settings import env
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -60,6 +61,7 @@ INSTALLED_APPS = [
     "ettweb.rollouts",
     "ettweb.api",
     "ettweb.simulate",
+    "ettweb.reports",
     # django-ninja's own static files: the API docs page loads Swagger UI from us, not a CDN.
     "ninja",
 ]
@@ -135,13 +137,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
-# Periodic upkeep (run by ``celery beat``): partitions a week ahead, expired nonces pruned.
-CELERY_BEAT_SCHEDULE = {
-    "ensure-event-partitions": {"task": "ett.ensure_event_partitions", "schedule": 3600.0},
-    "prune-batch-nonces": {"task": "ett.prune_batch_nonces", "schedule": 300.0},
-    # Safety net: refreshes whose task was lost (worker died between commit and publish).
-    "refresh-stale-rollups": {"task": "ett.refresh_stale_rollups", "schedule": 60.0},
-}
+# Periodic tasks (``celery beat``): one schedule module, ettweb/schedule.py.
+CELERY_BEAT_SCHEDULE = BEAT_SCHEDULE
 
 # Ingestion. A batch without a valid collector signature is quarantined, never stored; turning
 # this off is for trusted single-host setups only (docs: "Authentication").
@@ -156,6 +153,40 @@ ETT_PARTITION_DAYS_AHEAD: int = env.int_("ETT_PARTITION_DAYS_AHEAD", 7, minimum=
 # 5 s keeps trend pages current while a backlog is stored first (bench.ingest: 47k events/s
 # with 5 s, 39-42k with 2 s, the refreshes then competing with the backlog's batches).
 ETT_ROLLUP_REFRESH_DELAY_S: float = env.float_("ETT_ROLLUP_REFRESH_DELAY_S", 5.0, minimum=0.0)
+
+# E-mail (weekly reports): Django's own setting names, from the environment. ``EMAIL_HOST``
+# unset means "no relay configured": local settings then print messages to the console.
+EMAIL_RELAY_CONFIGURED: bool = env.str_("EMAIL_HOST", None) is not None
+EMAIL_HOST: str = env.str_("EMAIL_HOST", "localhost")
+EMAIL_PORT: int = env.int_("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER: str = env.str_("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD: str = env.str_("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS: bool = env.bool_("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL: bool = env.bool_("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT: float = env.float_("EMAIL_TIMEOUT", 30.0, minimum=1.0)
+DEFAULT_FROM_EMAIL: str = env.str_("DEFAULT_FROM_EMAIL", "ETT <ett@localhost>")
+if EMAIL_USE_TLS and EMAIL_USE_SSL:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured("EMAIL_USE_TLS: and EMAIL_USE_SSL cannot both be true")
+# Every link in an e-mail is built from this one URL (the dashboard as readers reach it).
+ETT_BASE_URL: str = env.url("ETT_BASE_URL", ("http", "https"), "http://localhost:8000",
+                            kind="http(s)://").rstrip("/")
+# Weekly reports: sent at 09:00 local time on the Monday after the week, never before the week
+# has ended in UTC plus the settle time (late events and rollup refreshes land first); each
+# subscriber's send is spread by up to the jitter, with a pause between sends so a long list
+# does not burst the relay.
+ETT_REPORT_SETTLE_S: float = env.float_("ETT_REPORT_SETTLE_S", 3600.0, minimum=0.0)
+ETT_REPORT_JITTER_S: float = env.float_("ETT_REPORT_JITTER_S", 600.0, minimum=0.0)
+ETT_REPORT_PAUSE_S: float = env.float_("ETT_REPORT_PAUSE_S", 1.0, minimum=0.0)
+# A failed SMTP send is retried this many times in all, waiting base * 2^n between tries.
+ETT_REPORT_MAX_ATTEMPTS: int = env.int_("ETT_REPORT_MAX_ATTEMPTS", 5, minimum=1)
+ETT_REPORT_RETRY_BASE_S: float = env.float_("ETT_REPORT_RETRY_BASE_S", 60.0, minimum=0.0)
+# A send claimed this long ago and never finished is marked missed (never sent again).
+ETT_REPORT_CLAIM_TIMEOUT_S: float = env.float_("ETT_REPORT_CLAIM_TIMEOUT_S", 900.0,
+                                               minimum=1.0)
+# Unsubscribe links in a report stay valid this long.
+ETT_UNSUBSCRIBE_MAX_AGE_DAYS: int = env.int_("ETT_UNSUBSCRIBE_MAX_AGE_DAYS", 90, minimum=1)
 
 LOGGING = {
     "version": 1,

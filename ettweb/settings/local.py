@@ -14,3 +14,6 @@ ALLOWED_HOSTS = env.list_("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[:
 DATABASE_URL, CELERY_BROKER_URL = embedded_defaults(DATABASE_URL, CELERY_BROKER_URL)
 DATABASES = databases(DATABASE_URL)
 WHITENOISE_USE_FINDERS = True
+# No relay configured: reports are printed to the console, not sent to localhost:25.
+if not EMAIL_RELAY_CONFIGURED:  # noqa: F405
+    EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"

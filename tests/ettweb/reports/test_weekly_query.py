@@ -103,3 +103,27 @@ def test_a_week_without_data_says_so(fleet: None) -> None:
     assert report.subject == "ETT% 2026-W30: no training data this week"
     first = calculate(WeeklyReportQuery(IsoWeek(2026, 10)))  # nothing the week before
     assert first.subject == "ETT% 2026-W10: 70.0%"
+
+
+def test_the_chart_history_is_the_weekly_trend_of_the_last_eight_weeks(fleet: None) -> None:
+    """The e-mail's picture: eight weeks ending with the report's, gaps where no data."""
+    Rollout.objects.create(name="old", component="pt2_compiler",
+                           at=datetime(2026, 1, 5, tzinfo=UTC), scope={})  # before W04
+    shown = Rollout.objects.create(name="shown", component="pt2_compiler",
+                                   at=datetime(2026, 3, 4, 8, tzinfo=UTC), scope={})  # W10
+    report = calculate(WeeklyReportQuery(W11))
+    assert [str(h.week) for h in report.history] == [f"2026-W{w:02d}" for w in range(4, 12)]
+    weekly = {p.period: p.ett_pct for p in calculate(TrendQuery(
+        DateRange(date(2026, 1, 19), date(2026, 3, 15)), "week")).points}
+    assert report.history[-1].ett_pct == weekly[date(2026, 3, 9)] == pytest.approx(
+        100 * 64 / 70)
+    assert report.history[-2].ett_pct == pytest.approx(70.0)
+    assert all(h.ett_pct is None for h in report.history[:-2])
+    assert [m.id for m in report.history_markers] == [shown.pk]
+    assert report.as_api()["history"][-1] == {"week": "2026-W11",
+                                              "ett_pct": report.history[-1].ett_pct}
+
+
+def test_history_length_is_checked() -> None:
+    with pytest.raises(ValueError, match="history_weeks must be between 2 and 52, not 1"):
+        WeeklyReportQuery(W11, history_weeks=1)

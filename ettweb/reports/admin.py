@@ -1,0 +1,51 @@
+"""Admin: subscriptions, and every send with its state, attempts and last error.
+
+A stuck or missed send is visible here (filter by status); "send again" puts chosen sends
+back in the queue — a person deciding that a possible duplicate is better than a gap.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+
+from ettweb.reports.models import SendRecord, SendStatus, Subscription
+
+
+@admin.register(Subscription)
+class SubscriptionAdmin(admin.ModelAdmin):
+    list_display = ["email", "user", "enabled", "time_zone", "fleet", "components", "teams",
+                    "created_at"]
+    list_filter = ["enabled", "fleet", "time_zone"]
+    search_fields = ["email", "user__username"]
+    readonly_fields = ["created_at", "updated_at", "unsubscribed_at"]
+
+
+@admin.register(SendRecord)
+class SendRecordAdmin(admin.ModelAdmin):
+    list_display = ["week", "recipient", "status", "attempts", "due_at", "next_attempt_at",
+                    "sent_at", "claimed_by", "short_error"]
+    list_filter = ["status", "week"]
+    search_fields = ["recipient", "subscription__email", "last_error"]
+    readonly_fields = ["subscription", "week", "due_at", "claimed_at", "claimed_by", "sent_at",
+                       "recipient", "subject", "message_id", "attempts", "last_error"]
+    actions = ["send_again"]
+
+    @admin.display(description="last error")
+    def short_error(self, record: SendRecord) -> str:
+        return record.last_error[:120]
+
+    @admin.action(description="Send again (missed, failed or cancelled sends)")
+    def send_again(self, request: HttpRequest, queryset: QuerySet[SendRecord]) -> None:
+        again = queryset.filter(status__in=(SendStatus.MISSED, SendStatus.FAILED,
+                                            SendStatus.CANCELLED))
+        count = again.update(status=SendStatus.PENDING, next_attempt_at=timezone.now(),
+                             claimed_at=None, claimed_by="")
+        self.message_user(request, f"{count} send(s) queued again; sent within a minute by "
+                                   "beat, or now by manage.py send_weekly_reports",
+                          messages.SUCCESS)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False

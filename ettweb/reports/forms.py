@@ -1,0 +1,81 @@
+"""The settings page's form, and the preview page's GET parameters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from ettweb.queries import IsoWeek
+from ettweb.reports.models import Subscription
+from ettweb.reports.subscriptions import (
+    all_components,
+    check_address,
+    check_time_zone,
+    owner_teams,
+    time_zones,
+)
+
+
+class SubscriptionForm(forms.ModelForm):
+    """Address (checked on save), zone, on/off, and what the report lists first."""
+
+    components = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple,
+                                           help_text="listed first, before the fleet")
+    teams = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple,
+                                      help_text="every component these teams own is listed "
+                                                "first too")
+    time_zone = forms.CharField(max_length=64, help_text=(
+        "the report arrives Monday 09:00 here, an IANA name like Europe/Berlin"),
+        widget=forms.TextInput(attrs={"list": "time-zones", "autocomplete": "off"}))
+
+    class Meta:
+        model = Subscription
+        fields = ["enabled", "email", "time_zone", "fleet", "components", "teams"]
+        labels = {"enabled": "Send me the weekly report", "email": "E-mail address",
+                  "fleet": "Include the whole fleet"}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        components = self.fields["components"]
+        teams = self.fields["teams"]
+        assert isinstance(components, forms.MultipleChoiceField)
+        assert isinstance(teams, forms.MultipleChoiceField)
+        components.choices = [(c, c) for c in all_components()]
+        teams.choices = [(t, t) for t in owner_teams()]
+        # Django's validator runs before clean_email: same words as check_address, naming it.
+        self.fields["email"].error_messages["invalid"] = "%(value)r is not a valid e-mail address"
+
+    def clean_email(self) -> str:
+        try:
+            return check_address(self.cleaned_data["email"])
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+
+    def clean_time_zone(self) -> str:
+        name = self.cleaned_data["time_zone"].strip()
+        try:
+            check_time_zone(name)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        return name
+
+    @staticmethod
+    def zone_names() -> list[str]:
+        return sorted(time_zones())
+
+
+class PreviewForm(forms.Form):
+    """``?week=2026-W47&user=NAME`` (``user``: staff only; default the last complete week)."""
+
+    week = forms.CharField(required=False)
+    user = forms.CharField(required=False)
+
+    def clean_week(self) -> IsoWeek | None:
+        text = self.cleaned_data.get("week") or ""
+        if not text:
+            return None
+        try:
+            return IsoWeek.parse(text)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from exc

@@ -1,0 +1,119 @@
+"""Report pages: a user's settings, a preview of their report for any week, unsubscribe.
+
+Unsubscribing needs no login: the signed token in the link is the proof. Its GET only shows a
+confirmation (mail scanners and link previews open every link; a GET must change nothing),
+and its POST unsubscribes — which is also what a mail client's RFC 8058 one-click button
+sends (``List-Unsubscribe=One-Click`` in the body, no CSRF token: the token is the check).
+"""
+
+from __future__ import annotations
+
+import base64
+
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_http_methods
+
+from ettweb.dashboard.forms import bad_parameters
+from ettweb.queries import IsoWeek
+from ettweb.reports.content import ReportCache, render_for
+from ettweb.reports.forms import PreviewForm, SubscriptionForm
+from ettweb.reports.models import SendRecord, SendStatus, Subscription
+from ettweb.reports.subscriptions import followed_components, new_subscription
+from ettweb.reports.tokens import TokenError, read_token
+
+
+def cancel_unsent(subscription: Subscription) -> None:
+    """Turned off: reports planned but not yet claimed will not go out."""
+    SendRecord.objects.filter(subscription=subscription,
+                              status__in=(SendStatus.PENDING, SendStatus.RETRY)).update(
+        status=SendStatus.CANCELLED, last_error="unsubscribed before the report was sent")
+
+
+def _subscription_of(user: User) -> Subscription:
+    """The user's subscription, or an unsaved one with the defaults."""
+    existing = Subscription.objects.filter(user=user).first()
+    return existing or new_subscription(user)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def subscription_settings(request: HttpRequest) -> HttpResponse:
+    """``/reports/settings/``: what I receive, where, when."""
+    subscription = _subscription_of(request.user)  # type: ignore[arg-type]  # login_required
+    form = SubscriptionForm(request.POST or None, instance=subscription)
+    if request.method == "POST" and form.is_valid():
+        saved = form.save(commit=False)
+        if not saved.enabled and subscription.unsubscribed_at is None:
+            saved.unsubscribed_at = timezone.now()
+        elif saved.enabled:
+            saved.unsubscribed_at = None
+        saved.save()
+        if not saved.enabled:
+            cancel_unsent(saved)
+        return redirect(f"{request.path}?saved=1")
+    recent = (SendRecord.objects.filter(subscription=subscription).order_by("-week")[:8]
+              if subscription.pk else [])
+    return render(request, "reports/settings.html", {
+        "form": form, "subscription": subscription, "saved": request.GET.get("saved") == "1",
+        "zones": SubscriptionForm.zone_names(), "recent": recent,
+        "last_week": IsoWeek.last_complete(timezone.now())})
+
+
+@login_required
+@require_GET
+def preview(request: HttpRequest) -> HttpResponse:
+    """``/reports/preview/?week=2026-W47``: the report as it would be sent (staff may add
+    ``&user=NAME`` to see someone else's)."""
+    form = PreviewForm(request.GET)
+    if not form.is_valid():
+        return bad_parameters(form)
+    week = form.cleaned_data["week"] or IsoWeek.last_complete(timezone.now())
+    user: User = request.user  # type: ignore[assignment]  # login_required
+    if form.cleaned_data["user"]:
+        if not request.user.is_staff:
+            raise PermissionDenied("only staff may preview another user's report")
+        other = User.objects.filter(username=form.cleaned_data["user"]).first()
+        if other is None:
+            return HttpResponseBadRequest(
+                f"bad parameters: user: no user named {form.cleaned_data['user']!r}",
+                content_type="text/plain")
+        user = other
+    subscription = _subscription_of(user)
+    cache = ReportCache()
+    report = cache.report(week, followed_components(subscription))
+    chart = "data:image/png;base64," + base64.b64encode(cache.chart(week, report)).decode()
+    rendered = render_for(subscription, week, cache, chart_src=chart)
+    return render(request, "reports/preview.html", {
+        "week": week, "rendered": rendered, "previewed": user,
+        "subscription": subscription, "previous": week.previous,
+        "next": week.next if week.next.ends_at <= timezone.now() else None})
+
+
+@csrf_exempt
+@require_http_methods(["GET", "POST"])
+def unsubscribe(request: HttpRequest, token: str) -> HttpResponse:
+    """GET: confirm (changes nothing). POST: unsubscribe (the page's button or one-click)."""
+    try:
+        subscription = Subscription.objects.filter(pk=read_token(token)).first()
+    except TokenError as exc:
+        return render(request, "reports/unsubscribe_invalid.html", {"reason": str(exc)},
+                      status=400)
+    if subscription is None:
+        return render(request, "reports/unsubscribe_invalid.html", {
+            "reason": "this subscription no longer exists; there is nothing to unsubscribe"},
+            status=404)
+    if request.method == "GET":
+        return render(request, "reports/unsubscribe_confirm.html",
+                      {"subscription": subscription})
+    with transaction.atomic():
+        Subscription.objects.filter(pk=subscription.pk, enabled=True).update(
+            enabled=False, unsubscribed_at=timezone.now())
+        cancel_unsent(subscription)
+    return render(request, "reports/unsubscribed.html", {"subscription": subscription})
