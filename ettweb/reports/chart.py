@@ -34,7 +34,8 @@ def _position(at: datetime, first: HistoryWeek) -> float:
 
 
 def trend_png(history: Sequence[HistoryWeek], markers: Sequence[RolloutMarker]) -> bytes:
-    """A PNG of ETT% per week (gaps where a week has no data) with a line per rollout."""
+    """A PNG of ETT% per week (gaps where a week has no data) with a numbered line per
+    rollout (``markers`` in time order: number n is ``markers[n - 1]``)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -53,14 +54,19 @@ def trend_png(history: Sequence[HistoryWeek], markers: Sequence[RolloutMarker]) 
     high = max(known, default=100.0)
     pad = max(2.0, (high - low) * 0.25)
     axes.set_ylim(max(0.0, low - pad), min(100.0, high + pad) + 2)
+    row = 0
     axes.set_xlim(-0.6, len(history) - 0.4)
-    for number, marker in enumerate(markers):
+    previous = None
+    for number, marker in enumerate(markers, start=1):
         at = _position(marker.at, history[0]) if history else 0.0
         axes.axvline(at, color=MARKER, linewidth=1, linestyle="--", zorder=2)
-        label = marker.name if len(marker.name) <= 22 else marker.name[:21] + "…"
-        axes.text(at, 0.02 + 0.12 * (number % 3), f" {label}",
-                  transform=axes.get_xaxis_transform(), fontsize=6.5, color=MARKER, ha="left",
-                  va="bottom")
+        # Numbered at the top (the e-mail lists the names): labels beside each other would
+        # collide as soon as a few rollouts share a week. Close neighbours alternate rows.
+        row = 1 if previous is not None and at - previous < 0.25 and row == 0 else 0
+        previous = at
+        axes.text(at, 1.01 + 0.07 * row, str(number), transform=axes.get_xaxis_transform(),
+                  fontsize=6.5, color="#ffffff", ha="center", va="bottom", fontweight="bold",
+                  bbox={"boxstyle": "round,pad=0.2", "facecolor": MARKER, "edgecolor": "none"})
     axes.set_xticks(xs, [f"W{h.week.week:02d}" for h in history], fontsize=7, color=TEXT)
     axes.tick_params(axis="y", labelsize=7, colors=TEXT)
     axes.set_ylabel("fleet ETT%", fontsize=8, color=TEXT)
@@ -70,7 +76,7 @@ def trend_png(history: Sequence[HistoryWeek], markers: Sequence[RolloutMarker]) 
     if not known:
         axes.text(0.5, 0.5, "no training data in these weeks", transform=axes.transAxes,
                   ha="center", va="center", fontsize=9, color=TEXT)
-    figure.tight_layout(pad=0.6)
+    figure.tight_layout(pad=0.6, rect=(0, 0, 1, 0.93 if markers else 1))
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", metadata={"Software": None})
     return buffer.getvalue()

@@ -129,7 +129,8 @@ def message_id(key: str) -> str:
 
 def build_message(rendered: RenderedReport, to: str, key: str) -> EmailMultiAlternatives:
     """multipart/related(alternative(text, html), image): the HTML's ``cid:`` resolves to the
-    attached chart; RFC 8058 one-click unsubscribe headers when there is a link."""
+    attached chart (no chart in the HTML: just the alternative); RFC 8058 one-click
+    unsubscribe headers when there is a link."""
     headers = {"Message-ID": message_id(key), "Auto-Submitted": "auto-generated",
                "X-Auto-Response-Suppress": "All"}
     if rendered.unsubscribe_url:
@@ -139,9 +140,10 @@ def build_message(rendered: RenderedReport, to: str, key: str) -> EmailMultiAlte
                                      from_email=settings.DEFAULT_FROM_EMAIL, to=[to],
                                      headers=headers)
     message.attach_alternative(rendered.html, "text/html")
-    message.mixed_subtype = "related"
-    image = MIMEImage(rendered.chart_png, "png")
-    image.add_header("Content-ID", f"<{CHART_CID}>")
-    image.add_header("Content-Disposition", "inline", filename="ett-trend.png")
-    message.attach(image)
+    if f"cid:{CHART_CID}" in rendered.html:  # a week without data shows no chart: an inline
+        message.mixed_subtype = "related"  # part nothing points to is a stray attachment
+        image = MIMEImage(rendered.chart_png, "png")
+        image.add_header("Content-ID", f"<{CHART_CID}>")
+        image.add_header("Content-Disposition", "inline", filename="ett-trend.png")
+        message.attach(image)
     return message

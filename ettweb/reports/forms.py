@@ -34,6 +34,7 @@ class SubscriptionForm(forms.ModelForm):
         fields = ["enabled", "email", "time_zone", "fleet", "components", "teams"]
         labels = {"enabled": "Send me the weekly report", "email": "E-mail address",
                   "fleet": "Include the whole fleet"}
+        help_texts = {"enabled": "", "email": "checked when you save"}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -106,16 +106,18 @@ class Command(BaseCommand):
     def _send(self, week: IsoWeek, *, progress: bool) -> None:
         ensure_owner_subscriptions()
         plan_week(week, now=timezone.now())
-        ids = list(SendRecord.objects.filter(week=str(week), status__in=CLAIMABLE)
-                   .order_by("id").values_list("pk", flat=True))
+        records = SendRecord.objects.filter(week=str(week))
+        before = records.exclude(status__in=CLAIMABLE).count()
+        ids = list(records.filter(status__in=CLAIMABLE).order_by("id")
+                   .values_list("pk", flat=True))
         with tqdm(ids, desc=f"sending {week}", unit=" reports", file=sys.stderr,
                   disable=not progress) as bar:
             summary = send_records(bar, timezone.now, ignore_due=True)
         for problem in summary.failed + summary.retrying:
             self.stderr.write(f"not sent: {problem}")
         self.stdout.write(f"{week}: {len(summary.sent)} sent, {len(summary.failed)} failed, "
-                          f"{len(summary.retrying)} to retry, {summary.skipped} already sent "
-                          f"or taken by another sender")
+                          f"{len(summary.retrying)} to retry, {summary.skipped} taken by another "
+                          f"sender or unsubscribed meanwhile, {before} handled before")
         if not summary.ok:
             raise CommandError(f"{len(summary.failed) + len(summary.retrying)} report(s) for "
                                f"{week} not sent (see above and the admin)", returncode=1)
