@@ -24,15 +24,15 @@ from ettweb.api.tokens import user_for_token
 from ettweb.components.logic import known_components
 from ettweb.queries import (
     DateRange,
+    FleetSummaryQuery,
     ImpactQuery,
     IsoWeek,
-    TopJobsQuery,
     WeeklyReportQuery,
     WindowError,
     calculate,
 )
 from ettweb.queries.impact import DEFAULT_WINDOW_DAYS
-from ettweb.queries.weekly import TOP_JOBS, period_numbers
+from ettweb.queries.weekly import TOP_JOBS
 from ettweb.rollouts.logic import RolloutInvalid, as_json, clean_rollout, save_rollout
 from ettweb.rollouts.models import Rollout
 
@@ -293,11 +293,7 @@ def fleet_summary(request: HttpRequest, date_from: date, date_to: date,
         days = DateRange(date_from, date_to)
     except ValueError as exc:
         raise HttpError(400, f"date_from/date_to: {exc}") from None
-    jobs = calculate(TopJobsQuery(days, top)).jobs
-    return {**period_numbers(days).as_api(),
-            "days": [days.date_from.isoformat(), days.date_to.isoformat()],
-            "top_jobs": [{"job": j.job, "lost_gpu_s": j.lost_gpu_s, "wall_gpu_s": j.wall_gpu_s}
-                         for j in jobs]}
+    return calculate(FleetSummaryQuery(days, top)).as_api()
 
 
 @api.get("/reports/weekly", response={200: WeeklyReportOut, 400: ErrorOut, 401: ErrorOut},
@@ -311,4 +307,8 @@ def weekly_report(request: HttpRequest, week: str,
     except ValueError as exc:
         raise HttpError(400, f"week: {exc}") from None
     names = tuple(name.strip() for name in components.split(",") if name.strip())
+    unknown = sorted(set(names) - set(known_components()))
+    if unknown:
+        raise HttpError(400, f"components: unknown component {unknown[0]!r} (known: "
+                             f"{', '.join(known_components())})")
     return calculate(WeeklyReportQuery(iso_week, components=names)).as_api()

@@ -6,8 +6,8 @@ dataclass that validates itself; its runner reads rollups (never raw events, exc
 timeline) and returns a frozen result. Modules: ``base`` (ranges, the component map, the
 per-day rows), ``fleet`` (trend, lost time, top jobs, lifecycle, jobs table), ``job`` (one
 job), ``impact`` (a rollout's measured impact, ETT_SPEC §6), ``markers`` (rollouts drawn on
-trends), ``components`` (the component pages), ``weekly`` (the weekly report's numbers,
-ETT_SPEC §7).
+trends), ``components`` (the component pages), ``weekly`` (the fleet over any days, and the
+weekly report's numbers, ETT_SPEC §7).
 """
 
 from __future__ import annotations
@@ -63,6 +63,9 @@ from ettweb.queries.markers import (
     RolloutMarkersResult,
 )
 from ettweb.queries.weekly import (
+    FleetSummaryQuery,
+    FleetSummaryQueryRunner,
+    FleetSummaryResult,
     IsoWeek,
     WeeklyReportQuery,
     WeeklyReportQueryRunner,
@@ -83,6 +86,8 @@ __all__ = [
     "DateRange",
     "FleetQuery",
     "FleetResult",
+    "FleetSummaryQuery",
+    "FleetSummaryResult",
     "Grouping",
     "ImpactQuery",
     "ImpactResult",
@@ -115,7 +120,8 @@ __all__ = [
 
 AnyQuery = (TrendQuery | LostByComponentQuery | TopJobsQuery | LifecycleQuery | FleetQuery
             | JobQuery | ImpactQuery
-            | ComponentQuery | ComponentsIndexQuery | RolloutMarkersQuery | WeeklyReportQuery)
+            | ComponentQuery | ComponentsIndexQuery | RolloutMarkersQuery | WeeklyReportQuery
+            | FleetSummaryQuery)
 
 _RUNNERS: dict[type, Any] = {
     TrendQuery: TrendQueryRunner, LostByComponentQuery: LostByComponentQueryRunner,
@@ -123,6 +129,7 @@ _RUNNERS: dict[type, Any] = {
     FleetQuery: FleetQueryRunner, JobQuery: JobQueryRunner, ImpactQuery: ImpactQueryRunner,
     ComponentQuery: ComponentQueryRunner, ComponentsIndexQuery: ComponentsIndexQueryRunner,
     RolloutMarkersQuery: RolloutMarkersQueryRunner, WeeklyReportQuery: WeeklyReportQueryRunner,
+    FleetSummaryQuery: FleetSummaryQueryRunner,
 }
 
 
@@ -148,6 +155,8 @@ def calculate(query: ComponentsIndexQuery) -> ComponentsIndexResult: ...
 def calculate(query: RolloutMarkersQuery) -> RolloutMarkersResult: ...
 @overload
 def calculate(query: WeeklyReportQuery) -> WeeklyReportResult: ...
+@overload
+def calculate(query: FleetSummaryQuery) -> FleetSummaryResult: ...
 def calculate(query: AnyQuery) -> Any:
     """Run any query with its runner: what views, the API and reports call."""
     return _RUNNERS[type(query)](query).calculate()

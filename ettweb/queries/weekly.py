@@ -226,9 +226,44 @@ class WeeklyReportResult:
         }
 
 
+@dataclass(frozen=True)
+class FleetSummaryQuery:
+    """The fleet over any UTC days: what a report shows for a week, and what
+    ``/api/v1/fleet/summary`` answers for the same days."""
+
+    range: DateRange
+    top: int = TOP_JOBS
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.top <= 50:
+            raise ValueError(f"top must be between 1 and 50, not {self.top}")
+
+
+@dataclass(frozen=True)
+class FleetSummaryResult:
+    range: DateRange
+    numbers: WeekNumbers
+    top_jobs: list[TopJob]
+
+    def as_api(self) -> dict[str, Any]:
+        return {**self.numbers.as_api(),
+                "days": [self.range.date_from.isoformat(), self.range.date_to.isoformat()],
+                "top_jobs": [{"job": j.job, "lost_gpu_s": j.lost_gpu_s,
+                              "wall_gpu_s": j.wall_gpu_s} for j in self.top_jobs]}
+
+
+class FleetSummaryQueryRunner:
+    def __init__(self, query: FleetSummaryQuery) -> None:
+        self.query = query
+
+    def calculate(self) -> FleetSummaryResult:
+        q = self.query
+        top = TopJobsQueryRunner(TopJobsQuery(q.range, q.top)).calculate().jobs
+        return FleetSummaryResult(q.range, period_numbers(q.range), top)
+
+
 def period_numbers(days: DateRange) -> WeekNumbers:
-    """The fleet's numbers over any days, from the dashboard's runners (what a week shows and
-    what ``/api/v1/fleet/summary`` answers for the same days)."""
+    """The fleet's numbers over any days, each from the runner the dashboard uses for it."""
     trend = TrendQueryRunner(TrendQuery(days, "week")).calculate()
     lost = LostByComponentQueryRunner(LostByComponentQuery(days)).calculate()
     lifecycle = LifecycleQueryRunner(LifecycleQuery(days, "week")).calculate()
@@ -290,10 +325,10 @@ class WeeklyReportQueryRunner:
 
     def calculate(self) -> WeeklyReportResult:
         q = self.query
-        this, before = period_numbers(q.week.range), period_numbers(q.week.previous.range)
-        top = TopJobsQueryRunner(TopJobsQuery(q.week.range, q.top)).calculate().jobs
+        this = FleetSummaryQueryRunner(FleetSummaryQuery(q.week.range, q.top)).calculate()
+        before = period_numbers(q.week.previous.range)
         history, markers = _history(q.week, q.history_weeks)
-        return WeeklyReportResult(week=q.week, this=this, before=before,
-                                  components=_components(this, before, q.components),
-                                  top_jobs=top, rollouts=_rollouts(q.week),
+        return WeeklyReportResult(week=q.week, this=this.numbers, before=before,
+                                  components=_components(this.numbers, before, q.components),
+                                  top_jobs=this.top_jobs, rollouts=_rollouts(q.week),
                                   history=history, history_markers=markers)

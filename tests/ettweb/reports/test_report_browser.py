@@ -88,8 +88,8 @@ def watched(browser: Browser, live_server: LiveServer, problems: list[str],
     page = browser.new_page(viewport={"width": 1280, "height": 900})
 
     def console(message: ConsoleMessage) -> None:
-        """Console errors, but not the favicon fetch: base.html names no icon, Chromium asks."""
-        if message.type == "error" and not message.location["url"].endswith("/favicon.ico"):
+        """Every console error (base.html names its icon, so not even a favicon 404)."""
+        if message.type == "error":
             problems.append(f"console: {message.text} at {message.location}")
 
     page.on("console", console)
