@@ -33,8 +33,8 @@ class JobAdmin(admin.ModelAdmin):
 
 @admin.register(QuarantinedEvent)
 class QuarantinedEventAdmin(admin.ModelAdmin):
-    list_display = ("received_at", "source", "job", "reason")
-    search_fields = ("reason", "source", "job", "raw")
+    list_display = ("received_at", "source", "job", "reason", "raw_bytes", "lines")
+    search_fields = ("reason", "source", "job", "raw", "raw_sha256")
 
 
 @admin.register(CollectorCredential)

@@ -9,6 +9,7 @@ counts we report are exact even when two workers ingest the same batch at once.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -25,6 +26,12 @@ from ettweb.ingest.models import BatchNonce, Event, EventId, Job, QuarantinedEve
 from ettweb.rollups.logic import MARK_STALE_AFTER_S, mark_dirty
 
 BIGINT_MAX = 2**63 - 1
+#: A quarantined line keeps this many characters (plus its full size and SHA-256).
+QUARANTINE_RAW_CHARS = 4096
+#: The job id of a rejected line is looked for in its first characters only.
+QUARANTINE_JOB_SCAN_CHARS = 65536
+#: Lines kept of a batch refused whole (unauthenticated); the rest are counted.
+UNAUTHENTICATED_SAMPLE_LINES = 10
 #: attempt and rank are integer (32-bit) columns. Checked before the binary COPY, which would
 #: otherwise wrap a larger value around instead of refusing it.
 INT_MAX = 2**31 - 1
@@ -52,6 +59,8 @@ class IngestResult:
     jobs: tuple[str, ...] = field(default=(), compare=False)
     #: Jobs whose rollup refresh the caller must schedule (newly marked dirty, or stale).
     refresh: tuple[str, ...] = field(default=(), compare=False)
+    #: The batch's nonce was seen before (a redelivery or a replay of a stored batch).
+    seen_before: bool = field(default=False, compare=False)
 
     def as_dict(self) -> dict[str, int]:
         return {"stored": self.stored, "duplicates": self.duplicates, "rejected": self.rejected}
@@ -115,8 +124,12 @@ def _printable(line: Any) -> str:
 
 
 def _reject(line: Any, reason: str, source: str) -> QuarantinedEvent:
+    """A quarantine row: the line's first characters, its full size and hash, the reason."""
     raw = _printable(line)
-    return QuarantinedEvent(raw=raw, reason=reason, source=source[:200], job=_job_of(raw))
+    whole = raw.encode("utf-8")
+    return QuarantinedEvent(raw=raw[:QUARANTINE_RAW_CHARS], raw_bytes=len(whole),
+                            raw_sha256=hashlib.sha256(whole).hexdigest(), reason=reason,
+                            source=source[:200], job=_job_of(raw[:QUARANTINE_JOB_SCAN_CHARS]))
 
 
 def sort_lines(lines: Iterable[Any], source: str = "") -> _Sorted:
@@ -322,21 +335,28 @@ def _partition_key(event: dict[str, Any]) -> float:
 
 
 def reject_batch(lines: Iterable[Any], source: str, reason: str) -> IngestResult:
-    """Quarantine every line of a batch with one reason (an unauthenticated batch is not
-    parsed: its lines are kept verbatim for the operator, never stored as events)."""
-    rejected = [_reject(line, reason, source) for line in lines]
-    QuarantinedEvent.objects.bulk_create(rejected)
-    return IngestResult(stored=0, duplicates=0, rejected=len(rejected))
+    """Refuse a whole batch (it failed authentication): its first
+    ``UNAUTHENTICATED_SAMPLE_LINES`` lines are kept, for the operator to see what arrived,
+    and every line is counted. It is not parsed, and none of it is stored as an event.
+
+    Unauthenticated input is anyone's: keeping every line of it would let whoever reaches
+    the broker fill the database without a credential. The count stays exact.
+    """
+    lines = list(lines)
+    rows = [_reject(line, reason, source) for line in lines[:UNAUTHENTICATED_SAMPLE_LINES]]
+    if rows:
+        rows[-1].lines += len(lines) - len(rows)  # the lines not kept, counted
+    QuarantinedEvent.objects.bulk_create(rows)
+    return IngestResult(stored=0, duplicates=0, rejected=len(lines))
 
 
 def ingest_lines(lines: Iterable[Any], source: str = "", *, nonce: Nonce | None = None,
-                 redelivered: bool = False, any_age_partitions: bool = False) -> IngestResult:
+                 any_age_partitions: bool = False) -> IngestResult:
     """Store the valid events of a batch once each and quarantine the invalid lines.
 
     Everything a batch writes (its nonce, events, jobs, quarantined lines) commits together.
-    A batch whose ``nonce`` was seen before is quarantined whole as a replay — unless the
-    broker ``redelivered`` it (our own Celery retry after a commit, e.g. the rollup refresh
-    lost the database): then it is ingested again, all duplicates, so its jobs still refresh.
+    A batch whose ``nonce`` was seen before (a broker redelivery after a commit, our own retry,
+    or a replay) is ingested again without it: all duplicates, nothing new, its jobs refresh.
     Connection problems (OperationalError) propagate on purpose: the task retries the batch.
     ``any_age_partitions`` gives every day of the batch its partition, however old (an import
     of history, ``partitions.ensure_days``); the worker keeps the window around now.
@@ -348,9 +368,11 @@ def ingest_lines(lines: Iterable[Any], source: str = "", *, nonce: Nonce | None 
     try:
         return _store_and_mark(batch, source, nonce)
     except ReplayedBatch:
-        if not redelivered:
-            return reject_batch(lines, source, REPLAYED)
-    return _store_and_mark(batch, source, None)
+        # Seen before: the same signed lines were stored (a redelivery, or a replay). Storing
+        # them again stores nothing new (event ids), quarantines nothing, and lets the jobs
+        # refresh; quarantining it whole would copy every line of it into the quarantine.
+        pass
+    return replace(_store_and_mark(batch, source, None), seen_before=True)
 
 
 def _store_and_mark(batch: _Sorted, source: str, nonce: Nonce | None) -> IngestResult:

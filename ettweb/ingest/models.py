@@ -62,9 +62,21 @@ class Job(models.Model):
 
 
 class QuarantinedEvent(models.Model):
-    """A rejected line, kept verbatim with the reason so nothing is silently dropped."""
+    """A rejected line with the reason, so nothing is silently dropped.
 
-    raw = models.TextField()
+    ``raw`` keeps at most the first ``QUARANTINE_RAW_CHARS`` characters (with the line's full
+    size and SHA-256 beside them): anyone who can publish to the broker can send a 20 MB line,
+    and a quarantine row must not be a way to fill the database.
+    """
+
+    raw = models.TextField(help_text="the line, or its first characters (see raw_bytes)")
+    raw_bytes = models.PositiveBigIntegerField(default=0,
+                                               help_text="size of the whole line (UTF-8)")
+    raw_sha256 = models.CharField(max_length=64, blank=True, default="",
+                                  help_text="SHA-256 of the whole line")
+    lines = models.PositiveIntegerField(default=1, help_text=(
+        "rejected lines this row counts: 1, or for the last kept line of a batch refused "
+        "whole, also the lines not kept (the sum over rows is every rejected line)"))
     reason = models.TextField()
     source = models.CharField(max_length=200, blank=True, default="")
     job = models.CharField(max_length=200, blank=True, default="",
@@ -110,8 +122,8 @@ class CollectorCredential(models.Model):
 
 
 class BatchNonce(models.Model):
-    """Nonces of accepted batches, kept 2 x MAX_SKEW_S: a batch signed with a seen nonce is a
-    replay; an older one is already refused by its timestamp."""
+    """Nonces of accepted batches, kept ``NONCE_TTL_S`` (7 days): a batch with a seen nonce
+    is a replay (or a redelivery) and stores nothing new."""
 
     nonce = models.CharField(max_length=64, unique=True)
     collector_id = models.CharField(max_length=64)

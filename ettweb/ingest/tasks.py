@@ -66,8 +66,8 @@ def ingest_batch(self: Any, lines: list[str], source: str = "",
         nonce = _authenticate(auth, batch, in_process=bool(self.request.called_directly))
     except BatchRejected as exc:
         return reject_batch(batch, source, str(exc)).as_dict()
-    redelivered = _redelivered(self)
-    result: IngestResult = ingest_lines(batch, source, nonce=nonce, redelivered=redelivered)
+    result: IngestResult = ingest_lines(batch, source, nonce=nonce)
+    redelivered = _redelivered(self) or result.seen_before
     if self.request.called_directly:  # in-process caller: rollups current when we return
         refresh_jobs(result.jobs)
     else:  # a redelivery may follow a commit whose refresh was never scheduled: all its jobs

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final, Literal
 
-from django.db.models import F, Max
-from django.db.models.functions import TruncWeek
+from django.db.models import F, Max, Sum
+from django.db.models.functions import Coalesce, TruncWeek
 
 from ettweb.attribution.components import DEFAULT_PHASE_COMPONENTS, component_of
 from ettweb.rollups.models import DailyCategoryRollup, PhaseComponent
@@ -62,6 +62,13 @@ def pct(part: float, whole: float) -> float:
     return 0.0 if whole <= 0.0 else min(100.0, max(0.0, 100.0 * part / whole))
 
 
+#: The days a range may name: the day after ``date_to`` must still be a date (``date.max`` +
+#: 1 day overflows). Events carry epoch seconds, but a default range of 30 days ending on a
+#: day of 1970 reaches back into 1969, so the first day is a round one well before that.
+FIRST_DAY: Final = date(1900, 1, 1)
+LAST_DAY: Final = date(9999, 12, 30)
+
+
 def epoch(day: date) -> float:
     return datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()
 
@@ -78,6 +85,10 @@ class DateRange:
     date_to: date
 
     def __post_init__(self) -> None:
+        for name in ("date_from", "date_to"):
+            day = getattr(self, name)
+            if not FIRST_DAY <= day <= LAST_DAY:
+                raise ValueError(f"{name} {day} is outside {FIRST_DAY} to {LAST_DAY}")
         if self.date_from > self.date_to:
             raise ValueError(f"date_from {self.date_from} is after date_to {self.date_to}")
         if (self.date_to - self.date_from).days >= MAX_RANGE_DAYS:
@@ -111,6 +122,12 @@ def by_component(seconds: Mapping[str, float], mapping: Mapping[str, str]) -> di
     for category, value in seconds.items():
         grouped[component_of(category, mapping)] += value
     return {k: v for k, v in grouped.items() if v}
+
+
+def quarantined_lines(rows: Any) -> int:
+    """Rejected lines in quarantine rows: a batch refused whole keeps a sample whose
+    ``lines`` count every line of it, so this is a sum, not a row count."""
+    return int(rows.aggregate(n=Coalesce(Sum("lines"), 0))["n"])
 
 
 def day_rows(query_range: DateRange) -> Any:

@@ -30,6 +30,7 @@ from ettweb.queries.base import (
     pct,
     periods,
     phase_components,
+    quarantined_lines,
     validated,
 )
 from ettweb.rollups.models import AttemptRollup, JobRollup, RecoveryRollup
@@ -377,7 +378,8 @@ class FleetQueryRunner:
         wall, productive = totals["wall"] or 0.0, totals["productive"] or 0.0
         return FleetResult(
             rows=rows, wall_gpu_s=wall, productive_gpu_s=productive,
-            ett_pct=pct(productive, wall), quarantined=QuarantinedEvent.objects.count(),
+            ett_pct=pct(productive, wall),
+            quarantined=quarantined_lines(QuarantinedEvent.objects.all()),
             components=sorted({name for row in rows for name in row.lost_by_component_s}),
         )
 

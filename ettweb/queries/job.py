@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ettweb.attribution.engine import JobAttribution, attribute_job
 from ettweb.ingest.models import Event, Job, QuarantinedEvent
-from ettweb.queries.base import by_component, phase_components
+from ettweb.queries.base import by_component, phase_components, quarantined_lines
 from ettweb.rollups.logic import load_events, refresh_jobs
 from ettweb.rollups.models import JobRollup
 
@@ -125,7 +125,7 @@ class JobQueryRunner:
         return JobResult(
             job=self.query.job, headline=_headline(rollup), attribution=attribute_job(events),
             lost_by_component_s=by_component(rollup.lost_s, mapping),
-            quarantined=QuarantinedEvent.objects.filter(job=self.query.job).count(),
+            quarantined=quarantined_lines(QuarantinedEvent.objects.filter(job=self.query.job)),
             meta=_job_meta(self.query.job, rollup),
         )
 

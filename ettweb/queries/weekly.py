@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Final
 
-from ettweb.queries.base import DateRange, pct
+from ettweb.queries.base import FIRST_DAY, LAST_DAY, DateRange, pct
 from ettweb.queries.fleet import (
     LifecycleQuery,
     LifecycleQueryRunner,
@@ -45,6 +45,10 @@ class IsoWeek:
     week: int
 
     def __post_init__(self) -> None:
+        # The week before (the comparison) and the week after (its end) must exist too.
+        if not FIRST_DAY.year < self.year < LAST_DAY.year:
+            raise ValueError(f"year must be between {FIRST_DAY.year + 1} and "
+                             f"{LAST_DAY.year - 1}, not {self.year}")
         last = date(self.year, 12, 28).isocalendar().week  # Dec 28 is always in the last week
         if not 1 <= self.week <= last:
             raise ValueError(f"{self.year} has ISO weeks 1 to {last}, not {self.week}")

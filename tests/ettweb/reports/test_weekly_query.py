@@ -33,7 +33,9 @@ def test_iso_weeks_parse_and_refuse_by_name() -> None:
     assert IsoWeek(2026, 1).previous == IsoWeek(2025, 52)
     assert IsoWeek(2026, 53).range.date_to == date(2027, 1, 3)  # 2026 has 53 ISO weeks
     for bad, message in (("2026-47", "must look like 2026-W47"), ("2025-W53", "weeks 1 to 52"),
-                         ("2026-W00", "weeks 1 to 53"), ("W47", "must look like")):
+                         ("2026-W00", "weeks 1 to 53"), ("W47", "must look like"),
+                         ("9999-W52", "year must be between 1901 and 9998, not 9999"),
+                         ("1900-W10", "year must be between 1901 and 9998, not 1900")):
         with pytest.raises(ValueError, match=message):
             IsoWeek.parse(bad)
 

@@ -1,0 +1,40 @@
+"""Requests refused before any view runs.
+
+A NUL character (``%00``) in the path or a query parameter reaches Postgres as text, which
+Postgres refuses with an error that would surface as a 500. Forms already refuse NUL in the
+fields they validate (Django's ``ProhibitNullCharactersValidator``), but path parameters
+(``/jobs/<job>/``, ``/components/<name>/``) and the API's query parameters do not pass
+through forms; one check here covers every page, including ones added later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+
+NUL = "\x00"
+
+
+def _nul_in(request: HttpRequest) -> str | None:
+    """Where a NUL is, in words, or None."""
+    if NUL in request.path_info:
+        return "the path"
+    for key, values in request.GET.lists():
+        if NUL in key or any(NUL in value for value in values):
+            return f"query parameter {key.replace(NUL, '')!r}"
+    return None
+
+
+class RefuseNulMiddleware:
+    """400 ``bad request: NUL character in <where>`` instead of a database error."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        where = _nul_in(request)
+        if where is not None:
+            return HttpResponseBadRequest(f"bad request: NUL character in {where}",
+                                          content_type="text/plain")
+        return self.get_response(request)
