@@ -18,7 +18,12 @@ RUN pip install --no-cache-dir . \
     DATABASE_URL=postgres://build@localhost/build CELERY_BROKER_URL=redis://localhost:6379/0 \
     python manage.py collectstatic --noinput
 
-RUN useradd --system --uid 1000 ett
+# A fresh named volume takes the owner and mode of the image's directory at its mount point:
+# without these the collector (uid 1000) could not write its state into /spool, nor
+# collector-credential its secret into /credentials (docker-compose.yml).
+RUN useradd --system --uid 1000 ett \
+ && install -d -o ett -g ett -m 0755 /spool \
+ && install -d -o ett -g ett -m 0700 /credentials
 USER ett
 EXPOSE 8000
 CMD ["gunicorn", "ettweb.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3"]

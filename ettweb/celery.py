@@ -15,6 +15,8 @@ from celery import Celery
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from ettweb import brokerfix
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ettweb.settings.local")
 
 
@@ -28,6 +30,7 @@ def _settings_or_exit() -> None:
 
 
 _settings_or_exit()
+brokerfix.install()
 app = Celery("ettweb")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()

@@ -1,11 +1,14 @@
 """docker-compose.yml is production: no Docker engine here, so parse it and check every command
-names a real module, entry point or management command of this repository."""
+names a real module, entry point or management command of this repository, and that the
+collector gets the credential ingest requires (with the Dockerfile making its volumes
+writable)."""
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +90,141 @@ def test_every_service_of_ours_can_send_reports_with_links_that_work() -> None:
                          "EMAIL_USE_TLS", "DEFAULT_FROM_EMAIL", "ETT_BASE_URL"):
             assert variable in env, f"{name} lacks {variable}"
         assert env["ETT_BASE_URL"].startswith("${ETT_BASE_URL:-http")
+
+
+# --- The collector's credential (issue 13, defect 7) -------------------------------------
+# Ingest quarantines unsigned batches by default: a collector without a credential would
+# ship everything into the quarantine. The compose stack makes its own credential.
+
+COLLECTOR_ENV: dict[str, str] = SERVICES["collector"]["environment"]
+
+
+def _ensure_services() -> list[str]:
+    """Services that run ``manage.py ett_collector ensure`` (the credential's maker)."""
+    return [name for name, service in SERVICES.items()
+            if service.get("command", [])[:4] == ["python", "manage.py", "ett_collector",
+                                                  "ensure"]]
+
+
+def _ensure_options(argv: list[str]) -> dict[str, Any]:
+    """Parse a compose command with the management command's own parser, as manage.py does:
+    an unknown subcommand or option fails here as it would in the container."""
+    from django.core.management import load_command_class
+
+    command = load_command_class("ettweb.ingest", argv[2])
+    return vars(command.create_parser("manage.py", argv[2]).parse_args(argv[3:]))
+
+
+def _named_mounts(service: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """target -> (named volume, mode) for the service's named-volume mounts (short syntax)."""
+    mounts: dict[str, tuple[str, str]] = {}
+    for entry in service.get("volumes", []):
+        source, target, *mode = entry.split(":")
+        if source in (COMPOSE.get("volumes") or {}):
+            mounts[target] = (source, mode[0] if mode else "rw")
+    return mounts
+
+
+def _on_volume(service: dict[str, Any], path: str) -> tuple[str, str, str]:
+    """(volume, path inside the volume, mode) of a file path in a service's container."""
+    for target, (volume, mode) in _named_mounts(service).items():
+        if path.startswith(target.rstrip("/") + "/"):
+            return volume, path[len(target.rstrip("/")) + 1:], mode
+    pytest.fail(f"{path} is on no named volume of the service")
+
+
+def test_the_collector_signs_with_the_secret_the_credential_service_writes() -> None:
+    assert COLLECTOR_ENV.get("ETT_COLLECTOR_ID"), "the collector has no ETT_COLLECTOR_ID"
+    secret_file = COLLECTOR_ENV.get("ETT_COLLECTOR_SECRET_FILE")
+    assert secret_file, "the collector has no ETT_COLLECTOR_SECRET_FILE"
+    assert "ETT_COLLECTOR_SECRET" not in COLLECTOR_ENV, "the secret belongs in the file only"
+    makers = _ensure_services()
+    assert len(makers) == 1, f"want one service running ett_collector ensure, got {makers}"
+    maker = SERVICES[makers[0]]
+    options = _ensure_options(maker["command"])
+    assert options["collector_id"] == COLLECTOR_ENV["ETT_COLLECTOR_ID"]
+    assert options["secret_file"] == secret_file
+    volume, inside, mode = _on_volume(SERVICES["collector"], secret_file)
+    assert mode == "ro", "the collector only reads its secret"
+    assert _on_volume(maker, options["secret_file"]) == (volume, inside, "rw")
+    assert maker["image"] == OUR_IMAGE
+    assert maker["environment"] == SERVICES["web"]["environment"], "it needs the database"
+
+
+def test_the_collector_starts_after_its_credential_exists() -> None:
+    makers = _ensure_services()
+    assert len(makers) == 1, f"want one service running ett_collector ensure, got {makers}"
+    maker = makers[0]
+    assert SERVICES["collector"]["depends_on"] == {
+        maker: {"condition": "service_completed_successfully"},
+        "redis": {"condition": "service_healthy"},
+    }
+    assert SERVICES[maker]["depends_on"] == {
+        "migrate": {"condition": "service_completed_successfully"}}
+    # One-shot: a restart policy would run it again and again (and hold up the collector).
+    assert SERVICES[maker].get("restart", "no") == "no"
+
+
+def test_the_collector_is_given_only_settings_it_reads() -> None:
+    """A misspelt variable would be ignored silently by the agent: refuse it here."""
+    from collector.config import SETTINGS
+
+    known = {setting.env for setting in SETTINGS if setting.env}
+    assert set(COLLECTOR_ENV) <= known, set(COLLECTOR_ENV) - known
+    assert COLLECTOR_ENV["ETT_SPOOL_DIR"] in _named_mounts(SERVICES["collector"])
+
+
+def _dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    instructions: list[tuple[str, str]] = []
+    pending = ""
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        if line.lstrip().startswith("#") or not line.strip():
+            continue
+        pending += line.rstrip()
+        if pending.endswith("\\"):
+            pending = pending[:-1] + " "
+            continue
+        keyword, _, rest = pending.strip().partition(" ")
+        instructions.append((keyword.upper(), rest.strip()))
+        pending = ""
+    return instructions
+
+
+def _dirs_made_for(user: str, shell: str) -> set[str]:
+    """Directories a RUN line creates owned by ``user``: ``install -d -o USER`` or
+    ``mkdir`` plus ``chown USER``."""
+    made: set[str] = set()
+    created: set[str] = set()
+    chowned: set[str] = set()
+    for command in shell.split("&&"):
+        argv = shlex.split(command)
+        if not argv:
+            continue
+        paths = {arg for arg in argv[1:] if arg.startswith("/")}
+        owner = argv[argv.index("-o") + 1] if "-o" in argv[:-1] else None
+        if argv[0] == "install" and "-d" in argv and owner == user:
+            made |= paths
+        elif argv[0] == "mkdir":
+            created |= paths
+        elif argv[0] == "chown" and len(argv) > 1 and argv[1].split(":")[0] == user:
+            chowned |= paths
+    return made | (created & chowned)
+
+
+def test_the_image_owns_every_named_volume_mount_point_of_its_user() -> None:
+    """A fresh named volume copies the owner of the image's directory at its mount point;
+    where the image has none, the volume is root's and the `ett` user cannot write it (the
+    collector's state in /spool, the secret in /credentials)."""
+    instructions = _dockerfile_instructions()
+    users = [index for index, (keyword, _) in enumerate(instructions) if keyword == "USER"]
+    assert users, "the image must not run as root"
+    user = instructions[users[-1]][1]
+    owned: set[str] = set()
+    for keyword, arguments in instructions[:users[-1]]:
+        if keyword == "RUN":
+            owned |= _dirs_made_for(user, arguments)
+    targets = {target for service in SERVICES.values() if service.get("image") == OUR_IMAGE
+               for target in _named_mounts(service)}
+    assert {"/spool", "/credentials"} <= targets
+    assert targets <= owned, f"not created for {user}: {sorted(targets - owned)}"

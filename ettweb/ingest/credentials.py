@@ -34,10 +34,20 @@ class BatchRejected(Exception):
     """A batch that fails authentication; ``str(exc)`` is the quarantine reason."""
 
 
-def new_credential(name: str) -> CollectorCredential:
-    """Create a collector credential with a random id and a 256-bit secret."""
+def new_secret() -> str:
+    """A fresh 256-bit secret as hex: one generator for new and rotated credentials."""
+    return secrets.token_hex(32)
+
+
+def new_credential(name: str, collector_id: str | None = None) -> CollectorCredential:
+    """Create a collector credential with a 256-bit secret and a random id unless given.
+
+    A given id is for automation (``ett_collector ensure``), where the agent's id must be
+    known before the credential exists, e.g. written into a compose file.
+    """
     return CollectorCredential.objects.create(
-        name=name, collector_id=f"col-{secrets.token_hex(8)}", secret=secrets.token_hex(32))
+        name=name, collector_id=collector_id or f"col-{secrets.token_hex(8)}",
+        secret=new_secret())
 
 
 def _credential(collector_id: Any) -> CollectorCredential:

@@ -138,6 +138,14 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
+# Redis: a message a killed worker held is restored after this many seconds (kombu's default
+# is an hour), by a scan each worker runs every 10 s (kombu 5.7 scans only every 10th time by
+# default: up to 100 s more); ettweb/brokerfix.py says why and what it must stay above.
+ETT_BROKER_VISIBILITY_TIMEOUT_S: float = env.float_("ETT_BROKER_VISIBILITY_TIMEOUT_S", 600.0,
+                                                    minimum=10.0)
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": ETT_BROKER_VISIBILITY_TIMEOUT_S,
+                                   "unacked_restore_interval": 10,
+                                   "unacked_restore_throttle": 1}
 # Periodic tasks (``celery beat``): one schedule module, ettweb/schedule.py.
 CELERY_BEAT_SCHEDULE = BEAT_SCHEDULE
 
