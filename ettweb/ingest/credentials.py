@@ -51,8 +51,12 @@ def new_credential(name: str, collector_id: str | None = None) -> CollectorCrede
 
 
 def _credential(collector_id: Any) -> CollectorCredential:
+    # Checked before the lookup: a NUL or a lone surrogate in it would make Postgres (or the
+    # driver's UTF-8 encoder) raise inside the task, which then loses the batch it refuses.
     if not isinstance(collector_id, str) or not collector_id:
         raise BatchRejected("auth field 'collector' must be a non-empty string")
+    if len(collector_id) > 64 or not (collector_id.isascii() and collector_id.isprintable()):
+        raise BatchRejected("auth field 'collector' must be 1-64 printable ASCII characters")
     found = CollectorCredential.objects.filter(collector_id=collector_id).first()
     if found is None:
         raise BatchRejected(f"unknown collector {collector_id[:64]!r}")

@@ -127,9 +127,12 @@ def _reject(line: Any, reason: str, source: str) -> QuarantinedEvent:
     """A quarantine row: the line's first characters, its full size and hash, the reason."""
     raw = _printable(line)
     whole = raw.encode("utf-8")
+    # The reason can quote the line (an unknown field's name) and the source is whatever
+    # the publisher sent: both get the raw line's treatment, or a NUL fails the whole batch.
     return QuarantinedEvent(raw=raw[:QUARANTINE_RAW_CHARS], raw_bytes=len(whole),
-                            raw_sha256=hashlib.sha256(whole).hexdigest(), reason=reason,
-                            source=source[:200], job=_job_of(raw[:QUARANTINE_JOB_SCAN_CHARS]))
+                            raw_sha256=hashlib.sha256(whole).hexdigest(),
+                            reason=_printable(reason)[:2000], source=_printable(source)[:200],
+                            job=_job_of(raw[:QUARANTINE_JOB_SCAN_CHARS]))
 
 
 def sort_lines(lines: Iterable[Any], source: str = "") -> _Sorted:

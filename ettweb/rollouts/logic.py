@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from ettweb.rollouts.models import Rollout
 from ettweb.rollouts.scope import Scope, ScopeError, parse_scope
+from ettweb.text import unstorable
 
 MAX_NAME_CHARS: Final = 200
 MAX_NOTES_CHARS: Final = 10_000
@@ -47,7 +48,14 @@ def _name(value: Any) -> str:
     name = value.strip()
     if len(name) > MAX_NAME_CHARS:
         raise RolloutInvalid("name", f"at most {MAX_NAME_CHARS} characters")
+    _storable("name", name)
     return name
+
+
+def _storable(field: str, text: str) -> None:
+    problem = unstorable(text)
+    if problem:
+        raise RolloutInvalid(field, problem)
 
 
 def _component(value: Any, known: Sequence[str]) -> str:
@@ -85,6 +93,7 @@ def _notes(value: Any) -> str:
         raise RolloutInvalid("notes", "must be text")
     if len(value) > MAX_NOTES_CHARS:
         raise RolloutInvalid("notes", f"at most {MAX_NOTES_CHARS} characters")
+    _storable("notes", value)
     return value.strip()
 
 
@@ -110,6 +119,7 @@ def _link(value: Any) -> str:
         return ""
     if not isinstance(value, str):
         raise RolloutInvalid("link", "must be a URL")
+    _storable("link", value)
     link = http_link(value)
     if not link:
         raise RolloutInvalid("link", "must be an http:// or https:// URL")

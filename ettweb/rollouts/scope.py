@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ettweb.text import unstorable
+
 LIST_FIELDS: Final = ("models", "teams", "clusters")
 PATTERN_FIELD: Final = "job_pattern"
 FIELDS: Final = (*LIST_FIELDS, PATTERN_FIELD)
@@ -97,6 +99,9 @@ def _value(field: str, value: Any) -> str:
         raise ScopeError(field, "values must not be empty strings")
     if len(value) > MAX_VALUE_CHARS:
         raise ScopeError(field, f"values must be at most {MAX_VALUE_CHARS} characters")
+    problem = unstorable(value)
+    if problem:
+        raise ScopeError(field, f"a value {problem}")
     return value
 
 
