@@ -12,8 +12,9 @@ Why it works this way:
 * It publishes by task *name* (``ett.ingest_batch``) through a bare Celery app: the node needs
   neither Django nor the web code, and JSON is the only serializer.
 * It does not validate events: the worker does, and keeps rejected ones aside with a reason.
-  It does verify spool checksums (``collector.spool.read_records``): a corrupted record is
-  skipped and counted once, when the batch around it commits, and the rest of the segment ships.
+  It does verify spool checksums (``collector.spool.read_records``): damaged records are
+  resynchronised, intact ones (also those fused by a lost newline) ship, and each destroyed
+  event is counted once, when the batch around it commits; the rest of the segment ships.
 * Batches are signed (``collector.auth``) when the node has a credential, and a sealed segment
   is deleted only after its last byte is committed and ``keep_shipped_s`` has passed.
 * Health (backlog, shipped, dropped, corrupted, last success) is a snapshot refreshed by the
@@ -216,8 +217,9 @@ class SpoolTailer:
             self._fill_from(name, batch, max_lines, max_bytes)
 
     def _fill_from(self, name: str, batch: Batch, max_lines: int, max_bytes: int) -> None:
-        """Add this file's next records; a corrupt record is skipped and counted, and the
-        rest of the segment still ships (the shared reader resynchronises at the next line)."""
+        """Add this file's next records; a destroyed event is skipped and counted, and the
+        rest of the segment still ships. The shared reader yields one item per event (one
+        problem per destroyed event), so counting problems counts events."""
         cursor = self.read[name]
         records = read_records(self.spool_dir / name, cursor.offset)
         try:
@@ -264,13 +266,23 @@ class SpoolTailer:
         return retired
 
     def backlog_events(self) -> int:
-        """Records beyond the committed offsets (complete lines, blank ones included)."""
+        """Records beyond the committed offsets: complete lines (blank ones included), and an
+        unterminated tail — a write in progress, or a torn record waiting for its segment to
+        be sealed — because that event is on disk, unshipped, and in no other count.
+
+        Lines, not records: this runs every second over the whole backlog, so it counts
+        newlines instead of reading records. Damage that removed or added a newline in a
+        part not yet read is off by those newlines until the reader reaches it and counts
+        the events exactly (shipped or corrupted)."""
         total = 0
         for name, cur in list(self.state.files.items()):
             with contextlib.suppress(FileNotFoundError), open(self.spool_dir / name, "rb") as f:
                 f.seek(cur.offset)
+                last = b"\n"
                 while chunk := f.read(1 << 20):
                     total += chunk.count(b"\n")
+                    last = chunk[-1:]
+                total += last != b"\n"
         return total
 
     def backlog_bytes(self) -> int:

@@ -1,8 +1,11 @@
 """The collector's health: the counters an operator needs to trust that nothing is lost.
 
 Why these numbers: every event a trainer emitted ends up in exactly one of *shipped*,
-*backlog* (still on disk), *dropped* (the spool was full; counted by the Reporter) or
-*corrupted* (a record failed its checksum). Exposing all four lets a dashboard or an alert
+*backlog* (still on disk, a write in progress included), *dropped* (the spool was full;
+counted by the Reporter) or *corrupted* (its spool record was damaged: a checksum mismatch,
+an unreadable checksum, a torn write). Corrupted counts destroyed *events*, not lines: two
+records fused by a lost newline are recovered when their checksums still verify, and a
+record split by a stray newline is one. Exposing all four lets a dashboard or an alert
 prove the books balance, instead of trusting that a quiet agent is a healthy one.
 
 They leave the node two ways: Prometheus text exposition on a local port (pull, for the
@@ -47,7 +50,7 @@ _METRICS: tuple[tuple[str, str, str, str], ...] = (
     ("ett_collector_dropped_events_total", "counter",
      "Events Reporters dropped because the spool or queue was full.", "dropped_events"),
     ("ett_collector_corrupted_records_total", "counter",
-     "Spool records skipped because they failed their checksum or were torn.",
+     "Events lost to damaged spool records (bad or unreadable checksum, torn write).",
      "corrupted_records"),
     ("ett_collector_last_success_timestamp_seconds", "gauge",
      "Unix time of the last confirmed publish (0 if none).", "last_success_ts"),
