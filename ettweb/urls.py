@@ -1,17 +1,58 @@
 """Root URLs: dashboard at ``/``, rollouts, components, weekly reports, the JSON API, Django
-auth login, admin, and an unauthenticated health check."""
+auth login, admin, and an unauthenticated health check.
+
+Every page needs a login except ``/healthz``, the login pages and the token-authenticated
+unsubscribe link; tests/ettweb/test_security.py walks every pattern here to keep it so.
+"""
+
+from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import include, path
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.urls import URLPattern, URLResolver, include, path
 
 from ettweb.api.v1 import api
 from ettweb.dashboard.views import healthz
 
+#: django-ninja's schema and Swagger pages (``/api/v1/openapi.json``, ``/api/v1/docs``).
+API_DOCS = frozenset({"openapi-json", "openapi-view"})
+
+
+def _docs_need_login(
+    urls: tuple[list[URLResolver | URLPattern], str, str],
+) -> tuple[list[URLResolver | URLPattern], str, str]:
+    """The API's URLs with its docs behind the dashboard's login.
+
+    Why: the schema holds no data, but it maps every endpoint and field for whoever asks, and
+    the rule is "every URL needs a login": a reader of the docs is a dashboard user (the
+    endpoints themselves keep their bearer tokens). The same as ``NinjaAPI(docs_decorator=
+    login_required)``, applied here so the API module stays about the API.
+    """
+    patterns, app_name, namespace = urls
+    wrapped: list[URLResolver | URLPattern] = [
+        URLPattern(item.pattern, login_required(item.callback), item.default_args, item.name)
+        if isinstance(item, URLPattern) and item.name in API_DOCS else item
+        for item in patterns]
+    return wrapped, app_name, namespace
+
+
+# Log-in, log-out and password change only: no password-reset pages. Those would be open to
+# anyone and send e-mail with a reset link, and ETT has no such flow (an administrator resets
+# a password with ``manage.py ett_login USER``); password change needs a login.
+auth_urlpatterns = [
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("password_change/", auth_views.PasswordChangeView.as_view(), name="password_change"),
+    path("password_change/done/", auth_views.PasswordChangeDoneView.as_view(),
+         name="password_change_done"),
+]
+
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
-    path("accounts/", include("django.contrib.auth.urls")),
+    path("accounts/", include(auth_urlpatterns)),
     path("admin/", admin.site.urls),
-    path("api/v1/", api.urls),
+    path("api/v1/", _docs_need_login(api.urls)),
     path("rollouts/", include("ettweb.rollouts.urls")),
     path("components/", include("ettweb.components.urls")),
     path("reports/", include("ettweb.reports.urls")),

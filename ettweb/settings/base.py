@@ -6,11 +6,15 @@ Only Postgres is supported (no sqlite anywhere): the ingest path relies on
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ettweb.schedule import BEAT_SCHEDULE
 from ettweb.settings import env
+
+if TYPE_CHECKING:
+    from django.http import HttpRequest
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -64,6 +68,8 @@ INSTALLED_APPS = [
     "ettweb.reports",
     # django-ninja's own static files: the API docs page loads Swagger UI from us, not a CDN.
     "ninja",
+    # Login throttling (see AXES_* below).
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -76,6 +82,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes requires: it turns a locked-out login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "ettweb.urls"
@@ -102,6 +110,54 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+
+# axes first: it refuses a locked-out login before the password is even checked (so the
+# right password does not help a guesser), then Django's own backend authenticates.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+
+# Login throttling (django-axes, the dashboard's and the admin's login): 5 failed log-ins for
+# one username from one address lock that pair out for 15 minutes after the last failure (a
+# failure during the lock restarts it); a successful log-in clears the count. Locking the
+# pair, not the username, keeps a guesser elsewhere from locking a user out; locking the
+# pair, not the address, keeps users behind one NAT from locking each other out. Attempts
+# are kept in the database (every web process sees them), viewable in the admin, and
+# cleared with ``manage.py axes_reset``. The lockout is a page (429), not a bare 403.
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+# Behind reverse proxies every request comes from the nearest proxy's address, which would
+# make "the same address" everyone: with N proxies that each append to X-Forwarded-For, the
+# client is the N-th entry from the right (entries further left are the client's to forge).
+ETT_TRUSTED_PROXY_COUNT: int = env.int_("ETT_TRUSTED_PROXY_COUNT", 0, minimum=0)
+
+
+def client_ip(request: HttpRequest) -> str | None:
+    """The client's address for login throttling: ``REMOTE_ADDR``, or with
+    ``ETT_TRUSTED_PROXY_COUNT`` proxies the address the outermost one saw.
+
+    Why not trust X-Forwarded-For always: a client can send any X-Forwarded-For it likes, so
+    its left part would let a guesser pick a fresh address for every attempt. A header with
+    fewer entries than proxies did not come through all of them: ``REMOTE_ADDR`` then.
+    """
+    from django.conf import settings
+
+    count = int(getattr(settings, "ETT_TRUSTED_PROXY_COUNT", 0))
+    if count:
+        hops = [hop.strip() for hop in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")
+                if hop.strip()]
+        if len(hops) >= count:
+            return hops[-count]
+    remote: str | None = request.META.get("REMOTE_ADDR")
+    return remote
+
+
+AXES_CLIENT_IP_CALLABLE = client_ip
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard:jobs"
@@ -202,4 +258,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env.str_("DJANGO_LOG_LEVEL", "INFO")},
+    # django-axes announces itself on every start (each manage.py command, each worker) on
+    # stderr; its failed-login and lockout lines (other loggers) stay.
+    "loggers": {"axes.apps": {"level": "WARNING"}},
 }

@@ -3,6 +3,7 @@
 A misconfigured deployment should fail at start-up with one line that names the variable,
 not later with a stack trace from deep inside a database driver. Every helper here raises
 :class:`~django.core.exceptions.ImproperlyConfigured` whose message starts with the variable.
+Secrets (:data:`FILE_VARIABLES`) may instead be given as ``NAME_FILE``, a file to read.
 """
 
 from __future__ import annotations
@@ -33,8 +34,46 @@ def _fail(name: str, problem: str) -> ImproperlyConfigured:
     return ImproperlyConfigured(f"{name}: {problem}")
 
 
+#: Secrets that may come from a file instead (``NAME_FILE``: a path whose first line is the
+#: value), as Docker and Kubernetes secrets are mounted: a value in the environment is visible
+#: to every process that can read ``/proc/<pid>/environ`` or ``docker inspect``, a file's
+#: permissions are the operator's to choose. The URLs are here for the passwords inside them.
+FILE_VARIABLES = frozenset({"DJANGO_SECRET_KEY", "EMAIL_HOST_PASSWORD", "DATABASE_URL",
+                            "CELERY_BROKER_URL"})
+
+
+def _set(value: str | None) -> bool:
+    """Whether an environment value counts as given (blank is unset, as for every variable:
+    compose writes ``${X:-}`` as an empty string)."""
+    return value is not None and value.strip() != ""
+
+
+def _from_file(name: str, path: str) -> str:
+    """The first line of ``path`` (the ``NAME_FILE`` variable ``name``), stripped.
+
+    An unreadable or empty file is an error naming ``name``: a secret silently read as empty
+    would start a server with no key or no password.
+    """
+    try:
+        with open(path, encoding="utf-8") as handle:
+            first = handle.readline().strip()
+    except OSError as exc:
+        raise _fail(name, f"cannot read {path!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise _fail(name, f"{path!r} is not UTF-8 text") from None
+    if not first:
+        raise _fail(name, f"{path!r} is empty (the value is its first line)")
+    return first
+
+
 def _raw(name: str, default: Any) -> str | None:
     value = os.environ.get(name)
+    if name in FILE_VARIABLES:
+        path = os.environ.get(f"{name}_FILE")
+        if _set(path):
+            if _set(value):
+                raise _fail(name, f"both {name} and {name}_FILE are set; set one of them")
+            value = _from_file(f"{name}_FILE", str(path).strip())
     if value is None or value.strip() == "":
         if default is REQUIRED:
             raise _fail(name, "required but not set")
@@ -43,7 +82,10 @@ def _raw(name: str, default: Any) -> str | None:
 
 
 def str_(name: str, default: Any = REQUIRED) -> Any:
-    """A non-empty string, or ``default`` when unset (required when no default)."""
+    """A non-empty string, or ``default`` when unset (required when no default).
+
+    For a name in :data:`FILE_VARIABLES` the value may come from ``NAME_FILE`` instead.
+    """
     value = _raw(name, default)
     return default if value is None else value
 

@@ -132,6 +132,8 @@ def test_ett_api_token_prints_a_working_token_last(client: Client) -> None:
 
 
 def test_openapi_document_is_served(client: Client) -> None:
+    assert client.get("/api/v1/openapi.json").status_code == 302  # to the login page
+    client.force_login(User.objects.create_user("docs-reader"))
     schema = client.get("/api/v1/openapi.json").json()
     assert "/api/v1/rollouts/{rollout_id}/impact" in schema["paths"]
     docs = client.get("/api/v1/docs")

@@ -7,6 +7,7 @@ from io import StringIO
 import pytest
 from django.contrib.auth import authenticate
 from django.core.management import call_command
+from django.test import RequestFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -20,10 +21,12 @@ def _login(username: str) -> str:
 
 
 def test_login_works_and_reset_replaces_password() -> None:
+    # django-axes (first of AUTHENTICATION_BACKENDS) throttles by address: it needs a request.
+    request = RequestFactory().post("/accounts/login/")
     first = _login("admin")
-    assert authenticate(username="admin", password=first) is not None
+    assert authenticate(request, username="admin", password=first) is not None
     second = _login("admin")
     assert second != first
-    assert authenticate(username="admin", password=first) is None
-    user = authenticate(username="admin", password=second)
+    assert authenticate(request, username="admin", password=first) is None
+    user = authenticate(request, username="admin", password=second)
     assert user is not None and user.is_staff
