@@ -53,8 +53,7 @@ def test_a_worker_digests_the_fuzz_corpus(fleet: Workers) -> None:
             fleet.publish(batch)
             valid, bad = valid + 2, bad + len(lines)
         else:  # unsigned: refused whole, every line counted
-            fleet.app.send_task("ett.ingest_batch", args=(batch, "fuzz", None),
-                                queue=fleet.queue)
+            fleet.send(batch, "fuzz", None)
             bad += len(batch)
     deadline = time.monotonic() + 240
 
