@@ -54,9 +54,8 @@ def trend_png(history: Sequence[HistoryWeek], markers: Sequence[RolloutMarker]) 
     high = max(known, default=100.0)
     pad = max(2.0, (high - low) * 0.25)
     axes.set_ylim(max(0.0, low - pad), min(100.0, high + pad) + 2)
-    row = 0
     axes.set_xlim(-0.6, len(history) - 0.4)
-    previous = None
+    previous, row = None, 0
     for number, marker in enumerate(markers, start=1):
         at = _position(marker.at, history[0]) if history else 0.0
         axes.axvline(at, color=MARKER, linewidth=1, linestyle="--", zorder=2)

@@ -6,10 +6,10 @@ from typing import Any
 
 from django import forms
 
+from ettweb.components.logic import known_components
 from ettweb.queries import IsoWeek
 from ettweb.reports.models import Subscription
 from ettweb.reports.subscriptions import (
-    all_components,
     check_address,
     check_time_zone,
     owner_teams,
@@ -42,7 +42,7 @@ class SubscriptionForm(forms.ModelForm):
         teams = self.fields["teams"]
         assert isinstance(components, forms.MultipleChoiceField)
         assert isinstance(teams, forms.MultipleChoiceField)
-        components.choices = [(c, c) for c in all_components()]
+        components.choices = [(c, c) for c in known_components()]
         teams.choices = [(t, t) for t in owner_teams()]
         # Django's validator runs before clean_email: same words as check_address, naming it.
         self.fields["email"].error_messages["invalid"] = "%(value)r is not a valid e-mail address"

@@ -17,7 +17,6 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 
-from ettweb.components.logic import known_components
 from ettweb.components.models import Component
 from ettweb.reports.models import Subscription
 
@@ -110,8 +109,3 @@ def ensure_owner_subscriptions() -> int:
             "teams": subscription.teams})
         created += made
     return created
-
-
-def all_components() -> list[str]:
-    """What a subscription may follow: every component the dashboard knows."""
-    return known_components()

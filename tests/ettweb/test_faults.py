@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,7 @@ from broker_queues import delete_queue
 from celery import Celery
 from django.conf import settings
 from django.db import connection, transaction
+from waiting import a_session_waits_on_a_lock, wait_until
 
 from collector.auth import sign_batch
 from ettweb.ingest.credentials import new_credential
@@ -91,26 +92,8 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
         running.stop()
 
 
-def _wait_until(predicate: Callable[[], bool], timeout: float, fleet: Fleet) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    pytest.fail(f"timed out; worker logs:\n{fleet.logs()}")
-
-
 def _stored(job: str) -> int:
     return Event.objects.filter(job=job).count()
-
-
-def _a_session_waits_on_a_lock() -> bool:
-    with connection.cursor() as cursor:
-        # Inside a transaction pg_stat_activity is a snapshot taken at first use: drop it.
-        cursor.execute("SELECT pg_stat_clear_snapshot()")
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                       "AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'")
-        return bool(cursor.fetchone()[0])
 
 
 def _pool_children(pid: int) -> list[int]:
@@ -125,7 +108,7 @@ def test_two_workers_store_overlapping_batches_exactly_once(fleet: Fleet) -> Non
         fleet.start_worker(worker)
     for batch in batches + batches[::2]:  # every other batch sent twice (fresh signatures)
         fleet.publish(batch)
-    _wait_until(lambda: _stored(job) == 20 * 200, 120, fleet)
+    wait_until(lambda: _stored(job) == 20 * 200, 120, fleet.logs)
     time.sleep(2.0)  # the resent batches drain as duplicates
     assert _stored(job) == 20 * 200
     assert Event.objects.filter(job=job).values("event_id").distinct().count() == 20 * 200
@@ -133,7 +116,7 @@ def test_two_workers_store_overlapping_batches_exactly_once(fleet: Fleet) -> Non
     for worker in ("a", "b"):  # both took batches: they really ran concurrently
         assert "succeeded" in (fleet.tmp_path / f"{worker}.log").read_text()
     # The debounced refreshes the workers scheduled leave the job's rollup exact.
-    _wait_until(lambda: not DirtyJob.objects.exists(), 60, fleet)
+    wait_until(lambda: not DirtyJob.objects.exists(), 60, fleet.logs)
     assert JobRollup.objects.get(job=job).events == 20 * 200
 
 
@@ -143,17 +126,17 @@ def test_worker_killed_mid_batch_loses_nothing(fleet: Fleet) -> None:
     for batch in batches:
         fleet.publish(batch)
     main = fleet.start_worker("victim")
-    _wait_until(lambda: _stored(job) > 0, 90, fleet)
+    wait_until(lambda: _stored(job) > 0, 90, fleet.logs)
     with transaction.atomic(), connection.cursor() as cursor:
         # Hold the next batch mid-flight (parsed, nonce claimed, its insert waiting on this
         # lock), so the kill lands inside a batch, never between two.
         cursor.execute(f"LOCK TABLE {EventId._meta.db_table} IN SHARE MODE")
-        _wait_until(_a_session_waits_on_a_lock, 60, fleet)
+        wait_until(a_session_waits_on_a_lock, 60, fleet.logs)
         children = _pool_children(main.pid)
         assert children
         for child in children:  # the pool process holds the batch in flight
             os.kill(child, signal.SIGKILL)
-    _wait_until(lambda: _stored(job) == 30 * 2000, 180, fleet)
+    wait_until(lambda: _stored(job) == 30 * 2000, 180, fleet.logs)
     assert not QuarantinedEvent.objects.exists()
     assert "WorkerLostError" in (fleet.tmp_path / "victim.log").read_text()
 
@@ -164,11 +147,11 @@ def test_database_connections_cut_under_a_running_worker(fleet: Fleet) -> None:
     fleet.start_worker("survivor")
     for batch in batches:
         fleet.publish(batch)
-    _wait_until(lambda: _stored(job) > 0, 90, fleet)
+    wait_until(lambda: _stored(job) > 0, 90, fleet.logs)
     for _ in range(3):  # Postgres "restarts" under the worker: every other session dies
         with connection.cursor() as cursor:
             cursor.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                            "WHERE datname = current_database() AND pid <> pg_backend_pid()")
         time.sleep(0.3)
-    _wait_until(lambda: _stored(job) == 30 * 1000, 180, fleet)
+    wait_until(lambda: _stored(job) == 30 * 1000, 180, fleet.logs)
     assert not QuarantinedEvent.objects.exists()

@@ -25,6 +25,7 @@ from broker_queues import delete_queue
 from celery import Celery
 from django.conf import settings
 from django.db import connection
+from waiting import wait_until
 
 from collector.auth import sign_batch
 from ettweb.ingest.credentials import new_credential
@@ -73,15 +74,6 @@ def _start_worker(queue: str, log: Path) -> subprocess.Popen[bytes]:
              "--without-gossip"], cwd=ROOT, env=environ, stdout=out, stderr=subprocess.STDOUT)
 
 
-def _wait_until(predicate: Callable[[], bool], timeout: float, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    pytest.fail(f"timed out; worker log:\n{log.read_text()[-4000:]}")
-
-
 def test_the_worker_refuses_pickle_and_yaml_and_stores_json(queue: str, tmp_path: Path) -> None:
     credential = new_credential(f"serializers-{queue}")
     publisher = Celery(broker=settings.CELERY_BROKER_URL)
@@ -103,8 +95,12 @@ def test_the_worker_refuses_pickle_and_yaml_and_stores_json(queue: str, tmp_path
 
     log = tmp_path / "worker.log"
     worker = _start_worker(queue, log)
+
+    def tail() -> str:
+        return log.read_text()[-4000:]
+
     try:
-        _wait_until(lambda: Event.objects.filter(job=f"json-{run}").count() == 3, 120, log)
+        wait_until(lambda: Event.objects.filter(job=f"json-{run}").count() == 3, 120, tail)
         assert worker.poll() is None, "the worker died"
         for job in (f"pickle-{run}", f"pickle-code-{run}", f"yaml-{run}"):
             assert not Event.objects.filter(job=job).exists(), job
@@ -112,7 +108,7 @@ def test_the_worker_refuses_pickle_and_yaml_and_stores_json(queue: str, tmp_path
         assert not marker.exists(), "the worker unpickled the message"
         # Still alive and still storing after the refusals.
         publish(f"json-after-{run}", "json")
-        _wait_until(lambda: Event.objects.filter(job=f"json-after-{run}").count() == 3, 60, log)
+        wait_until(lambda: Event.objects.filter(job=f"json-after-{run}").count() == 3, 60, tail)
         # Each refused once, with the reason (rejected, not requeued to be refused again).
         text = log.read_text()
         assert text.count(f"{REFUSED} pickle (application/x-python-serialize)") == 2, text
