@@ -387,6 +387,9 @@ class Agent:
         self._broker_ok = False
         self.health = HealthStats()
         self.metrics: MetricsServer | None = None
+        # A report's place in this agent's order: the broker may deliver an older one after a
+        # newer one (a redelivery), and the server keeps only the newest of each source.
+        self._report_epoch, self._report_seq = time.time(), 0
 
     def stop(self) -> None:
         """Ask the agent to finish: the batch in hand is shipped once more, then it exits."""
@@ -453,8 +456,11 @@ class Agent:
     def _send_health(self) -> None:
         """Best effort, never retried: the next report carries the same totals anyway."""
         self._last_health = time.monotonic()
+        self._report_seq += 1
+        report = {**self.health.as_dict(), "report_epoch": self._report_epoch,
+                  "report_seq": self._report_seq}
         try:
-            self.publisher.publish_health(self.health.as_dict())
+            self.publisher.publish_health(report)
         except Exception as exc:  # a broker problem shows up in the batch path too
             log.warning("health report not sent (%s: %s)", type(exc).__name__, exc)
             self.publisher.reset()

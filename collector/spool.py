@@ -40,6 +40,8 @@ from pathlib import Path
 
 SEGMENT_SUFFIX = ".jsonl"
 DROPPED_SUFFIX = ".dropped"
+#: The sidecar's fixed size: a JSON object padded with spaces, ending in a newline.
+SIDECAR_BYTES = 256
 FSYNC_POLICIES = ("never", "interval", "always")
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 #: Single bytes as ints: ``9 in line`` is a memchr, ``b"\t" in line`` a general search.
@@ -393,6 +395,11 @@ def spool_bytes(directory: Path) -> int:
     return total
 
 
+def _sidecar_record(dropped: int, invalid: int) -> bytes:
+    body = json.dumps({"dropped": dropped, "invalid": invalid, "updated": time.time()}).encode()
+    return body.ljust(SIDECAR_BYTES - 1) + b"\n"
+
+
 def dropped_events(directory: Path) -> int:
     """The sum of every writer's dropped count in ``directory`` (from the sidecars)."""
     total = 0
@@ -427,6 +434,7 @@ class SegmentWriter:
         self._used: int | None = None  # bytes in the directory at the last look, plus ours
         self._used_at = 0.0
         self.dropped = 0
+        self._sidecar_fd: int | None = None
 
     @property
     def path(self) -> Path:
@@ -442,6 +450,9 @@ class SegmentWriter:
         The rest are counted in :attr:`dropped`. On an OSError the segment is cut back to
         where it was (so a later write cannot glue onto half a record) and it propagates.
         """
+        if self._sidecar_fd is None:
+            with contextlib.suppress(OSError):  # a full disk: record_dropped tries again
+                self.reserve_sidecar()
         records = [frame(line) + "\n" for line in lines]
         fitting = self._fitting(records)
         self.dropped += len(records) - len(fitting)
@@ -514,21 +525,48 @@ class SegmentWriter:
         os.close(self._fd)
         self._fd = None
 
-    def record_dropped(self, dropped: int, invalid: int) -> None:
-        """Write the owner's drop counts to the sidecar atomically (tmp + rename)."""
+    def reserve_sidecar(self) -> None:
+        """Create the drop-count sidecar at its full size, before the disk can fill up.
+
+        :meth:`record_dropped` then only ever overwrites those bytes in place, which needs no
+        new block: a disk full of spool can still be told how much it dropped. (A temp file
+        renamed over it, as before, needed a new block, so on a full disk the counts never
+        reached the agent: ``bench.soak``'s full-spool fault found it.)
+        """
+        if self._sidecar_fd is not None:
+            return
         self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.dropped_path.with_name(self.dropped_path.name + ".tmp")
-        tmp.write_text(json.dumps({"dropped": dropped, "invalid": invalid,
-                                   "updated": time.time()}))
-        os.replace(tmp, self.dropped_path)
+        fd = os.open(self.dropped_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size < SIDECAR_BYTES:
+                os.pwrite(fd, _sidecar_record(0, 0), 0)
+        except OSError:
+            os.close(fd)
+            raise
+        self._sidecar_fd = fd
+
+    def record_dropped(self, dropped: int, invalid: int) -> None:
+        """Overwrite the sidecar in place with the owner's drop counts (one ``pwrite``).
+
+        The record is one fixed-size write at offset 0, well inside one page, so a reader sees
+        the old counts or the new ones.
+        """
+        self.reserve_sidecar()
+        assert self._sidecar_fd is not None
+        os.pwrite(self._sidecar_fd, _sidecar_record(dropped, invalid), 0)
 
     def close(self) -> None:
         """Seal the current segment; the writer is finished."""
         self._seal()
+        if self._sidecar_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._sidecar_fd)
+            self._sidecar_fd = None
 
     def forget_after_fork(self) -> None:
         """In a forked child: drop the parent's descriptor without sealing the parent's file."""
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-            self._fd = None
+        for fd in (self._fd, self._sidecar_fd):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._fd = self._sidecar_fd = None

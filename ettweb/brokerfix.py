@@ -20,30 +20,88 @@
    countdown refresh tasks make holding a message the usual state. :func:`install` makes that
    restore a logged no-op when the connection is already gone: the messages stay in the
    ``unacked`` hash (Redis keeps it, with ``--appendonly yes`` across restarts too) and the
-   visibility timeout restores them, while the worker reconnects.
+   visibility timeout restores them, while the worker reconnects. The same holds for an ack or
+   reject of a message the pool finished during the outage: after the reconnect the old
+   channel may be closed (no pool, no connection), and kombu's ack raised the same kind of
+   ``AttributeError`` (the worker exited). That ack is now skipped with a warning; the message
+   stays in the broker and comes back after the visibility timeout, to an idempotent task.
+
+3. **A delivered message is in the unacked hash before it leaves Redis.** kombu delivers with
+   ``BRPOP`` and records the message as unacknowledged only after the reply is parsed, in a
+   second round trip. A message between the two lives only in a socket buffer: a worker killed
+   then (or one whose BRPOP reply waits, paused, for prefetch credit), a connection dropped or a
+   Redis killed after the pop, and the message is gone with nothing left to restore
+   (celery/celery#7950; ``python -m bench.soak`` traced such batches to a pop with no unacked
+   entry in the AOF). :func:`install` replaces the BRPOP with one Lua script that pops *and*
+   records the message in ``unacked``/``unacked_index`` atomically — in one AOF transaction —
+   so after any crash it is either still queued or restorable. A script cannot block, so an
+   idle channel polls every :data:`POLL_S` seconds instead of waiting server-side: at most that
+   much added latency, and a few cheap calls a second per idle worker. Channels that consume a
+   queue without acks (which nobody restores) and key-prefixed clients keep kombu's BRPOP.
 """
 
 from __future__ import annotations
 
 import logging
+from time import monotonic, time
 from typing import Any
 
 log = logging.getLogger(__name__)
 _INSTALLED = "_ett_restore_guard"
 
+#: How often an idle channel asks Redis for a message (seconds).
+POLL_S = 0.1
+
+#: Pop the first message of KEYS (in BRPOP's order) and record it as unacknowledged exactly as
+#: kombu's ``QoS.append`` does (``unacked[tag] = [payload, exchange, routing_key]``, the index
+#: scored with the client's clock), in one atomic step. A message without a delivery tag is
+#: returned unrecorded, as BRPOP would have (kombu then records it itself).
+POP_AND_HOLD = """
+local unacked, index, now = ARGV[1], ARGV[2], ARGV[3]
+for i = 1, #KEYS do
+  local item = redis.call('RPOP', KEYS[i])
+  if item then
+    local ok, payload = pcall(cjson.decode, item)
+    if ok and type(payload) == 'table' and type(payload.properties) == 'table' then
+      local properties = payload.properties
+      local tag = properties.delivery_tag
+      local info = properties.delivery_info
+      if type(tag) == 'string' and type(info) == 'table' then
+        redis.call('ZADD', index, now, tag)
+        redis.call('HSET', unacked, tag, '[' .. item .. ',' .. cjson.encode(info.exchange)
+                   .. ',' .. cjson.encode(info.routing_key) .. ']')
+      end
+    end
+    return {KEYS[i], item}
+  end
+end
+return false
+"""
+
 
 def install() -> None:
-    """Guard ``kombu.transport.redis.QoS.restore_unacked`` (idempotent)."""
+    """Install the three guards on kombu's Redis transport (idempotent)."""
     from kombu.transport import redis as kombu_redis
 
     qos = kombu_redis.QoS
     if getattr(qos.restore_unacked, _INSTALLED, False):
         return
+    _guard_restore(qos)
+    _guard_ack(qos)
+    _hold_on_pop(kombu_redis.Channel, kombu_redis.Transport)
+
+
+def _connection_gone(qos: Any) -> bool:
+    """The channel of ``qos`` has lost its transport connection (closed after an outage)."""
+    transport = getattr(qos.channel, "connection", None)
+    return getattr(transport, "client", None) is None
+
+
+def _guard_restore(qos: Any) -> None:
     original = qos.restore_unacked
 
     def restore_unacked(self: Any, client: Any = None) -> Any:
-        transport = getattr(self.channel, "connection", None)
-        if client is None and getattr(transport, "client", None) is None:
+        if client is None and _connection_gone(self):
             held = len(self._delivered)
             if held:
                 log.warning("broker connection already gone: %d unacknowledged message(s) "
@@ -54,4 +112,87 @@ def install() -> None:
         return original(self, client)
 
     setattr(restore_unacked, _INSTALLED, True)
-    qos.restore_unacked = restore_unacked  # type: ignore[method-assign]
+    qos.restore_unacked = restore_unacked
+
+
+def _guard_ack(qos: Any) -> None:
+    from kombu.transport import virtual
+
+    original_ack, original_reject = qos.ack, qos.reject
+
+    def _settle(self: Any, what: str, delivery_tag: str, call: Any) -> Any:
+        try:
+            return call()
+        except AttributeError:
+            # Only a closed channel makes kombu raise this (its pool and connection are None);
+            # anything else is a bug of ours or kombu's and must not be swallowed.
+            if not (self.channel.closed or _connection_gone(self)):
+                raise
+            log.warning("%s after the broker connection closed: message %s stays in the "
+                        "broker and comes back after the visibility timeout", what,
+                        delivery_tag)
+            return virtual.QoS.ack(self, delivery_tag)
+
+    def ack(self: Any, delivery_tag: str) -> Any:
+        return _settle(self, "ack", delivery_tag, lambda: original_ack(self, delivery_tag))
+
+    def reject(self: Any, delivery_tag: str, requeue: bool = False) -> Any:
+        return _settle(self, "reject", delivery_tag,
+                       lambda: original_reject(self, delivery_tag, requeue))
+
+    qos.ack, qos.reject = ack, reject
+
+
+def _hold_on_pop(channel_class: Any, transport_class: Any) -> None:
+    """Deliver with :data:`POP_AND_HOLD` instead of BRPOP (see the module's point 3)."""
+    original_start, original_consume = channel_class._brpop_start, channel_class.basic_consume
+    original_register = transport_class.register_with_event_loop
+
+    def basic_consume(self: Any, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
+        if no_ack:
+            self._ett_no_ack = True  # nobody restores such a message: recording it is wrong
+        return original_consume(self, queue, no_ack, *args, **kwargs)
+
+    def _brpop_start(self: Any, timeout: float | None = None) -> None:
+        if getattr(self, "_ett_no_ack", False) or self.global_keyprefix:
+            return original_start(self, timeout)
+        if monotonic() - getattr(self, "_ett_empty_at", float("-inf")) < POLL_S:
+            return None  # polled empty a moment ago; the event loop comes back within POLL_S
+        queues = self._queue_cycle.consume(len(self.active_queues))
+        if not queues:
+            return None
+        keys = [self._q_for_pri(queue, pri) for pri in self.priority_steps for queue in queues]
+        self._in_poll = self.client.connection
+        self._brpop_sent_at = monotonic()
+        self.client.connection.send_command(
+            "EVAL", POP_AND_HOLD, len(keys), *keys,
+            self.unacked_key, self.unacked_index_key, repr(time()))
+        return None
+
+    original_read = channel_class._brpop_read
+
+    def _brpop_read(self: Any, **options: Any) -> Any:
+        try:
+            return original_read(self, **options)
+        except Exception:
+            self._ett_empty_at = monotonic()  # Empty (nothing queued) or a connection error
+            raise
+
+    def register_with_event_loop(self: Any, connection: Any, loop: Any) -> Any:
+        result = original_register(self, connection, loop)
+        # A timer keeps the event loop ticking at least every POLL_S, so an idle channel's
+        # next poll is sent on time even when no socket becomes readable.
+        tref = getattr(self.cycle, "_ett_poll_tref", None)
+        if tref is not None:
+            tref.cancel()
+        self.cycle._ett_poll_tref = loop.call_repeatedly(POLL_S, _tick)
+        return result
+
+    channel_class.basic_consume = basic_consume
+    channel_class._brpop_start = _brpop_start
+    channel_class._brpop_read = _brpop_read
+    transport_class.register_with_event_loop = register_with_event_loop
+
+
+def _tick() -> None:
+    """Nothing to do: firing at all is what wakes the event loop."""

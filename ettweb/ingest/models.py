@@ -145,6 +145,10 @@ class CollectorHealth(models.Model):
     corrupted_records = models.BigIntegerField(default=0)
     spool_files = models.BigIntegerField(default=0)
     last_success_ts = models.FloatField(null=True, blank=True)
+    # Which report this is, in its agent's order (start time, then a counter): an older report
+    # delivered late never replaces a newer one. 0/0 for agents that do not say.
+    report_epoch = models.FloatField(default=0.0)
+    report_seq = models.BigIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -16,6 +16,8 @@ from typing import Any
 
 from celery import shared_task
 from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
 
 from ettweb.ingest import partitions
 from ettweb.ingest.credentials import BatchRejected, prune_nonces, verify_batch
@@ -106,7 +108,34 @@ def _health_values(stats: Any) -> dict[str, Any]:
     if last is not None and (isinstance(last, bool) or not isinstance(last, int | float)):
         raise BatchRejected("health stat 'last_success_ts' must be a number or null")
     values["last_success_ts"] = None if last is None else float(last)
+    epoch, seq = stats.get("report_epoch"), stats.get("report_seq")
+    if (epoch is None) != (seq is None):
+        raise BatchRejected("health stats 'report_epoch' and 'report_seq' come together")
+    if epoch is not None:
+        if isinstance(epoch, bool) or not isinstance(epoch, int | float) or not epoch >= 0:
+            raise BatchRejected("health stat 'report_epoch' must be a number >= 0")
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+            raise BatchRejected("health stat 'report_seq' must be an integer >= 0")
+        values.update(report_epoch=float(epoch), report_seq=seq)
     return values
+
+
+def store_health(source: str, values: dict[str, Any]) -> bool:
+    """Keep ``values`` as ``source``'s latest report unless a newer one is stored already.
+
+    Reports of agents that give no order (no ``report_epoch``) replace whatever is stored.
+    Returns whether this report was kept.
+    """
+    if "report_epoch" not in values:
+        CollectorHealth.objects.update_or_create(source=source, defaults=values)
+        return True
+    _, created = CollectorHealth.objects.get_or_create(source=source, defaults=values)
+    if created:
+        return True
+    epoch, seq = values["report_epoch"], values["report_seq"]
+    older = Q(report_epoch__lt=epoch) | Q(report_epoch=epoch, report_seq__lt=seq)
+    return bool(CollectorHealth.objects.filter(older, source=source)
+                .update(**values, updated_at=timezone.now()))
 
 
 @shared_task(name="ett.collector_health", **DATABASE_RETRY)
@@ -115,7 +144,8 @@ def collector_health(source: str, stats: dict[str, Any],
     """Store a collector's latest health report (signed like a batch over the stats JSON).
 
     A rejected report is logged and dropped: it carries counters, not events, and the next
-    report (every few seconds) replaces it anyway.
+    report (every few seconds) replaces it anyway. One older than the stored report (by its
+    ``report_epoch``/``report_seq``: a redelivery after a newer one) is dropped too.
     """
     try:
         nonce = _authenticate(auth, [json.dumps(stats, sort_keys=True)])
@@ -123,9 +153,10 @@ def collector_health(source: str, stats: dict[str, Any],
     except BatchRejected as exc:
         logger.warning("health report from %r rejected: %s", source, exc)
         return
-    CollectorHealth.objects.update_or_create(
-        source=str(source)[:200],
-        defaults={**values, "collector_id": nonce.collector_id if nonce else ""})
+    if not store_health(str(source)[:200],
+                        {**values, "collector_id": nonce.collector_id if nonce else ""}):
+        logger.info("health report %s/%s from %r is older than the one stored: kept the newer",
+                    values["report_epoch"], values["report_seq"], source)
 
 
 @shared_task(name="ett.ensure_event_partitions", **DATABASE_RETRY)

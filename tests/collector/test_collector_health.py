@@ -109,5 +109,8 @@ def test_follow_mode_sends_health_on_its_interval(tmp_path: Path, broker: Broker
     assert last.stats["shipped_events"] == 1 and last.stats["spool_files"] == 1
     assert set(last.stats) == {"backlog_bytes", "backlog_events", "shipped_events",
                                "dropped_events", "corrupted_records", "last_success_ts",
-                               "spool_files"}
+                               "spool_files", "report_epoch", "report_seq"}
     assert time.time() - last.stats["last_success_ts"] < 60
+    # In the agent's order: one run (one epoch), the counter rising report by report.
+    assert len({m.stats["report_epoch"] for m in broker.health}) == 1
+    assert [m.stats["report_seq"] for m in broker.health] == list(range(1, len(broker.health) + 1))

@@ -3,6 +3,7 @@ training become spans with the right bounds, and nothing it does can block or br
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -501,3 +502,42 @@ def test_sigterm_flushes_then_hands_the_signal_on(tmp_path: Path, mode: str) -> 
 def test_fsync_policy_names_the_bad_value(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="fsync must be one of"):
         Reporter(job="j", spool_dir=tmp_path, fsync="sometimes", heartbeat_s=0)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 64 KiB filesystem (tmpfs): writes past it fail with ENOSPC."""
+    import subprocess
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
+                          capture_output=True, text=True, check=False)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_drops_on_a_full_disk_reach_the_sidecar(small_disk: Path) -> None:
+    """ENOSPC: every event that did not fit is counted, and the count reaches the sidecar the
+    agent ships, although the disk has no room left for a new file (the counts used to go
+    through a temp file, which a full disk refused: they never reached the agent)."""
+    from collector.spool import dropped_events
+
+    reporter = Reporter(job="full", spool_dir=small_disk, heartbeat_s=0, flush_interval_s=0.01)
+    for i in range(100):
+        reporter.span("eval", float(i), float(i) + 1)
+    assert reporter.flush()
+    filler = os.open(small_disk / "filler", os.O_WRONLY | os.O_CREAT)  # someone fills it
+    with contextlib.suppress(OSError):
+        while os.write(filler, b"x" * 4096):
+            pass
+    os.close(filler)
+    for i in range(100, 350):
+        reporter.span("eval", float(i), float(i) + 1)
+    assert reporter.shutdown()
+    assert len(spooled(small_disk)) == 100
+    assert reporter.dropped_full == 250 == dropped_events(small_disk)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,115 +24,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from celery import Celery
 from django.db import connection, transaction
-from waiting import a_session_waits_on_a_lock, wait_until
 
-from collector.auth import sign_batch
-from ettweb.embedded import _redis_executable
-from ettweb.ingest.credentials import new_credential
+from ettweb import brokerfix
 from ettweb.ingest.models import Event, EventId, QuarantinedEvent
-from ettweb.settings.env import database_url
+from tests.ettweb.waiting import a_session_waits_on_a_lock, wait_until
+from tests.ettweb.worker_fleet import ROOT, VISIBILITY_S, PrivateRedis, Workers
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-ROOT = Path(__file__).resolve().parents[2]
-VISIBILITY_S = 10
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class PrivateRedis:
-    """redis-server on a port and directory of its own; stop() and start() at will."""
-
-    def __init__(self, root: Path) -> None:
-        self.port, self.dir = _free_port(), root / "redis"
-        self.dir.mkdir()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [str(_redis_executable()), "--port", str(self.port), "--bind", "127.0.0.1",
-             "--dir", str(self.dir), "--appendonly", "yes", "--appendfsync", "always",
-             "--save", ""], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith(b"+PONG"):
-                        return
-            except OSError:
-                time.sleep(0.1)
-        pytest.fail("private redis-server did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=20)
-            self.proc = None
-
-
-class Workers:
-    """Celery workers on a private queue of the private Redis, each in its own session."""
-
-    def __init__(self, tmp_path: Path, redis: PrivateRedis) -> None:
-        self.tmp_path, self.queue = tmp_path, f"ett-broker-{uuid.uuid4().hex[:8]}"
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.credential = new_credential(f"broker-{self.queue}")
-        self.app = Celery(broker=redis.url)
-        self.app.conf.update(task_serializer="json", accept_content=["json"])
-        self.broker_url = redis.url  # Celery prefers $CELERY_BROKER_URL to broker=: say it
-        self.env = dict(os.environ, DJANGO_SETTINGS_MODULE="ettweb.settings.test",
-                        DATABASE_URL=database_url(connection.settings_dict),
-                        CELERY_BROKER_URL=redis.url, PYTHONUNBUFFERED="1",
-                        ETT_BROKER_VISIBILITY_TIMEOUT_S=str(VISIBILITY_S),
-                        ETT_ROLLUP_REFRESH_DELAY_S="30")
-
-    def start(self, name: str) -> subprocess.Popen[bytes]:
-        log = open(self.tmp_path / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "ettweb.celery", "worker", "-Q", self.queue,
-             "-n", f"{name}@%h", "--concurrency", "1", "--pool", "prefork", "--loglevel", "INFO",
-             "--without-heartbeat", "--without-mingle", "--without-gossip"],
-            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True)  # its own process group: killpg reaches pool children
-        self.procs.append(proc)
-        return proc
-
-    def publish(self, lines: list[str]) -> None:
-        auth = sign_batch(self.credential.collector_id, self.credential.secret, lines)
-        self.send(lines, "broker-test", auth)
-
-    def send(self, lines: list[str], source: str, auth: object) -> None:
-        """Publish to the private Redis, whatever $CELERY_BROKER_URL says (CI sets it)."""
-        with self.app.connection_for_write(self.broker_url) as connection:
-            self.app.send_task("ett.ingest_batch", args=(lines, source, auth),
-                               queue=self.queue, connection=connection)
-
-    def log(self, name: str) -> str:
-        return (self.tmp_path / f"{name}.log").read_text(errors="replace")
-
-    def logs(self) -> str:
-        return "\n".join(p.read_text(errors="replace")[-3000:]
-                         for p in self.tmp_path.glob("*.log"))
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
 
 
 @pytest.fixture
@@ -202,3 +100,92 @@ def test_a_worker_survives_a_redis_restart_while_holding_a_message(
     wait_until(lambda: _stored(second) == 50, 90, workers.logs)
     assert worker.poll() is None, workers.log("survivor")[-3000:]
     assert "Unrecoverable error" not in workers.log("survivor")
+
+
+#: A consumer that dies (as kill -9 would: no close, no restore) after its delivery command
+#: went out and Redis answered, but before it read the answer.
+DIES_WITH_THE_REPLY_UNREAD = r"""
+import os, sys, time
+from kombu import Connection, Exchange, Queue
+from ettweb import brokerfix
+brokerfix.install()
+url, name = sys.argv[1], sys.argv[2]
+with Connection(url, transport_options={"visibility_timeout": 3600}) as conn:
+    queue = Queue(name, Exchange(name), routing_key=name)
+    conn.Producer().publish({"n": 1}, exchange=queue.exchange, routing_key=name,
+                            declare=[queue], serializer="json")
+    channel = conn.default_channel
+    channel.basic_consume(name, False, lambda message: None, "ctag")
+    channel.client.connection = channel.client.connection_pool.get_connection()
+    channel._brpop_start()
+    time.sleep(0.5)
+    os._exit(0)
+"""
+
+
+def test_a_message_popped_by_a_consumer_that_dies_is_held_not_lost(
+        redis: PrivateRedis, tmp_path: Path) -> None:
+    """The delivery and the unacked record are one atomic step (ettweb/brokerfix.py point 3):
+    with kombu's BRPOP the message left Redis with the reply and died with the consumer."""
+    import redis as redis_py
+    from kombu import Connection
+
+    name = f"held-{uuid.uuid4().hex[:6]}"
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="ettweb.settings.test")
+    subprocess.run([sys.executable, "-c", DIES_WITH_THE_REPLY_UNREAD, redis.url, name],
+                   cwd=ROOT, env=env, check=True, timeout=60)
+    server = redis_py.Redis.from_url(redis.url)
+    assert server.llen(name) == 0  # it was delivered ...
+    assert server.hlen("unacked") == 1 and server.zcard("unacked_index") == 1  # ... and held
+    time.sleep(1.5)
+    with Connection(redis.url, transport_options={"visibility_timeout": 1}) as conn:
+        conn.default_channel.qos.restore_visible(interval=1)  # what every worker runs
+    assert server.llen(name) == 1 and server.hlen("unacked") == 0
+    payload = json.loads(server.lindex(name, 0))
+    assert payload["headers"]["redelivered"] is True
+
+
+def test_an_ack_on_a_channel_closed_by_a_reconnect_does_not_raise(redis: PrivateRedis) -> None:
+    """A task that finishes after its channel was closed (a Redis reconnect) is acked on that
+    channel: kombu raised ``AttributeError: 'NoneType' object has no attribute 'client'`` and
+    the worker exited "Unrecoverable error" (``bench.soak``, seed 31). Now it is logged and the
+    message, restored by the close, is delivered again."""
+    import redis as redis_py
+    from kombu import Connection, Exchange, Queue
+
+    brokerfix.install()
+    name = f"acked-{uuid.uuid4().hex[:6]}"
+    with Connection(redis.url) as conn:
+        queue = Queue(name, Exchange(name), routing_key=name)
+        conn.Producer().publish({"n": 1}, exchange=queue.exchange, routing_key=name,
+                                declare=[queue], serializer="json")
+        channel = conn.channel()
+        message = channel.basic_get(name, no_ack=False)
+        assert message is not None
+        channel.close()  # as the consumer's restart does; it restores what it held
+        message.channel.qos.ack(message.delivery_tag)  # raised AttributeError before the guard
+    server = redis_py.Redis.from_url(redis.url)
+    assert server.llen(name) == 1  # restored, so delivered again: nothing lost
+
+
+def test_a_task_acked_after_a_redis_reconnect_keeps_the_worker_alive(
+        workers: Workers, redis: PrivateRedis) -> None:
+    """The same through a real worker: a batch is mid-insert while Redis restarts and finishes
+    after the reconnect; the worker stores it, goes on consuming and does not exit."""
+    held, after = f"held-{uuid.uuid4().hex[:6]}", f"after-{uuid.uuid4().hex[:6]}"
+    worker = workers.start("acker")
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"LOCK TABLE {EventId._meta.db_table} IN SHARE MODE")
+        workers.publish(_lines(held, 100))
+        wait_until(a_session_waits_on_a_lock, 90, workers.logs)
+        redis.stop()
+        time.sleep(3.0)
+        redis.start()
+        wait_until(lambda: workers.log("acker").count("Connected to redis://") >= 2, 60,
+                   workers.logs)
+    wait_until(lambda: _stored(held) == 100, 60, workers.logs)  # finished after the reconnect
+    workers.publish(_lines(after, 50))
+    wait_until(lambda: _stored(after) == 50, 120, workers.logs)
+    assert worker.poll() is None, workers.log("acker")[-3000:]
+    assert "Unrecoverable error" not in workers.log("acker")
+    assert not QuarantinedEvent.objects.exists()

@@ -16,17 +16,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from broker_queues import delete_queue
 from celery import Celery
 from django.conf import settings
 from django.db import connection, transaction
-from waiting import a_session_waits_on_a_lock, wait_until
 
 from collector.auth import sign_batch
 from ettweb.ingest.credentials import new_credential
 from ettweb.ingest.models import Event, EventId, QuarantinedEvent
 from ettweb.rollups.models import DirtyJob, JobRollup
 from ettweb.settings.env import database_url
+from tests.ettweb.broker_queues import delete_queue
+from tests.ettweb.waiting import a_session_waits_on_a_lock, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 ROOT = Path(__file__).resolve().parents[2]

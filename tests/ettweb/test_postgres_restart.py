@@ -26,14 +26,14 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from broker_queues import delete_queue
 from celery import Celery
 from django.conf import settings
 from psycopg import sql
-from throwaway_postgres import ThrowawayPostgres
 
 from collector.auth import sign_batch
 from ettweb.ingest.models import Event, EventId, QuarantinedEvent
+from tests.ettweb.broker_queues import delete_queue
+from tests.ettweb.throwaway_postgres import ThrowawayPostgres
 
 pytestmark = [pytest.mark.integration]
 ROOT = Path(__file__).resolve().parents[2]

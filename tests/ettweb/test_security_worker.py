@@ -21,16 +21,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_queues import delete_queue
 from celery import Celery
 from django.conf import settings
 from django.db import connection
-from waiting import wait_until
 
 from collector.auth import sign_batch
 from ettweb.ingest.credentials import new_credential
 from ettweb.ingest.models import Event, QuarantinedEvent
 from ettweb.settings.env import database_url
+from tests.ettweb.broker_queues import delete_queue
+from tests.ettweb.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 ROOT = Path(__file__).resolve().parents[2]

@@ -155,6 +155,33 @@ def test_health_report_is_stored_per_collector(sign: Signer,
     assert (health.shipped_events, health.dropped_events, health.backlog_bytes) == (700, 3, 2048)
 
 
+def test_an_older_health_report_delivered_late_does_not_replace_a_newer_one(
+        sign: Signer) -> None:
+    """The broker may redeliver an old report after a newer one (issue 13): the server keeps
+    the newest by the agent's (report_epoch, report_seq); a restarted agent's (later epoch,
+    counter from 1) is newer again."""
+    def report(epoch: float, seq: int, shipped: int) -> None:
+        stats = {**_stats(shipped_events=shipped), "report_epoch": epoch, "report_seq": seq}
+        collector_health("node-1", stats, sign([json.dumps(stats, sort_keys=True)]))
+
+    report(1000.0, 7, shipped=700)
+    report(1000.0, 5, shipped=500)  # late
+    report(999.0, 9, shipped=400)  # an earlier run's, later still
+    assert CollectorHealth.objects.get().shipped_events == 700
+    report(2000.0, 1, shipped=900)  # the agent restarted
+    assert (CollectorHealth.objects.get().shipped_events,
+            CollectorHealth.objects.get().report_seq) == (900, 1)
+
+
+@pytest.mark.parametrize("order", [{"report_epoch": 1.0}, {"report_epoch": -1, "report_seq": 1},
+                                   {"report_epoch": 1.0, "report_seq": "2"}])
+def test_a_health_report_with_a_malformed_order_is_refused(sign: Signer,
+                                                          order: dict[str, object]) -> None:
+    stats = {**_stats(), **order}
+    collector_health("node-1", stats, sign([json.dumps(stats, sort_keys=True)]))
+    assert not CollectorHealth.objects.exists()
+
+
 @pytest.mark.parametrize("stats", [_stats(dropped_events=-1), _stats(backlog_bytes="lots")])
 def test_bad_or_unsigned_health_reports_are_not_stored(sign: Signer,
                                                        stats: dict[str, object]) -> None:

@@ -17,7 +17,7 @@ from django.db.models import Sum
 
 from ettweb.ingest.models import Event, QuarantinedEvent
 from tests.ettweb.ingest.fuzz_corpus import malformed_batch, valid_mark
-from tests.ettweb.test_broker_faults import PrivateRedis, Workers
+from tests.ettweb.worker_fleet import PrivateRedis, Workers
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 BATCHES, SIGNED_SHARE = 200, 0.8
