@@ -23,6 +23,7 @@ from pydantic import ConfigDict
 from ettweb.api.tokens import user_for_token
 from ettweb.components.logic import known_components
 from ettweb.queries import (
+    CollectorsQuery,
     DateRange,
     FleetSummaryQuery,
     ImpactQuery,
@@ -31,6 +32,7 @@ from ettweb.queries import (
     WindowError,
     calculate,
 )
+from ettweb.queries.collectors import DEFAULT_SILENT_AFTER_S
 from ettweb.queries.impact import DEFAULT_WINDOW_DAYS
 from ettweb.queries.weekly import TOP_JOBS
 from ettweb.rollouts.logic import RolloutInvalid, as_json, clean_rollout, save_rollout
@@ -51,7 +53,8 @@ class BearerToken(HttpBearer):
 
 api = NinjaAPI(title="ETT API", version="1", urls_namespace="api-v1", auth=BearerToken(),
                description="Rollouts and their measured ETT% impact (docs/rollouts.md), the fleet "
-                           "over any days and the weekly report's numbers (docs/reports.md).")
+                           "over any days, the weekly report's numbers (docs/reports.md) and "
+                           "the collectors' health.")
 
 
 # --------------------------------------------------------------------------- schemas
@@ -187,6 +190,49 @@ class WeeklyReportOut(Schema):
     history: list[HistoryWeekOut]
 
 
+class CollectorOut(Schema):
+    source: str
+    collector_id: str
+    last_seen: str
+    silent_for_s: float
+    silent: bool
+    backlog_events: int
+    backlog_bytes: int
+    shipped_events: int
+    dropped_events: int
+    corrupted_records: int
+    spool_files: int
+    last_success: str | None
+    rejected_lines: int
+
+
+class ReasonOut(Schema):
+    reason: str
+    lines: int
+
+
+class RejectedOut(Schema):
+    received_at: str
+    source: str
+    job: str
+    reason: str
+    lines: int
+    raw_preview: str
+    raw_bytes: int
+
+
+class CollectorsOut(Schema):
+    silent_after_s: int
+    silent: int
+    backlog_events: int
+    dropped_events: int
+    corrupted_records: int
+    rejected_lines: int
+    reasons: list[ReasonOut]
+    collectors: list[CollectorOut]
+    rejected: list[RejectedOut]
+
+
 class ErrorOut(Schema):
     error: str
 
@@ -312,3 +358,20 @@ def weekly_report(request: HttpRequest, week: str,
         raise HttpError(400, f"components: unknown component {unknown[0]!r} (known: "
                              f"{', '.join(known_components())})")
     return calculate(WeeklyReportQuery(iso_week, components=names)).as_api()
+
+
+@api.get("/collectors", response={200: CollectorsOut, 400: ErrorOut, 401: ErrorOut},
+         summary="Every collector's latest health and the newest rejected lines")
+def collectors(request: HttpRequest, silent_after_s: int = DEFAULT_SILENT_AFTER_S,
+               rejected: int = 50, source: str = "") -> dict[str, Any]:
+    """The collectors page's numbers: each agent's last report (the longest silent first,
+    ``silent`` past ``silent_after_s``), backlog, dropped and corrupted counts, and the
+    ``rejected`` newest quarantined lines with the reasons' totals (optionally one
+    ``source``'s)."""
+    try:
+        query = CollectorsQuery(silent_after_s=silent_after_s, rejected=rejected,
+                                source=source.strip())
+    except ValueError as exc:
+        name = str(exc).split(" ", 1)[0]
+        raise HttpError(400, f"{name}: {exc}") from None
+    return calculate(query).as_api()

@@ -9,6 +9,7 @@ from django import forms
 from django.http import HttpResponse, HttpResponseBadRequest
 
 from ettweb.queries import GROUPINGS, INTERVALS, DateRange, default_range
+from ettweb.queries.collectors import DEFAULT_SILENT_AFTER_S
 
 DEFAULT_DAYS = 30
 GROUP_LABELS = {"none": "whole fleet", "model": "model", "team": "team", "cluster": "cluster",
@@ -63,3 +64,26 @@ def bad_parameters(form: forms.Form) -> HttpResponse:
     """The 400 every page answers for bad GET parameters: ``bad parameters: <reasons>``."""
     return HttpResponseBadRequest(f"bad parameters: {form_reason(form)}",
                                   content_type="text/plain")
+
+
+class CollectorsFilterForm(forms.Form):
+    """Collectors page inputs: the silence threshold (minutes, as people think of it) and
+    an optional source."""
+
+    silent_after = forms.IntegerField(required=False, min_value=1, max_value=7 * 24 * 60,
+                                      help_text="minutes without a health report")
+    source = forms.CharField(required=False, max_length=200)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if not self.errors:
+            minutes = data.get("silent_after")
+            data["silent_after_s"] = (DEFAULT_SILENT_AFTER_S if minutes is None
+                                      else int(minutes) * 60)
+            data["source"] = (data.get("source") or "").strip()
+        return data
+
+    def shown(self) -> CollectorsFilterForm:
+        data = self.cleaned_data
+        return CollectorsFilterForm({"silent_after": data["silent_after_s"] // 60,
+                                     "source": data["source"]})

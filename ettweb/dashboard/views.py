@@ -19,9 +19,10 @@ from django.views.decorators.http import require_GET
 from kombu import Connection
 
 from ettweb.dashboard import figures
-from ettweb.dashboard.forms import FleetFilterForm, bad_parameters
+from ettweb.dashboard.forms import CollectorsFilterForm, FleetFilterForm, bad_parameters
 from ettweb.queries import (
     HOUR_S,
+    CollectorsQuery,
     FleetQuery,
     JobQuery,
     LifecycleQuery,
@@ -125,6 +126,20 @@ def _fleet_charts(trend: TrendResult, components: Any, lifecycle: LifecycleResul
             [p.mean_time_to_recover_s for p in points], [p.failures for p in points],
             interval), "lifecycle")
     return charts
+
+
+@login_required
+@require_GET
+def collectors(request: HttpRequest) -> HttpResponse:
+    """``/collectors/``: every agent's latest health (silent ones first and flagged) and the
+    lines ingestion refused, with their reasons."""
+    form = CollectorsFilterForm(request.GET)
+    if not form.is_valid():
+        return bad_parameters(form)
+    data = form.cleaned_data
+    result = calculate(CollectorsQuery(silent_after_s=data["silent_after_s"],
+                                       source=data["source"]))
+    return render(request, "dashboard/collectors.html", {"form": form.shown(), "result": result})
 
 
 def _database_status() -> str:

@@ -7,7 +7,7 @@ timeline) and returns a frozen result. Modules: ``base`` (ranges, the component 
 per-day rows), ``fleet`` (trend, lost time, top jobs, lifecycle, jobs table), ``job`` (one
 job), ``impact`` (a rollout's measured impact, ETT_SPEC §6), ``markers`` (rollouts drawn on
 trends), ``components`` (the component pages), ``weekly`` (the fleet over any days, and the
-weekly report's numbers, ETT_SPEC §7).
+weekly report's numbers, ETT_SPEC §7), ``collectors`` (agents' health and the quarantine).
 """
 
 from __future__ import annotations
@@ -27,6 +27,13 @@ from ettweb.queries.base import (
     default_range,
     gpu_bucket,
     phase_components,
+)
+from ettweb.queries.collectors import (
+    CollectorRow,
+    CollectorsQuery,
+    CollectorsQueryRunner,
+    CollectorsResult,
+    RejectedRow,
 )
 from ettweb.queries.components import (
     ComponentQuery,
@@ -79,6 +86,9 @@ __all__ = [
     "HOUR_S",
     "INTERVALS",
     "MAX_RANGE_DAYS",
+    "CollectorRow",
+    "CollectorsQuery",
+    "CollectorsResult",
     "ComponentQuery",
     "ComponentResult",
     "ComponentsIndexQuery",
@@ -102,6 +112,7 @@ __all__ = [
     "LifecycleResult",
     "LostByComponentQuery",
     "LostByComponentResult",
+    "RejectedRow",
     "RolloutMarker",
     "RolloutMarkersQuery",
     "RolloutMarkersResult",
@@ -121,7 +132,7 @@ __all__ = [
 AnyQuery = (TrendQuery | LostByComponentQuery | TopJobsQuery | LifecycleQuery | FleetQuery
             | JobQuery | ImpactQuery
             | ComponentQuery | ComponentsIndexQuery | RolloutMarkersQuery | WeeklyReportQuery
-            | FleetSummaryQuery)
+            | FleetSummaryQuery | CollectorsQuery)
 
 _RUNNERS: dict[type, Any] = {
     TrendQuery: TrendQueryRunner, LostByComponentQuery: LostByComponentQueryRunner,
@@ -129,7 +140,7 @@ _RUNNERS: dict[type, Any] = {
     FleetQuery: FleetQueryRunner, JobQuery: JobQueryRunner, ImpactQuery: ImpactQueryRunner,
     ComponentQuery: ComponentQueryRunner, ComponentsIndexQuery: ComponentsIndexQueryRunner,
     RolloutMarkersQuery: RolloutMarkersQueryRunner, WeeklyReportQuery: WeeklyReportQueryRunner,
-    FleetSummaryQuery: FleetSummaryQueryRunner,
+    FleetSummaryQuery: FleetSummaryQueryRunner, CollectorsQuery: CollectorsQueryRunner,
 }
 
 
@@ -157,6 +168,8 @@ def calculate(query: RolloutMarkersQuery) -> RolloutMarkersResult: ...
 def calculate(query: WeeklyReportQuery) -> WeeklyReportResult: ...
 @overload
 def calculate(query: FleetSummaryQuery) -> FleetSummaryResult: ...
+@overload
+def calculate(query: CollectorsQuery) -> CollectorsResult: ...
 def calculate(query: AnyQuery) -> Any:
     """Run any query with its runner: what views, the API and reports call."""
     return _RUNNERS[type(query)](query).calculate()

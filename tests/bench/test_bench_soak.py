@@ -38,20 +38,19 @@ def _soak(*args: str) -> dict[str, Any]:
 
 
 def _assert_exact(result: dict[str, Any]) -> None:
-    """The soak's verdict, plus the figures behind it. Shortfalls the soak attributes, with
-    evidence, to a defect it knows (``known_defects``: a batch lost in the Redis delivery
-    window, a worker dying on an ack after a Redis reconnect, a stale or short health
-    report) make the test an xfail naming them; anything else fails it."""
+    """The soak's verdict, plus the figures behind it: nothing lost, nothing duplicated, no
+    worker dead, health reports equal to the books. A shortfall the soak recognises
+    (``known_defects``: the Redis delivery window, an ack after a reconnect, a stale or short
+    health report; all fixed) fails the test under its name."""
     detail = json.dumps(result, indent=1)
-    known = {d["id"] for d in result.get("known_defects", [])}
-    assert result.get("passed_except_known") is True, detail
-    if "redis-delivery-window" not in known:
-        assert result["lost"] == 0, detail
-        assert all(node["balanced"] for node in result["books"]["per_node"]), detail
-        assert result["stored"] + result["dropped"] + result["corrupted"] == \
-            result["events_emitted"], detail
-    if "redis-ack-after-reconnect" not in known:
-        assert not result["unexpected_exits"], detail
+    assert result.get("known_defects") == [], detail
+    assert result.get("passed") is True, detail
+    assert result["health_reports_agree"] is True, detail
+    assert result["lost"] == 0, detail
+    assert all(node["balanced"] for node in result["books"]["per_node"]), detail
+    assert result["stored"] + result["dropped"] + result["corrupted"] == \
+        result["events_emitted"], detail
+    assert not result["unexpected_exits"], detail
     assert result["duplicated"] == 0, detail
     books = result["books"]
     assert books["miscounted"] == 0 and books["unknown_stored"] == 0, detail
@@ -66,11 +65,6 @@ def _assert_exact(result: dict[str, Any]) -> None:
     assert not result["faults_not_injected"], detail
     assert result["evidence"]["agent_publish_failures"] > 0, detail  # faults reached agents
     assert result["meets_targets"] is False  # the short profile is not the long one
-    if result["passed"] and result["health_reports_agree"]:
-        return
-    pytest.xfail("known defects: " + "; ".join(
-        f"{d['id']} ({d.get('events', d.get('exits', ''))}): {d['what']}"
-        for d in result["known_defects"]))
 
 
 @pytest.mark.integration
