@@ -228,3 +228,12 @@ def test_the_image_owns_every_named_volume_mount_point_of_its_user() -> None:
                for target in _named_mounts(service)}
     assert {"/spool", "/credentials"} <= targets
     assert targets <= owned, f"not created for {user}: {sorted(targets - owned)}"
+
+
+def test_redis_puts_every_write_on_disk_before_answering() -> None:
+    """A push the collector saw succeed is a batch it will never send again: Redis must not
+    lose it in a crash (``appendfsync everysec``, Redis's default, loses up to a second)."""
+    command = COMPOSE["services"]["redis"]["command"]
+    options = dict(zip(command[1::2], command[2::2], strict=True))
+    assert options == {"--appendonly": "yes", "--appendfsync": "always"}
+    assert "redisdata:/data" in COMPOSE["services"]["redis"]["volumes"]
