@@ -7,7 +7,9 @@ What it does, with progress on the console:
   3. loads a small simulated fleet beside it (``manage.py simulate_fleet``: 90 days, 300 jobs,
      staged optimization rollouts; ``--no-fleet`` skips it), so the trend, lost-time and
      rollout pages have months to show;
-  4. starts a Celery worker, the collector agent and the web server (http://127.0.0.1:8000);
+  4. starts a Celery worker, Celery beat (the periodic tasks of ``ettweb/schedule.py``: the
+     stale-rollup sweep among them), the collector agent and the web server
+     (http://127.0.0.1:8000);
   5. runs the reference trainer for about two minutes with one injected failure and restart;
   6. waits until every spooled event is stored, prints the job's ETT%, and serves the dashboard
      (and last week's e-mail report at /reports/preview/) until Ctrl-C, then shuts everything
@@ -120,15 +122,23 @@ class Demo:
         raise SystemExit(f"demo: manage.py ett_collector create failed:\n{proc.stderr.strip()}")
 
     def start_services(self) -> None:
-        _say("4/7", f"starting worker, collector and web server (logs in {self.logs})…")
+        _say("4/7", f"starting worker, beat, collector and web server (logs in {self.logs})…")
         credential = self.collector_credential()
         self.spawn("worker", ["-m", "celery", "-A", "ettweb.celery", "worker",
                               "--loglevel", "INFO", "--concurrency", "1", "--without-heartbeat",
                               "--without-mingle", "--without-gossip"])
+        self.spawn("beat", self.beat_argv())
         self.spawn("collector", ["-m", "collector", "--spool-dir", str(self.spool),
                                  "--poll-interval", "0.5"], extra_env=credential)
         self.spawn("web", [str(REPO_ROOT / "manage.py"), "runserver", "--noreload",
                            f"127.0.0.1:{self.args.port}"])
+
+    def beat_argv(self) -> list[str]:
+        """Celery beat, as deployments run it: without it the stale-rollup sweep and the
+        other periodic tasks never run in the demo. Its schedule file (last run times) lives
+        in the demo's own directory, not in the current one."""
+        return ["-m", "celery", "-A", "ettweb.celery", "beat", "--loglevel", "INFO",
+                "--schedule", str(self.work / "celerybeat-schedule")]
 
     def train(self) -> int:
         a = self.args

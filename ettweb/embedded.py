@@ -8,7 +8,8 @@ This module is the ONE place that owns those servers. Several processes (web, wo
 ``manage.py``) share them: every caller *attaches* to a server that is already running and
 only starts one when none is. Servers outlive the process that started them on purpose — a
 web restart must not take the broker down under a running worker — so they are stopped only
-by an explicit :func:`stop` (``python -m ettweb.embedded stop``).
+by an explicit :func:`stop` (``python -m ettweb.embedded stop``), or by the end of the test
+session that started them (:func:`release`, below).
 
 It imports no Django: settings modules call it before Django is configured.
 """
@@ -236,23 +237,142 @@ def _stop_redis(root: Path) -> bool:
 # --- public API -----------------------------------------------------------------------------
 
 
-def start(*, postgres: bool = True, redis: bool = True, root: Path | None = None) -> ServiceUrls:
-    """Attach to (or start) the asked-for embedded servers and return their URLs."""
+def start(*, postgres: bool = True, redis: bool = True, root: Path | None = None,
+          hold: bool = False) -> ServiceUrls:
+    """Attach to (or start) the asked-for embedded servers and return their URLs.
+
+    ``hold=True`` is a test session's start: it takes a lease (see :func:`release`) and
+    records the servers this call started. Any other start adopts the servers: a developer's
+    demo or runserver attached to them, so no test session may stop them any more.
+    """
     root = root or var_dir()
     if redis and len(str(_redis_socket(root)).encode()) > MAX_SOCKET_PATH:
         # Checked before anything starts, so a bad ETT_VAR_DIR leaves no half-started servers.
         raise EmbeddedError(f"ETT_VAR_DIR: {root} is too long for a unix socket "
                             f"(the redis socket path must be <= {MAX_SOCKET_PATH} bytes)")
     with _locked(root):
+        started = set()
+        if postgres and _postgres_socket_dir(root) is None:
+            started.add("postgres")
+        if redis and not _redis_ping(_redis_socket(root)):
+            started.add("redis")
         database_url = _start_postgres(root) if postgres else None
         broker_url = _start_redis(root) if redis else None
+        if hold:
+            _take_lease(root, started)
+        else:
+            _adopt(root, {name for name, asked in (("postgres", postgres), ("redis", redis))
+                          if asked})
     return ServiceUrls(database_url=database_url, broker_url=broker_url)
+
+
+# --- test sessions --------------------------------------------------------------------------
+# A test session that found no servers starts them, and `make test` must not leave them
+# running afterwards; but servers that were running before (a developer's `make demo`), that
+# someone else attached to meanwhile, or that another test session still uses, stay up.
+# Each session holds a lease (a file named by its pid); the servers sessions started are
+# listed in a marker file, and any other start strikes the servers it attached to off that
+# list (it adopts them). The last session to release stops what is still listed.
+
+#: Roots this process holds a lease on: what :func:`release` gives back.
+_held: set[Path] = set()
+
+
+def _sessions_dir(root: Path) -> Path:
+    return root / ".sessions"
+
+
+def _session_marker(root: Path) -> Path:
+    """Lists the servers test sessions started and nobody adopted since, one per line."""
+    return _sessions_dir(root) / "started"
+
+
+def _listed(root: Path) -> set[str]:
+    marker = _session_marker(root)
+    return set(marker.read_text().split()) if marker.exists() else set()
+
+
+def _write_listed(root: Path, names: set[str]) -> None:
+    marker = _session_marker(root)
+    if names:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("\n".join(sorted(names)) + "\n")
+    else:
+        marker.unlink(missing_ok=True)
+
+
+def _take_lease(root: Path, started: set[str]) -> None:
+    directory = _sessions_dir(root)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / str(os.getpid())).touch()
+    _held.add(root)
+    if started:
+        _write_listed(root, _listed(root) | started)
+
+
+def _adopt(root: Path, names: set[str]) -> None:
+    """A non-session process uses these servers now: no test session stops them."""
+    listed = _listed(root)
+    if listed & names:
+        _write_listed(root, listed - names)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def _other_sessions(root: Path) -> list[int]:
+    """Pids of the other live lease holders; a dead holder's lease is dropped."""
+    others = []
+    for lease in _sessions_dir(root).glob("[0-9]*"):
+        pid = int(lease.name)
+        if pid != os.getpid() and _alive(pid):
+            others.append(pid)
+        elif pid != os.getpid():
+            lease.unlink(missing_ok=True)
+    return others
+
+
+def release(root: Path | None = None) -> dict[str, bool]:
+    """End this process's test session: give back its lease and, when no other session
+    holds one, stop the servers test sessions started (and nobody adopted). Returns which
+    were stopped; a process that holds no lease stops nothing."""
+    root = root or var_dir()
+    if root not in _held:
+        return {}
+    _held.discard(root)
+    with _locked(root):
+        (_sessions_dir(root) / str(os.getpid())).unlink(missing_ok=True)
+        names = _listed(root)
+        if not names or _other_sessions(root):
+            return {}
+        stopped = {"postgres": "postgres" in names and _stop_postgres(root),
+                   "redis": "redis" in names and _stop_redis(root)}
+        _write_listed(root, set())
+    return stopped
+
+
+def holding() -> bool:
+    """Whether this process holds a lease on any embedded servers."""
+    return bool(_held)
+
+
+def release_all() -> dict[Path, dict[str, bool]]:
+    """:func:`release` every root this process holds (a test session's last step)."""
+    return {root: release(root) for root in sorted(_held)}
 
 
 def stop(root: Path | None = None) -> dict[str, bool]:
     """Stop both embedded servers cleanly; reports which ones were running."""
     root = root or var_dir()
     with _locked(root):
+        _write_listed(root, set())  # whoever starts them next owns them
         return {"postgres": _stop_postgres(root), "redis": _stop_redis(root)}
 
 

@@ -28,6 +28,23 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 WORKED_EXAMPLE_ETT_PCT = 70.80
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop the embedded servers this session started, once every test and the test
+    database are gone: ``make test`` must not leave Postgres and Redis running. Servers that
+    were running before the session (a developer's ``make demo``), that something else
+    attached to meanwhile, or that another test session still uses stay up
+    (:func:`ettweb.embedded.release`)."""
+    from ettweb import embedded
+
+    if not embedded.holding():
+        return
+    from django.db import connections
+
+    connections.close_all()
+    embedded.release_all()
+
+
 @pytest.fixture
 def event_line() -> LineFactory:
     """Build one schema-v1 JSONL line; ids are unique unless given."""

@@ -8,7 +8,7 @@ HTML fragment without plotly.js: the page loads our own static copy (no CDN).
 from __future__ import annotations
 
 import functools
-import zlib
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,34 +21,10 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from django.urls import reverse
 
-from ettweb.attribution.components import PRODUCTIVE
 from ettweb.attribution.engine import Segment
+from ettweb.colours import category_order, colour_of, ink_on
 from ettweb.queries.markers import RolloutMarker
 
-#: Fixed colours for the categories people look for first; other phases cycle a palette.
-CATEGORY_COLOURS = {
-    PRODUCTIVE: "#2e9e5b",
-    "repeated_training": "#e8912d",
-    "failure": "#d1453b",
-    "restart_gap": "#9aa3ad",
-    "unattributed": "#cfd4da",
-}
-#: Owning components get fixed colours too, so one owner looks the same on every chart.
-COMPONENT_COLOURS = {
-    "scheduler": "#7f8c9a",
-    "cluster_runtime": "#9d755d",
-    "distributed_runtime": "#eeca3b",
-    "trainer_init": "#72b7b2",
-    "data_ingestion": "#54a24b",
-    "pt2_compiler": "#b279a2",
-    "checkpointing": "#4c78a8",
-    "evaluation": "#ff9da6",
-    "model_publishing": "#f58518",
-    "reliability": "#d1453b",
-    "unknown": "#cfd4da",
-}
-PALETTE = ("#4c78a8", "#72b7b2", "#b279a2", "#9d755d", "#eeca3b", "#54a24b", "#ff9da6",
-           "#79706e", "#bab0ac", "#f58518")
 MARGIN = {"l": 10, "r": 10, "t": 30, "b": 40}
 #: No ``template`` here: ``to_fragment`` adds it as plain JSON. Why: assigning a template
 #: makes plotly validate the whole of it, 20-50 ms per figure (measured), a third of a
@@ -72,13 +48,6 @@ def unit_for(max_seconds: float) -> Unit:
     if max_seconds >= 120:
         return Unit("minutes", 60.0)
     return Unit("seconds", 1.0)
-
-
-def colour_of(name: str) -> str:
-    """Stable colour for a category or component: fixed for known names, hashed otherwise
-    (never by position, so a name keeps its colour from page to page)."""
-    fixed = CATEGORY_COLOURS.get(name) or COMPONENT_COLOURS.get(name)
-    return fixed or PALETTE[zlib.crc32(name.encode()) % len(PALETTE)]
 
 
 @functools.cache
@@ -155,10 +124,32 @@ def _append_merged(pieces: list[tuple[str, float, float]], row: str, start: floa
         pieces.append((row, start, seconds))
 
 
+#: Legend entries a row holds at the page's width (about six fit 1,100 px): the timeline
+#: grows by a row of height for every this many categories, so its plot keeps its size.
+LEGEND_PER_ROW = 5
+LEGEND_ROW_PX = 22
+
+
+def category_legend(count: int) -> tuple[dict[str, Any], int]:
+    """A horizontal legend under the plot, in trace order, and the pixels it needs.
+
+    Why: a vertical legend beside a short timeline showed five of sixteen categories and
+    scrolled, ``productive`` among the hidden ones. Anchored to the figure's bottom edge
+    (``yref="container"``) it pushes the plot up instead of overlapping the axis title, and
+    ``maxheight=1`` (the whole figure) lets it wrap onto more rows rather than scroll.
+    """
+    rows = max(1, math.ceil(count / LEGEND_PER_ROW))
+    legend = {"orientation": "h", "traceorder": "normal", "x": 0, "xanchor": "left",
+              "yref": "container", "y": 0, "yanchor": "bottom", "maxheight": 1,
+              "title": {"text": "category"}}
+    return legend, rows * LEGEND_ROW_PX + 10
+
+
 def phase_timeline(segments: Sequence[Segment], job_start: float) -> go.Figure:
     """Horizontal bars per segment, one row per attempt, coloured by category.
 
-    Restart gaps show as grey bars (or blank space when a gap was not attributed).
+    Restart gaps show as grey bars (or blank space when a gap was not attributed). The
+    legend lists ``productive`` first (see :func:`ettweb.colours.category_order`).
     """
     unit = unit_for(max((s.end for s in segments), default=job_start) - job_start)
     by_category: dict[str, list[tuple[str, float, float]]] = {}
@@ -173,13 +164,15 @@ def phase_timeline(segments: Sequence[Segment], job_start: float) -> go.Figure:
                marker_color=colour_of(category),
                hovertemplate=(f"{category}<br>from %{{base:.2f}} for %{{x:.2f}} {unit.name}"
                               "<extra>%{y}</extra>"))
-        for category, pieces in sorted(by_category.items())
+        for category, pieces in sorted(by_category.items(), key=lambda kv: category_order(kv[0]))
     ])
     rows = sorted({f"attempt {s.attempt}" for s in segments}, key=lambda r: int(r.split()[1]))
-    fig.update_layout(**LAYOUT, barmode="overlay", height=120 + 40 * len(rows),
+    legend, legend_px = category_legend(len(by_category))
+    fig.update_layout(**{**LAYOUT, "margin": {**MARGIN, "b": MARGIN["b"] + legend_px}},
+                      barmode="overlay", height=120 + 40 * len(rows) + legend_px,
                       xaxis_title=f"{unit.name} since the job started",
                       yaxis={"categoryorder": "array", "categoryarray": rows[::-1]},
-                      legend_title="category")
+                      legend=legend)
     return fig
 
 
@@ -299,7 +292,7 @@ def restart_tax_stacked(periods: Sequence[date], by_category: Sequence[Mapping[s
                y=[row.get(category, 0.0) for row in by_category],
                marker_color=colour_of(category),
                hovertemplate="%{x}: %{y:.2f} GPU-hours<extra>" + category + "</extra>")
-        for category in categories
+        for category in sorted(categories, key=category_order)
     ])
     fig.update_layout(**LAYOUT, barmode="stack", height=320, yaxis_title="GPU-hours",
                       legend_title="category")
@@ -326,9 +319,28 @@ def lifecycle_chart(periods: Sequence[date], time_to_start_s: Sequence[float | N
     ])
     fig.update_layout(**LAYOUT, height=320, yaxis_title="mean minutes",
                       yaxis2={"title": "failures", "overlaying": "y", "side": "right",
-                              "rangemode": "tozero"})
+                              **count_axis(max(failures, default=0))})
     _period_axis(fig, x, interval)
     return fig
+
+
+#: Most ticks a count axis shows; the step grows in 1-2-5 steps to stay under it.
+COUNT_TICKS = 6
+
+
+def count_step(largest: int, ticks: int = COUNT_TICKS) -> int:
+    """The tick step of a count axis up to ``largest``: 1, 2, 5, 10, 20, 50… never below 1."""
+    step = 1
+    while largest > step * (ticks - 1):
+        step = step * 5 // 2 if str(step).startswith("2") else step * 2
+    return step
+
+
+def count_axis(largest: int) -> dict[str, Any]:
+    """Axis settings for a count (failures): whole-number ticks from zero. Why: plotly's
+    automatic ticks put 0.5 failures on a day with one."""
+    return {"rangemode": "tozero", "tick0": 0, "dtick": count_step(largest),
+            "tickformat": ",d"}
 
 
 # --------------------------------------------------------------------------- rollout markers
@@ -449,14 +461,15 @@ def _lane_trace(index: int, component: str, lane: Sequence[MarkerCluster],
                 axis: str) -> go.Scatter:
     """One lane: diamonds for single rollouts, numbered circles for clusters."""
     single = [c.count == 1 for c in lane]
+    colour = colour_of(component)
     return go.Scatter(
         name=f"rollouts · {_text(component)}", meta="rollouts", yaxis=axis, showlegend=False,
         x=[_plotly_time(c.at) for c in lane], y=[index] * len(lane), mode="markers+text",
         marker={"symbol": ["diamond" if s else "circle" for s in single],
-                "size": [13 if s else 19 for s in single], "color": colour_of(component),
+                "size": [13 if s else 19 for s in single], "color": colour,
                 "line": {"color": "#ffffff", "width": 1}},
         text=["" if s else str(c.count) for s, c in zip(single, lane, strict=True)],
-        textposition="middle center", textfont={"color": "#ffffff", "size": 10},
+        textposition="middle center", textfont={"color": ink_on(colour), "size": 10},
         hovertext=[marker_hover(c) for c in lane], hoverinfo="text",
         hoverlabel={"align": "left"}, customdata=[cluster_url(c) for c in lane],
     )

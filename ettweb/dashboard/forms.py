@@ -12,15 +12,26 @@ from ettweb.queries import GROUPINGS, INTERVALS, DateRange, default_range
 from ettweb.queries.collectors import DEFAULT_SILENT_AFTER_S
 
 DEFAULT_DAYS = 30
+#: How days travel in GET parameters and how ``<input type="date">`` submits them.
+ISO_DAY = "%Y-%m-%d"
 GROUP_LABELS = {"none": "whole fleet", "model": "model", "team": "team", "cluster": "cluster",
                 "gpus": "GPU-size bucket"}
+
+
+def day_field() -> forms.DateField:
+    """An optional UTC day in a GET parameter (``YYYY-MM-DD``), rendered as
+    ``<input type="date">``. Why: a plain text box gave no picker and no hint of the format
+    it wants; the browser's picker submits exactly ``YYYY-MM-DD``, and a hand-typed bad
+    value stays a 400 naming the parameter."""
+    return forms.DateField(required=False, input_formats=[ISO_DAY],
+                           widget=forms.DateInput(attrs={"type": "date"}, format=ISO_DAY))
 
 
 class FleetFilterForm(forms.Form):
     """Fleet overview inputs; every field is optional and defaults to the last 30 data days."""
 
-    date_from = forms.DateField(required=False, input_formats=["%Y-%m-%d"])
-    date_to = forms.DateField(required=False, input_formats=["%Y-%m-%d"])
+    date_from = day_field()
+    date_to = day_field()
     interval = forms.ChoiceField(required=False, choices=[(i, i) for i in INTERVALS])
     group_by = forms.ChoiceField(required=False,
                                  choices=[(g, GROUP_LABELS[g]) for g in GROUPINGS])

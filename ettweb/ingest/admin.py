@@ -1,14 +1,18 @@
-"""Admin registration: operators inspect raw events and the quarantine here."""
+"""Admin registration: operators inspect raw events and the quarantine here.
+
+Events, jobs, the quarantine and collector health are view-only (see
+:mod:`ettweb.admin_readonly`); only collector credentials are managed here.
+"""
 
 from __future__ import annotations
 
 import secrets
-from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
+from ettweb.admin_readonly import ReadOnlyAdmin, utc_column, utc_text
 from ettweb.ingest.models import (
     CollectorCredential,
     CollectorHealth,
@@ -19,20 +23,27 @@ from ettweb.ingest.models import (
 
 
 @admin.register(Event)
-class EventAdmin(admin.ModelAdmin):
-    list_display = ("event_id", "job", "attempt", "kind", "phase", "mark", "rank", "start", "end")
+class EventAdmin(ReadOnlyAdmin):
+    list_display = ("event_id", "job", "attempt", "kind", "phase", "mark", "rank", "start_utc",
+                    "end_utc", "ts_utc")
     list_filter = ("kind",)
     search_fields = ("event_id", "job", "phase")
+    readonly_fields = ("start_utc", "end_utc", "ts_utc")
+    start_utc = utc_column("start")
+    end_utc = utc_column("end")
+    ts_utc = utc_column("ts", "mark time (UTC)")
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
-    list_display = ("job_id", "model", "team", "cluster", "first_seen", "last_event_time")
+class JobAdmin(ReadOnlyAdmin):
+    list_display = ("job_id", "model", "team", "cluster", "first_seen", "last_event_utc")
     search_fields = ("job_id", "model", "team", "cluster")
+    readonly_fields = ("last_event_utc",)
+    last_event_utc = utc_column("last_event_time", "last event (UTC)")
 
 
 @admin.register(QuarantinedEvent)
-class QuarantinedEventAdmin(admin.ModelAdmin):
+class QuarantinedEventAdmin(ReadOnlyAdmin):
     list_display = ("received_at", "source", "job", "reason", "raw_bytes", "lines")
     search_fields = ("reason", "source", "job", "raw", "raw_sha256")
 
@@ -59,14 +70,18 @@ class CollectorCredentialAdmin(admin.ModelAdmin):
 
 
 @admin.register(CollectorHealth)
-class CollectorHealthAdmin(admin.ModelAdmin):
+class CollectorHealthAdmin(ReadOnlyAdmin):
     list_display = ("source", "collector_id", "backlog_bytes", "backlog_events", "shipped_events",
                     "dropped_events", "corrupted_records", "spool_files", "last_success",
                     "updated_at")
     search_fields = ("source", "collector_id")
+    readonly_fields = ("last_success", "report_epoch_utc")
 
-    @admin.display(description="last success")
+    @admin.display(description="last success (UTC)", ordering="last_success_ts")
     def last_success(self, obj: CollectorHealth) -> str:
-        if obj.last_success_ts is None:
-            return "never"
-        return datetime.fromtimestamp(obj.last_success_ts, UTC).isoformat(timespec="seconds")
+        return "never" if obj.last_success_ts is None else utc_text(obj.last_success_ts)
+
+    @admin.display(description="agent started (UTC)")
+    def report_epoch_utc(self, obj: CollectorHealth) -> str:
+        """The agent's start time orders its reports; 0 means it does not say."""
+        return utc_text(obj.report_epoch) if obj.report_epoch else "—"

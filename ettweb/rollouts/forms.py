@@ -11,6 +11,7 @@ from typing import Any
 from django import forms
 
 from ettweb.components.logic import known_components
+from ettweb.dashboard.forms import day_field
 from ettweb.queries.impact import DEFAULT_WINDOW_DAYS, MAX_WINDOW_DAYS, MIN_WINDOW_DAYS
 from ettweb.rollouts.logic import RolloutFields, RolloutInvalid, clean_rollout
 from ettweb.rollouts.models import Rollout
@@ -120,8 +121,8 @@ class RolloutListForm(forms.Form):
     """The list page's filters (a cluster of markers links here with all three)."""
 
     component = forms.CharField(required=False, max_length=64)
-    date_from = forms.DateField(required=False, input_formats=["%Y-%m-%d"])
-    date_to = forms.DateField(required=False, input_formats=["%Y-%m-%d"])
+    date_from = day_field()
+    date_to = day_field()
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

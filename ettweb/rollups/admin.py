@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.http import HttpRequest
 
+from ettweb.admin_readonly import ReadOnlyAdmin, utc_column
 from ettweb.rollups.models import JobRollup, PhaseComponent
 
 
@@ -18,15 +18,13 @@ class PhaseComponentAdmin(admin.ModelAdmin):
 
 
 @admin.register(JobRollup)
-class JobRollupAdmin(admin.ModelAdmin):
-    """Computed numbers: visible for support, never edited by hand (refresh recomputes)."""
+class JobRollupAdmin(ReadOnlyAdmin):
+    """Computed numbers: visible for support, never edited or deleted by hand (the refresh
+    recomputes them; a deleted row would drop the job from every page until then)."""
 
     list_display = ("job", "ett_pct", "wall_s", "attempts", "status", "gpus", "failures",
-                    "updated_at")
+                    "window_start_utc", "window_end_utc", "updated_at")
     search_fields = ("job", "model", "team", "cluster")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
+    readonly_fields = ("window_start_utc", "window_end_utc")
+    window_start_utc = utc_column("window_start", "window start (UTC)")
+    window_end_utc = utc_column("window_end", "window end (UTC)")

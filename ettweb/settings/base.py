@@ -26,8 +26,12 @@ CELERY_BROKER_URL: str | None = env.url("CELERY_BROKER_URL", env.BROKER_SCHEMES,
                                         kind="redis:// or amqp://")
 
 
-def embedded_defaults(database_url: str | None, broker_url: str | None) -> tuple[str, str]:
-    """Fill unset service URLs from the embedded servers (started only for what is unset)."""
+def embedded_defaults(database_url: str | None, broker_url: str | None, *,
+                      hold: bool = False) -> tuple[str, str]:
+    """Fill unset service URLs from the embedded servers (started only for what is unset).
+
+    ``hold``: a test session's settings, whose session stops at its end the servers it
+    started (see ``ettweb.embedded.release``)."""
     if database_url and broker_url:
         return database_url, broker_url
     import subprocess
@@ -37,7 +41,8 @@ def embedded_defaults(database_url: str | None, broker_url: str | None) -> tuple
     from ettweb import embedded
 
     try:
-        urls = embedded.start(postgres=database_url is None, redis=broker_url is None)
+        urls = embedded.start(postgres=database_url is None, redis=broker_url is None,
+                              hold=hold)
     except (embedded.EmbeddedError, OSError, subprocess.SubprocessError) as exc:
         unset = " and ".join(name for name, url in (("DATABASE_URL", database_url),
                                                     ("CELERY_BROKER_URL", broker_url)) if not url)

@@ -10,7 +10,8 @@ DEBUG = False
 SECRET_KEY = "test-only-key"
 ALLOWED_HOSTS = ["localhost", "127.0.0.1", "testserver"]
 
-DATABASE_URL, CELERY_BROKER_URL = embedded_defaults(DATABASE_URL, CELERY_BROKER_URL)
+# hold: the test session stops at its end the embedded servers it started (tests/conftest.py).
+DATABASE_URL, CELERY_BROKER_URL = embedded_defaults(DATABASE_URL, CELERY_BROKER_URL, hold=True)
 DATABASES = databases(DATABASE_URL)
 DATABASES["default"]["CONN_MAX_AGE"] = 0
 

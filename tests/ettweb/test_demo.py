@@ -15,7 +15,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from ettweb.demo import parse_args
+from ettweb.demo import Demo, parse_args
 from ettweb.ingest.models import CollectorCredential, Event, QuarantinedEvent
 from ettweb.rollouts.models import Rollout
 from ettweb.settings.env import database_url
@@ -39,6 +39,31 @@ def test_impossible_plan_is_refused_before_any_work(capsys: pytest.CaptureFixtur
 def test_the_simulated_fleet_is_loaded_unless_no_fleet() -> None:
     assert parse_args([]).no_fleet is False
     assert parse_args(["--no-fleet"]).no_fleet is True
+
+
+def test_the_demo_starts_celery_beat_beside_the_worker(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without beat the README's stale-rollup sweep (and every periodic task) never ran."""
+    demo = Demo(parse_args(["--var-dir", str(tmp_path)]))
+    started: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(demo, "collector_credential", dict)
+    monkeypatch.setattr(demo, "spawn", lambda name, argv, extra_env=None:
+                        started.append((name, argv)))
+    demo.start_services()
+    assert [name for name, _ in started] == ["worker", "beat", "collector", "web"]
+    beat = dict(started)["beat"]
+    assert beat[:5] == ["-m", "celery", "-A", "ettweb.celery", "beat"]
+    assert beat[beat.index("--schedule") + 1] == str(tmp_path / "demo" / "celerybeat-schedule")
+
+
+def test_stopping_the_demo_stops_every_process_it_spawned(tmp_path: Path) -> None:
+    demo = Demo(parse_args(["--var-dir", str(tmp_path)]))
+    for name in ("worker", "beat"):
+        demo.spawn(name, ["-c", "import time; time.sleep(120)"])
+    popens = [child.popen for child in demo.children]
+    demo.stop_children()
+    assert [p.returncode for p in popens] == [-15, -15]  # SIGTERM, as the real ones get
+    assert demo.children == []
 
 
 @pytest.mark.integration
@@ -70,3 +95,5 @@ def test_demo_trains_a_job_and_stores_every_event(tmp_path: Path) -> None:
     assert not QuarantinedEvent.objects.filter(job=job).exists()
     phases = set(Event.objects.filter(job=job).values_list("phase", flat=True))
     assert {"compile", "checkpoint_save", "checkpoint_load", "train"} <= phases
+    # Beat ran beside the worker (and was stopped with it: the demo returned).
+    assert "beat: Starting..." in (tmp_path / "demo" / "logs" / "beat.log").read_text()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from django import template
 
 register = template.Library()
@@ -33,12 +35,34 @@ def durations(values: list[float]) -> str:
     return ", ".join(duration(v) for v in values) if values else "—"
 
 
+#: Digits a small GPU-hours number keeps: ``0.00417``, not ``0.00``, for a one-GPU demo.
+SIGNIFICANT = 3
+#: Below this many GPU-hours (0.36 GPU-seconds) a value reads ``<0.0001``: still not zero.
+SMALLEST_SHOWN = 0.0001
+
+
+def small_hours(value: float) -> str:
+    """A non-zero value under one GPU-hour with ``SIGNIFICANT`` digits, in fixed notation
+    (a column of ``0.0123`` and ``0.000417`` scans; ``4.17e-04`` does not)."""
+    size = abs(value)
+    if size < SMALLEST_SHOWN:
+        return f"{'-' if value < 0 else ''}<{SMALLEST_SHOWN:f}".rstrip("0")
+    decimals = SIGNIFICANT - 1 - math.floor(math.log10(size))
+    return f"{value:.{max(decimals, 2)}f}"
+
+
 @register.filter
 def hours(value: float | None) -> str:
-    """GPU-hours for a headline tile: two decimals while small, then whole thousands, then
-    millions (``222.66M``), so a fleet's 222,656,779 GPU-hours still fit their tile."""
+    """GPU-hours for tiles and tables: three significant digits under one (a small fleet's
+    ``0.0313``, never a bare ``0.00`` for time that was spent), two decimals up to 10,000,
+    then whole thousands, then millions (``222.66M``), so a fleet's 222,656,779 GPU-hours
+    still fit their tile. Zero is ``0``."""
     if value is None:
         return "—"
+    if value == 0:
+        return "0"
+    if abs(value) < 1:
+        return small_hours(value)
     if abs(value) < 10_000:
         return f"{value:.2f}"
     if abs(value) < 1_000_000:

@@ -6,12 +6,21 @@ from typing import Any
 
 from django import template
 
+from ettweb.colours import colour_of, ink_on
+from ettweb.dashboard.templatetags.ett_format import small_hours
+
 register = template.Library()
 
 
 def _hours(value: float) -> str:
-    """One precision a reader can scan down a column: ``1,204`` from 100 up, ``12.5`` below."""
-    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.1f}"
+    """One precision a reader can scan down a column: ``1,204`` from 100 up, ``12.5`` below,
+    and significant digits where one decimal would print a bare ``0.0`` for time that was
+    spent (``0.0313``, see :func:`ettweb.dashboard.templatetags.ett_format.small_hours`)."""
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if value and abs(value) < 0.05:
+        return small_hours(value)
+    return f"{value:,.1f}"
 
 
 @register.filter
@@ -33,3 +42,15 @@ def signed_gpu_hours(gpu_seconds: float | None) -> str:
 def get_item(mapping: dict[Any, Any], key: Any) -> Any:
     """``mapping[key]`` in a template (links keyed by rollout id)."""
     return mapping.get(key, "")
+
+
+@register.filter
+def colour(name: str) -> str:
+    """A component's chart colour: the e-mail's rollout numbers match the chart's badges."""
+    return colour_of(name)
+
+
+@register.filter
+def ink(background: str) -> str:
+    """Readable text colour on ``background`` (see :func:`ettweb.colours.ink_on`)."""
+    return ink_on(background)

@@ -14,6 +14,20 @@ from pytest_django.live_server_helper import LiveServer
 from ettweb.ingest.tasks import ingest_batch
 
 PASSWORD = "pw-browser-1"
+#: For a figure's id: its legend entries, the names of those drawn outside the figure, and the
+#: height of plotly's legend scrollbar (0 when the legend needs none).
+LEGEND_ON_SCREEN = """(id) => {
+  const root = document.getElementById(id);
+  const box = root.querySelector('.main-svg').getBoundingClientRect();
+  const entries = [...root.querySelectorAll('.legend .traces')];
+  const outside = entries.filter(e => {
+    const r = e.getBoundingClientRect();
+    return r.top < box.top || r.bottom > box.bottom || r.left < box.left || r.right > box.right;
+  }).map(e => e.textContent);
+  const bar = root.querySelector('.legend .scrollbar');
+  return {entries: entries.length, traces: root.data.length, outside,
+          scrollbar_px: bar ? bar.getBoundingClientRect().height : 0};
+}"""
 
 
 
@@ -45,6 +59,10 @@ def test_login_and_job_timeline_renders(prepared: str, live_server: LiveServer,
     page.wait_for_selector("#phase-timeline.js-plotly-plot", timeout=30_000)
     bars = page.locator("#phase-timeline .barlayer .point")
     assert bars.count() > 5  # one bar per timeline piece, drawn as SVG by plotly.js
+    # Every category's legend entry is inside the figure: none behind a legend scrollbar.
+    legend = page.evaluate(LEGEND_ON_SCREEN, "phase-timeline")
+    assert legend["entries"] == legend["traces"] >= 6 and legend["outside"] == []
+    assert legend["scrollbar_px"] == 0
     assert page.locator("#lost-by-component.js-plotly-plot").count() == 1
     assert external == []  # nothing loaded from outside our server
 

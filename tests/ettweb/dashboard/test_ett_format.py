@@ -1,0 +1,70 @@
+"""GPU-hours filters: a small fleet's hours never print as a bare ``0.00`` (issue 14)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from ettweb.dashboard.templatetags.ett_format import gpu_hours, hours
+from ettweb.ingest.tasks import ingest_batch
+from ettweb.reports.templatetags.report_format import gpuh, signed_gpu_hours
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    (None, "—"),
+    (0.0, "0"),
+    (0.5, "0.500"),
+    (0.126, "0.126"),
+    (0.0313, "0.0313"),
+    (16 / 3600, "0.00444"),  # 16 GPU-seconds: floatformat:2 said 0.00
+    (0.000417, "0.000417"),
+    (0.00009, "<0.0001"),
+    (-0.004, "-0.00400"),
+    (1.0, "1.00"),
+    (42.3456, "42.35"),
+    (9_999.0, "9999.00"),
+    (12_345.6, "12,346"),
+    (222_656_779.0, "222.66M"),
+])
+def test_hours_keeps_small_values_readable(value: float | None, shown: str) -> None:
+    assert hours(value) == shown
+
+
+@pytest.mark.parametrize("gpu_seconds", [0.5, 1.0, 16.0, 59.0, 452.0, 3599.0])
+def test_no_non_zero_value_prints_as_zero(gpu_seconds: float) -> None:
+    for text in (gpu_hours(gpu_seconds), gpuh(gpu_seconds)):
+        assert re.fullmatch(r"<?[0.]+", text) is None, text
+        assert text.startswith("<") or float(text.replace(",", "")) > 0
+
+
+def test_gpu_hours_converts_seconds() -> None:
+    assert gpu_hours(None) == "—"
+    assert gpu_hours(7200.0) == "2.00"
+    assert gpu_hours(452.0) == "0.126"
+
+
+def test_report_hours_keep_their_column_precision() -> None:
+    assert gpuh(52 * 3600.0) == "52.0" and gpuh(5549 * 3600.0) == "5,549"
+    assert gpuh(0.0) == "0.0" and gpuh(16.0) == "0.00444"
+    assert signed_gpu_hours(-16.0) == "-0.00444 GPU-h"
+    assert signed_gpu_hours(0.0) == "+0.0 GPU-h"
+
+
+@pytest.mark.django_db
+def test_small_fleet_pages_show_non_zero_gpu_hours(
+        client: Client, worked_example_lines: list[str]) -> None:
+    """The worked example is 452 GPU-seconds: every GPU-hours cell is a small number."""
+    ingest_batch(worked_example_lines)
+    client.force_login(User.objects.create_user(username="owner", password="pw-owner-1"))
+    fleet = client.get("/fleet/").content.decode()
+    # 16 GPU-seconds of distributed_runtime: 0.00444 GPU-hours, not 0.00.
+    assert re.search(r'distributed_runtime</a></td><td class="num">0\.00444</td>', fleet)
+    jobs = client.get("/").content.decode()
+    assert '<div class="value">0.126</div>' in jobs  # wall: 452 GPU-seconds
+    assert re.search(r'id="jobs-table".*<td class="num">0\.0367</td>', jobs, re.S)  # j1 lost
+    components = client.get("/components/").content.decode()
+    row = components[components.index(">distributed_runtime</a>"):]
+    assert re.match(r'[^/]*</a></td>\s*<td>—</td>\s*<td class="num">0\.00444</td>', row), row
