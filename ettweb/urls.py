@@ -14,6 +14,7 @@ from django.urls import URLPattern, URLResolver, include, path
 
 from ettweb.api.v1 import api
 from ettweb.dashboard.views import healthz
+from ettweb.metrics.views import metrics
 
 #: django-ninja's schema and Swagger pages (``/api/v1/openapi.json``, ``/api/v1/docs``).
 API_DOCS = frozenset({"openapi-json", "openapi-view"})
@@ -50,6 +51,7 @@ auth_urlpatterns = [
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics, name="metrics"),  # bearer token, for Prometheus
     path("accounts/", include(auth_urlpatterns)),
     path("admin/", admin.site.urls),
     path("api/v1/", _docs_need_login(api.urls)),

@@ -7,7 +7,8 @@ timeline) and returns a frozen result. Modules: ``base`` (ranges, the component 
 per-day rows), ``fleet`` (trend, lost time, top jobs, lifecycle, jobs table), ``job`` (one
 job), ``impact`` (a rollout's measured impact, ETT_SPEC §6), ``markers`` (rollouts drawn on
 trends), ``components`` (the component pages), ``weekly`` (the fleet over any days, and the
-weekly report's numbers, ETT_SPEC §7), ``collectors`` (agents' health and the quarantine).
+weekly report's numbers, ETT_SPEC §7), ``collectors`` (agents' health and the
+quarantine), ``metrics`` (running totals for ``/metrics``).
 """
 
 from __future__ import annotations
@@ -69,6 +70,12 @@ from ettweb.queries.markers import (
     RolloutMarkersQueryRunner,
     RolloutMarkersResult,
 )
+from ettweb.queries.metrics import (
+    FleetTotalsQuery,
+    FleetTotalsQueryRunner,
+    FleetTotalsResult,
+    ScopeTotals,
+)
 from ettweb.queries.weekly import (
     FleetSummaryQuery,
     FleetSummaryQueryRunner,
@@ -98,6 +105,8 @@ __all__ = [
     "FleetResult",
     "FleetSummaryQuery",
     "FleetSummaryResult",
+    "FleetTotalsQuery",
+    "FleetTotalsResult",
     "Grouping",
     "ImpactQuery",
     "ImpactResult",
@@ -116,6 +125,7 @@ __all__ = [
     "RolloutMarker",
     "RolloutMarkersQuery",
     "RolloutMarkersResult",
+    "ScopeTotals",
     "TopJobsQuery",
     "TopJobsResult",
     "TrendQuery",
@@ -132,7 +142,7 @@ __all__ = [
 AnyQuery = (TrendQuery | LostByComponentQuery | TopJobsQuery | LifecycleQuery | FleetQuery
             | JobQuery | ImpactQuery
             | ComponentQuery | ComponentsIndexQuery | RolloutMarkersQuery | WeeklyReportQuery
-            | FleetSummaryQuery | CollectorsQuery)
+            | FleetSummaryQuery | CollectorsQuery | FleetTotalsQuery)
 
 _RUNNERS: dict[type, Any] = {
     TrendQuery: TrendQueryRunner, LostByComponentQuery: LostByComponentQueryRunner,
@@ -141,6 +151,7 @@ _RUNNERS: dict[type, Any] = {
     ComponentQuery: ComponentQueryRunner, ComponentsIndexQuery: ComponentsIndexQueryRunner,
     RolloutMarkersQuery: RolloutMarkersQueryRunner, WeeklyReportQuery: WeeklyReportQueryRunner,
     FleetSummaryQuery: FleetSummaryQueryRunner, CollectorsQuery: CollectorsQueryRunner,
+    FleetTotalsQuery: FleetTotalsQueryRunner,
 }
 
 
@@ -170,6 +181,8 @@ def calculate(query: WeeklyReportQuery) -> WeeklyReportResult: ...
 def calculate(query: FleetSummaryQuery) -> FleetSummaryResult: ...
 @overload
 def calculate(query: CollectorsQuery) -> CollectorsResult: ...
+@overload
+def calculate(query: FleetTotalsQuery) -> FleetTotalsResult: ...
 def calculate(query: AnyQuery) -> Any:
     """Run any query with its runner: what views, the API and reports call."""
     return _RUNNERS[type(query)](query).calculate()

@@ -71,6 +71,7 @@ INSTALLED_APPS = [
     "ettweb.api",
     "ettweb.simulate",
     "ettweb.reports",
+    "ettweb.metrics",
     # django-ninja's own static files: the API docs page loads Swagger UI from us, not a CDN.
     "ninja",
     # Login throttling (see AXES_* below).

@@ -1,0 +1,112 @@
+"""The fleet's running totals for ``/metrics``: what Prometheus turns into ETT% over time.
+
+Why totals and not percentages: a scraper computes any window itself, ``ETT% =
+rate(ett_productive_gpu_seconds_total) / rate(ett_wall_gpu_seconds_total)``, and sums the
+series it wants; a percentage cannot be summed or rated. The totals are the rollups summed
+over every day, so ``/metrics`` and the API agree for the same scope (the API's fleet summary
+over all days has the same wall, productive, lost and failures). Labels are of low
+cardinality only: team, cluster and owning component, never a job.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Final
+
+from django.db.models import Count, Min, Sum
+
+from collector.schema import FAILED_STATUSES
+from ettweb.attribution.components import PRODUCTIVE, component_of
+from ettweb.ingest.models import QuarantinedEvent
+from ettweb.queries.base import phase_components, quarantined_lines
+from ettweb.queries.collectors import CollectorsQuery, CollectorsQueryRunner
+from ettweb.rollups.models import AttemptRollup, DailyCategoryRollup, DirtyJob
+
+#: The label value of a job that never said its team or cluster.
+NONE: Final = "(none)"
+
+
+@dataclass(frozen=True)
+class FleetTotalsQuery:
+    """Every day's rollups summed, per team and cluster (lost time per component too), with
+    the pipeline's own health: pending rollup refreshes and the collectors."""
+
+
+@dataclass(frozen=True)
+class ScopeTotals:
+    team: str
+    cluster: str
+    wall_gpu_s: float
+    productive_gpu_s: float
+    failures: int
+    lost_gpu_s: dict[str, float]  # per owning component, zeros left out
+
+
+@dataclass(frozen=True)
+class FleetTotalsResult:
+    scopes: tuple[ScopeTotals, ...]
+    pending_jobs: int
+    oldest_pending_s: float
+    collectors_reporting: int
+    collectors_silent: int
+    backlog_events: int
+    dropped_events: int
+    corrupted_records: int
+    quarantined_lines: int
+
+    @property
+    def wall_gpu_s(self) -> float:
+        return sum(s.wall_gpu_s for s in self.scopes)
+
+    @property
+    def productive_gpu_s(self) -> float:
+        return sum(s.productive_gpu_s for s in self.scopes)
+
+    @property
+    def failures(self) -> int:
+        return sum(s.failures for s in self.scopes)
+
+
+class FleetTotalsQueryRunner:
+    def __init__(self, query: FleetTotalsQuery) -> None:
+        self.query = query
+
+    def calculate(self) -> FleetTotalsResult:
+        mapping = phase_components()
+        wall: dict[tuple[str, str], float] = defaultdict(float)
+        productive: dict[tuple[str, str], float] = defaultdict(float)
+        lost: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        for row in (DailyCategoryRollup.objects.values("job__team", "job__cluster", "category")
+                    .annotate(gpu_s=Sum("gpu_seconds"))):
+            scope = (row["job__team"] or NONE, row["job__cluster"] or NONE)
+            gpu_s = float(row["gpu_s"] or 0.0)
+            wall[scope] += gpu_s
+            if row["category"] == PRODUCTIVE:
+                productive[scope] += gpu_s
+            elif gpu_s:
+                lost[scope][component_of(row["category"], mapping)] += gpu_s
+        failures = {(r["job__team"] or NONE, r["job__cluster"] or NONE): int(r["n"]) for r in
+                    AttemptRollup.objects.filter(status__in=FAILED_STATUSES)
+                    .values("job__team", "job__cluster").annotate(n=Count("id"))}
+        scopes = tuple(
+            ScopeTotals(team, cluster, wall[(team, cluster)], productive[(team, cluster)],
+                        failures.get((team, cluster), 0),
+                        {c: s for c, s in lost[(team, cluster)].items() if s})
+            for team, cluster in sorted(set(wall) | set(failures)))
+        return self._with_pipeline(scopes)
+
+    def _with_pipeline(self, scopes: tuple[ScopeTotals, ...]) -> FleetTotalsResult:
+        pending = DirtyJob.objects.aggregate(n=Count("job"), oldest=Min("marked_at"))
+        collectors = CollectorsQueryRunner(CollectorsQuery(rejected=1)).calculate()
+        return FleetTotalsResult(
+            scopes=scopes, pending_jobs=int(pending["n"]),
+            oldest_pending_s=(max(0.0, time.time() - pending["oldest"])
+                              if pending["oldest"] is not None else 0.0),
+            collectors_reporting=len(collectors.collectors) - collectors.silent,
+            collectors_silent=collectors.silent, backlog_events=collectors.backlog_events,
+            dropped_events=collectors.dropped_events,
+            corrupted_records=collectors.corrupted_records,
+            quarantined_lines=quarantined_lines(QuarantinedEvent.objects.all()))
+
