@@ -28,10 +28,12 @@ from ettweb.queries import (
     FleetSummaryQuery,
     ImpactQuery,
     IsoWeek,
+    JobsQuery,
     WeeklyReportQuery,
     WindowError,
     calculate,
 )
+from ettweb.queries.base import one_sided_range
 from ettweb.queries.collectors import DEFAULT_SILENT_AFTER_S
 from ettweb.queries.impact import DEFAULT_WINDOW_DAYS
 from ettweb.queries.weekly import TOP_JOBS
@@ -233,6 +235,34 @@ class CollectorsOut(Schema):
     rejected: list[RejectedOut]
 
 
+class JobOut(Schema):
+    job: str
+    model: str
+    team: str
+    cluster: str
+    attempts: int
+    status: str
+    gpus: int
+    start: str | None
+    wall_s: float
+    ett_pct: float
+    lost_gpu_hours: float
+    failures: int
+    anomalies: int
+
+
+class JobsOut(Schema):
+    total: int
+    page: int
+    pages: int
+    wall_gpu_s: float
+    productive_gpu_s: float
+    ett_pct: float
+    failures: int
+    lost_by_component_gpu_s: dict[str, float]
+    jobs: list[JobOut]
+
+
 class ErrorOut(Schema):
     error: str
 
@@ -374,4 +404,25 @@ def collectors(request: HttpRequest, silent_after_s: int = DEFAULT_SILENT_AFTER_
     except ValueError as exc:
         name = str(exc).split(" ", 1)[0]
         raise HttpError(400, f"{name}: {exc}") from None
+    return calculate(query).as_api()
+
+
+@api.get("/jobs", response={200: JobsOut, 400: ErrorOut, 401: ErrorOut},
+         summary="One page of jobs, filtered and sorted, with the filtered set's totals")
+def jobs(request: HttpRequest, date_from: date | None = None, date_to: date | None = None,
+         q: str = "", model: str = "", team: str = "", cluster: str = "", gpus: str = "",
+         status: str = "", sort: str = "-lost_gpu_hours", page: int = 1,
+         page_size: int = 50) -> dict[str, Any]:
+    """The jobs page's table as JSON: ``sort`` is one of job, ett_pct, lost_gpu_hours,
+    failures, gpus, start, attempts, wall (``-`` for descending); a date range keeps jobs
+    whose window overlaps it."""
+    try:
+        days = one_sided_range(date_from, date_to)
+    except (ValueError, OverflowError) as exc:
+        raise HttpError(400, f"date_from/date_to: {exc}") from None
+    try:
+        query = JobsQuery(range=days, search=q, model=model, team=team, cluster=cluster,
+                          gpus=gpus, status=status, sort=sort, page=page, page_size=page_size)
+    except ValueError as exc:
+        raise HttpError(400, f"{str(exc).split(' ', 1)[0]}: {exc}") from None
     return calculate(query).as_api()

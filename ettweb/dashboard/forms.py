@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.http import HttpResponse, HttpResponseBadRequest
 
-from ettweb.queries import GROUPINGS, INTERVALS, DateRange, default_range
+from ettweb.queries import GPU_BUCKETS, GROUPINGS, INTERVALS, DateRange, JobsQuery, default_range
+from ettweb.queries.base import one_sided_range
 from ettweb.queries.collectors import DEFAULT_SILENT_AFTER_S
+from ettweb.queries.jobs import MAX_PAGE_SIZE
+from ettweb.queries.jobs import SORTS as JOB_SORTS
+from ettweb.queries.jobs import STATUSES as JOB_STATUSES
 
 DEFAULT_DAYS = 30
 #: How days travel in GET parameters and how ``<input type="date">`` submits them.
@@ -98,3 +103,54 @@ class CollectorsFilterForm(forms.Form):
         data = self.cleaned_data
         return CollectorsFilterForm({"silent_after": data["silent_after_s"] // 60,
                                      "source": data["source"]})
+
+
+class JobsFilterForm(forms.Form):
+    """The jobs list's inputs: all optional; a range keeps jobs whose window overlaps it."""
+
+    q = forms.CharField(required=False, max_length=200, label="Job")
+    date_from = day_field()
+    date_to = day_field()
+    model = forms.CharField(required=False, max_length=200,
+                            widget=forms.TextInput(attrs={"list": "models"}))
+    team = forms.CharField(required=False, max_length=200,
+                           widget=forms.TextInput(attrs={"list": "teams"}))
+    cluster = forms.CharField(required=False, max_length=200,
+                              widget=forms.TextInput(attrs={"list": "clusters"}))
+    gpus = forms.ChoiceField(required=False, label="GPUs", choices=[("", "any")] + [
+        (label, label) for _, _, label in GPU_BUCKETS])
+    status = forms.ChoiceField(required=False, choices=[("", "any")] + [
+        (s, s) for s in JOB_STATUSES])
+    sort = forms.ChoiceField(required=False, choices=[
+        (f"{sign}{key}", f"{key} {'↓' if sign else '↑'}") for key in JOB_SORTS
+        for sign in ("-", "")])
+    page = forms.IntegerField(required=False, min_value=1, max_value=1_000_000)
+    page_size = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE_SIZE)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        data["range"] = None
+        try:
+            data["range"] = one_sided_range(data.get("date_from"), data.get("date_to"))
+        except (ValueError, OverflowError) as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        return data
+
+    def query(self, **overrides: Any) -> JobsQuery:
+        """The :class:`JobsQuery` these inputs ask for (``overrides`` for the CSV export)."""
+        data = self.cleaned_data
+        fields: dict[str, Any] = {
+            "range": data["range"], "search": data.get("q") or "",
+            "model": data.get("model") or "", "team": data.get("team") or "",
+            "cluster": data.get("cluster") or "", "gpus": data.get("gpus") or "",
+            "status": data.get("status") or "", "sort": data.get("sort") or "-lost_gpu_hours",
+            "page": data.get("page") or 1, "page_size": data.get("page_size") or 50}
+        return JobsQuery(**{**fields, **overrides})
+
+    def link(self, **changes: Any) -> str:
+        """This view's query string with ``changes`` (a sort or a page), others kept."""
+        params = {k: v for k, v in self.data.items() if v not in ("", None)}
+        params.update({k: v for k, v in changes.items()})
+        return "?" + urlencode({k: v for k, v in params.items() if v not in ("", None)})

@@ -19,11 +19,16 @@ from django.views.decorators.http import require_GET
 from kombu import Connection
 
 from ettweb.dashboard import figures
-from ettweb.dashboard.forms import CollectorsFilterForm, FleetFilterForm, bad_parameters
+from ettweb.dashboard.exports import csv_response
+from ettweb.dashboard.forms import (
+    CollectorsFilterForm,
+    FleetFilterForm,
+    JobsFilterForm,
+    bad_parameters,
+)
 from ettweb.queries import (
     HOUR_S,
     CollectorsQuery,
-    FleetQuery,
     JobQuery,
     LifecycleQuery,
     LifecycleResult,
@@ -35,6 +40,8 @@ from ettweb.queries import (
     TrendResult,
     calculate,
 )
+from ettweb.queries.jobs import SORTS as JOB_SORTS
+from ettweb.queries.jobs import JobsQueryRunner
 
 BROKER_TIMEOUT_S = 2
 
@@ -42,15 +49,38 @@ BROKER_TIMEOUT_S = 2
 @login_required
 @require_GET
 def jobs(request: HttpRequest) -> HttpResponse:
-    """``/``: every job with its ETT%, the fleet's GPU-weighted ETT% and lost time by owner."""
-    result = calculate(FleetQuery())
+    """``/``: one page of jobs, filtered and sorted, with the filtered set's GPU-weighted ETT%
+    and lost time per component; ``format=csv`` exports every matching job."""
+    form = JobsFilterForm(request.GET)
+    if not form.is_valid():
+        return bad_parameters(form)
+    if request.GET.get("format") == "csv":
+        return _jobs_csv(form)
+    result = calculate(form.query())
     chart = ""
-    if result.rows:
-        fig = figures.fleet_lost_stacked([r.job for r in result.rows],
-                                         [r.lost_by_component_s for r in result.rows],
-                                         result.components)
-        chart = figures.to_fragment(fig, "fleet-lost")
-    return render(request, "dashboard/jobs.html", {"fleet": result, "chart": chart})
+    if result.lost_by_component_gpu_s:
+        hours = {c: s / HOUR_S for c, s in result.lost_by_component_gpu_s.items()}
+        chart = figures.to_fragment(figures.lost_gpu_hours_bar(hours), "fleet-lost")
+    sort = form.cleaned_data.get("sort") or "-lost_gpu_hours"
+    return render(request, "dashboard/jobs.html", {
+        "form": form, "fleet": result, "chart": chart, "sort": sort,
+        "sort_links": {key: form.link(sort=("" if sort == f"-{key}" else "-") + key, page="")
+                       for key in JOB_SORTS},
+        "previous": form.link(page=result.page - 1) if result.page > 1 else "",
+        "next": form.link(page=result.page + 1) if result.page < result.pages else "",
+        "csv": form.link(format="csv", page="")})
+
+
+JOB_COLUMNS = ("job", "model", "team", "cluster", "status", "attempts", "gpus", "start",
+               "wall_s", "ett_pct", "lost_gpu_hours", "failures", "anomalies")
+
+
+def _jobs_csv(form: JobsFilterForm) -> HttpResponse:
+    rows = JobsQueryRunner(form.query()).export()
+    return csv_response("ett-jobs.csv", JOB_COLUMNS, (
+        [r.job, r.model, r.team, r.cluster, r.status, r.attempts, r.gpus,
+         r.start.isoformat() if r.start else "", r.wall_s, r.ett_pct, r.lost_gpu_hours,
+         r.failures, r.anomalies] for r in rows))
 
 
 @login_required

@@ -8,7 +8,7 @@ per-day rows), ``fleet`` (trend, lost time, top jobs, lifecycle, jobs table), ``
 job), ``impact`` (a rollout's measured impact, ETT_SPEC §6), ``markers`` (rollouts drawn on
 trends), ``components`` (the component pages), ``weekly`` (the fleet over any days, and the
 weekly report's numbers, ETT_SPEC §7), ``collectors`` (agents' health and the
-quarantine), ``metrics`` (running totals for ``/metrics``).
+quarantine), ``metrics`` (running totals for ``/metrics``), ``jobs`` (the paginated jobs list).
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ from ettweb.queries.fleet import (
 )
 from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner, ImpactResult, WindowError
 from ettweb.queries.job import JobMeta, JobQuery, JobQueryRunner, JobResult
+from ettweb.queries.jobs import JobListRow, JobsQuery, JobsQueryRunner, JobsResult
 from ettweb.queries.markers import (
     RolloutMarker,
     RolloutMarkersQuery,
@@ -112,11 +113,14 @@ __all__ = [
     "ImpactResult",
     "Interval",
     "IsoWeek",
+    "JobListRow",
     "JobMeta",
     "JobQuery",
     "JobQueryRunner",
     "JobResult",
     "JobRow",
+    "JobsQuery",
+    "JobsResult",
     "LifecycleQuery",
     "LifecycleResult",
     "LostByComponentQuery",
@@ -142,7 +146,7 @@ __all__ = [
 AnyQuery = (TrendQuery | LostByComponentQuery | TopJobsQuery | LifecycleQuery | FleetQuery
             | JobQuery | ImpactQuery
             | ComponentQuery | ComponentsIndexQuery | RolloutMarkersQuery | WeeklyReportQuery
-            | FleetSummaryQuery | CollectorsQuery | FleetTotalsQuery)
+            | FleetSummaryQuery | CollectorsQuery | FleetTotalsQuery | JobsQuery)
 
 _RUNNERS: dict[type, Any] = {
     TrendQuery: TrendQueryRunner, LostByComponentQuery: LostByComponentQueryRunner,
@@ -151,7 +155,7 @@ _RUNNERS: dict[type, Any] = {
     ComponentQuery: ComponentQueryRunner, ComponentsIndexQuery: ComponentsIndexQueryRunner,
     RolloutMarkersQuery: RolloutMarkersQueryRunner, WeeklyReportQuery: WeeklyReportQueryRunner,
     FleetSummaryQuery: FleetSummaryQueryRunner, CollectorsQuery: CollectorsQueryRunner,
-    FleetTotalsQuery: FleetTotalsQueryRunner,
+    FleetTotalsQuery: FleetTotalsQueryRunner, JobsQuery: JobsQueryRunner,
 }
 
 
@@ -183,6 +187,8 @@ def calculate(query: FleetSummaryQuery) -> FleetSummaryResult: ...
 def calculate(query: CollectorsQuery) -> CollectorsResult: ...
 @overload
 def calculate(query: FleetTotalsQuery) -> FleetTotalsResult: ...
+@overload
+def calculate(query: JobsQuery) -> JobsResult: ...
 def calculate(query: AnyQuery) -> Any:
     """Run any query with its runner: what views, the API and reports call."""
     return _RUNNERS[type(query)](query).calculate()

@@ -104,6 +104,19 @@ class DateRange:
         return day - timedelta(days=day.weekday()) if interval == "week" else day
 
 
+def one_sided_range(date_from: date | None, date_to: date | None) -> DateRange | None:
+    """None without bounds; with one bound alone, the longest range a query allows."""
+    span = timedelta(days=MAX_RANGE_DAYS - 1)
+    if date_from is None and date_to is None:
+        return None
+    if date_from is None:
+        assert date_to is not None
+        date_from = max(FIRST_DAY, date_to - span)
+    if date_to is None:
+        date_to = min(LAST_DAY, date_from + span)
+    return DateRange(date_from, date_to)
+
+
 def default_range(days: int = 30) -> DateRange:
     """The last ``days`` days that have data (a demo's data may be years old), else today's."""
     latest = DailyCategoryRollup.objects.aggregate(latest=Max("day"))["latest"]

@@ -31,8 +31,14 @@ def pct(value: float | None) -> str:
 
 @register.filter
 def durations(values: list[float]) -> str:
-    """A list of durations, comma-separated (time to recover has one per failure)."""
-    return ", ".join(duration(v) for v in values) if values else "—"
+    """A list of durations (time to recover has one per failure): up to three of them,
+    comma-separated; more as their mean and count (the restart table lists each), so a job
+    restarted 23 times does not stretch its tile down the page."""
+    if not values:
+        return "—"
+    if len(values) <= 3:
+        return ", ".join(duration(v) for v in values)
+    return f"{duration(sum(values) / len(values))} mean of {len(values)}"
 
 
 #: Digits a small GPU-hours number keeps: ``0.00417``, not ``0.00``, for a one-GPU demo.

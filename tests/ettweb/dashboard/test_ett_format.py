@@ -68,3 +68,11 @@ def test_small_fleet_pages_show_non_zero_gpu_hours(
     components = client.get("/components/").content.decode()
     row = components[components.index(">distributed_runtime</a>"):]
     assert re.match(r'[^/]*</a></td>\s*<td>—</td>\s*<td class="num">0\.00444</td>', row), row
+
+
+def test_many_recoveries_read_as_a_mean_and_a_count() -> None:
+    from ettweb.dashboard.templatetags.ett_format import duration, durations
+
+    assert durations([]) == "—"
+    assert durations([60.0, 120.0]) == f"{duration(60.0)}, {duration(120.0)}"
+    assert durations([60.0] * 22 + [1440.0]) == f"{duration(120.0)} mean of 23"

@@ -1,0 +1,111 @@
+"""``/`` at fleet scale: the jobs list filters, sorts and pages in Postgres, totals the
+filtered set (its GPU-weighted ETT% and lost time per component), exports CSV with formula
+cells neutralized, and answers the same as ``/api/v1/jobs``."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from ettweb.api.tokens import issue_token
+from ettweb.dashboard.exports import neutralized
+from ettweb.queries import JobsQuery, calculate
+from ettweb.rollups.models import JobRollup
+from tests.ettweb.rollouts.test_rollout_impact import day_job, store
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def fleet() -> None:
+    events: list[dict[str, Any]] = []
+    for n in range(12):  # 12 ads jobs on 2026-03-0n..., lost 1 h of compile each, 2 GPUs
+        events += day_job(f"ads-{n:02d}", 1 + n, 2, "ads", ("compile", 1), 1 + n)
+    events += day_job("=HYPERLINK(1)", 20, 8, "feed", ("checkpoint_save", 2), 4)
+    store(events)
+
+
+@pytest.fixture
+def logged_in(client: Client) -> Client:
+    client.force_login(User.objects.create_user("viewer"))
+    return client
+
+
+def test_pages_sort_and_total_the_filtered_set(fleet: None) -> None:
+    first = calculate(JobsQuery(sort="-ett_pct", page_size=5))
+    assert (first.total, first.pages, len(first.rows)) == (13, 3, 5)
+    ett = [row.ett_pct for row in first.rows]
+    assert ett == sorted(ett, reverse=True)
+    third = calculate(JobsQuery(sort="-ett_pct", page_size=5, page=3))
+    assert len(third.rows) == 3 and third.rows[-1].ett_pct <= ett[-1]
+    beyond = calculate(JobsQuery(page=99, page_size=5))
+    assert beyond.page == 3  # a page past the end shows the last one
+    ads = calculate(JobsQuery(team="ads"))
+    rollups = JobRollup.objects.filter(team="ads")
+    wall = sum(r.wall_gpu_s for r in rollups)
+    assert ads.total == 12 and ads.wall_gpu_s == pytest.approx(wall)
+    assert ads.ett_pct == pytest.approx(100 * sum(r.productive_gpu_s for r in rollups) / wall)
+    assert ads.lost_by_component_gpu_s == pytest.approx({"pt2_compiler": 12 * 2 * 3600.0})
+    assert calculate(JobsQuery(gpus="2-8", team="feed")).total == 1
+    assert calculate(JobsQuery(search="ads-1")).total == 2  # ads-10, ads-11
+
+
+def test_a_range_keeps_jobs_whose_window_overlaps_it(fleet: None) -> None:
+    from datetime import date
+
+    from ettweb.queries import DateRange
+
+    march_3_to_4 = DateRange(date(2026, 3, 3), date(2026, 3, 4))
+    assert {r.job for r in calculate(JobsQuery(range=march_3_to_4)).rows} == {"ads-02",
+                                                                              "ads-03"}
+
+
+def test_the_page_shows_one_page_with_sort_links_and_escapes_names(logged_in: Client,
+                                                                    fleet: None) -> None:
+    html = logged_in.get("/?page_size=5&sort=-gpus").content.decode()
+    assert html.count('href="/jobs/') == 5
+    assert 'id="jobs-total">13<' in html
+    assert "=HYPERLINK(1)" in html  # escaped text, first by GPUs
+    assert re.search(r'href="\?[^"]*sort=gpus', html)  # clicking GPUs again flips the order
+    assert 'id="jobs-next"' in html and 'id="jobs-previous"' not in html
+    assert 'id="fleet-lost"' in html
+    feed = logged_in.get("/?team=feed").content.decode()
+    assert 'id="jobs-total">1<' in feed
+    none = logged_in.get("/?team=nobody").content.decode()
+    assert 'id="no-jobs"' in none
+
+
+def test_csv_exports_every_matching_job_with_formulas_neutralized(logged_in: Client,
+                                                                   fleet: None) -> None:
+    response = logged_in.get("/?format=csv&page_size=5&sort=job")
+    assert response["Content-Type"].startswith("text/csv")
+    rows = list(csv.reader(io.StringIO(response.content.decode())))
+    assert rows[0][:3] == ["job", "model", "team"] and len(rows) == 14  # header + every job
+    assert rows[1][0] == "'=HYPERLINK(1)"  # sorted by job: '=' first; a text cell, not a formula
+    assert neutralized("-1") == "'-1" and neutralized(-1.5) == -1.5 and neutralized("ok") == "ok"
+
+
+@pytest.mark.parametrize(("query", "named"), [
+    ("sort=nonsense", "sort"), ("gpus=7", "gpus"), ("status=asleep", "status"),
+    ("page=0", "page"), ("page_size=1000", "page_size"), ("date_from=2026-02-30", "date_from"),
+    ("date_from=2026-03-05&date_to=2026-03-01", "parameters")])
+def test_bad_parameters_are_a_400_naming_them(logged_in: Client, query: str, named: str) -> None:
+    response = logged_in.get(f"/?{query}")
+    assert response.status_code == 400
+    assert response.content.decode().startswith(f"bad parameters: {named}:")
+
+
+def test_the_api_answers_what_the_page_shows(client: Client, fleet: None) -> None:
+    token = issue_token(User.objects.create_user("reader"), "jobs test")
+    body = client.get("/api/v1/jobs?team=ads&sort=-ett_pct&page_size=4",
+                      HTTP_AUTHORIZATION=f"Bearer {token}").json()
+    assert body == calculate(JobsQuery(team="ads", sort="-ett_pct", page_size=4)).as_api()
+    assert body["total"] == 12 and len(body["jobs"]) == 4
+    bad = client.get("/api/v1/jobs?sort=nope", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert bad.status_code == 400 and bad.json()["error"].startswith("sort:")
