@@ -284,6 +284,21 @@ def lost_gpu_hours_bar(gpu_hours: Mapping[str, float]) -> go.Figure:
     return fig
 
 
+def lost_over_time_stacked(periods: Sequence[date], gpu_hours: Mapping[str, Sequence[float]],
+                           interval: str = "day") -> go.Figure:
+    """Lost GPU-hours per period, stacked by owning component (the largest loser at the
+    bottom, as ``gpu_hours`` is ordered)."""
+    x = [p.isoformat() for p in periods]
+    fig = go.Figure([
+        go.Bar(name=component, x=x, y=list(values), marker_color=colour_of(component),
+               hovertemplate="%{x}: %{y:.2f} GPU-hours<extra>" + _text(component) + "</extra>")
+        for component, values in gpu_hours.items()])
+    fig.update_layout(**LAYOUT, barmode="stack", height=340, yaxis_title="lost GPU-hours",
+                      legend_title="component")
+    _period_axis(fig, x, interval)
+    return fig
+
+
 def restart_tax_stacked(periods: Sequence[date], by_category: Sequence[Mapping[str, float]],
                         categories: Sequence[str], interval: str = "day") -> go.Figure:
     """GPU-hours spent recovering from failures per period, stacked by what they went to."""

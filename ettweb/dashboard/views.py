@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -29,10 +30,12 @@ from ettweb.dashboard.forms import (
 from ettweb.queries import (
     HOUR_S,
     CollectorsQuery,
+    DateRange,
     JobQuery,
     LifecycleQuery,
     LifecycleResult,
     LostByComponentQuery,
+    LostTrendQuery,
     RolloutMarker,
     RolloutMarkersQuery,
     TopJobsQuery,
@@ -40,6 +43,7 @@ from ettweb.queries import (
     TrendResult,
     calculate,
 )
+from ettweb.queries.base import FIRST_DAY
 from ettweb.queries.jobs import SORTS as JOB_SORTS
 from ettweb.queries.jobs import JobsQueryRunner
 
@@ -124,13 +128,57 @@ def fleet(request: HttpRequest) -> HttpResponse:
     top = calculate(TopJobsQuery(data["range"]))
     lifecycle = calculate(LifecycleQuery(data["range"], data["interval"]))
     markers = calculate(RolloutMarkersQuery(data["range"])).markers
+    over_time = calculate(LostTrendQuery(data["range"], data["interval"]))
+    charts = _fleet_charts(trend, lost.components, lifecycle, data["interval"], markers)
+    if over_time.components:
+        charts["lost_over_time"] = figures.to_fragment(figures.lost_over_time_stacked(
+            over_time.periods, {c: [v / HOUR_S for v in values]
+                                for c, values in over_time.gpu_s.items()},
+            data["interval"]), "lost-over-time")
     context: dict[str, Any] = {
         "form": form.shown(), "range": data["range"], "interval": data["interval"],
         "group_by": data["group_by"], "trend": trend, "lost": lost, "top": top,
-        "lifecycle": lifecycle, "rollouts": len(markers),
-        "charts": _fleet_charts(trend, lost.components, lifecycle, data["interval"], markers),
+        "lifecycle": lifecycle, "rollouts": len(markers), "charts": charts,
+        "headline": _headline(data["range"], trend, lost.lost_gpu_hours, lifecycle.failures),
     }
     return render(request, "dashboard/fleet.html", context)
+
+
+def _headline(days: DateRange, trend: TrendResult, lost_gpu_hours: float,
+              failures: int) -> dict[str, Any]:
+    """The overview's tiles beyond the range's totals: the range's last 7 days against the 7
+    before (points and relative), lost capacity in GPUs (lost GPU-hours / hours in the range)
+    and failures per 1,000 GPU-hours."""
+    last = DateRange(max(days.date_from, days.date_to - timedelta(days=6)), days.date_to)
+    before_end = last.date_from - timedelta(days=1)
+    before = (calculate(TrendQuery(DateRange(before_end - timedelta(days=6), before_end)))
+              if before_end >= FIRST_DAY + timedelta(days=6) else None)
+    this_week = calculate(TrendQuery(last))
+    hours = ((days.date_to - days.date_from).days + 1) * 24
+    wall_hours = trend.wall_gpu_s / HOUR_S
+    change = (this_week.ett_pct - before.ett_pct
+              if before is not None and before.wall_gpu_s and this_week.wall_gpu_s else None)
+    return {"week": last, "week_ett": this_week.ett_pct if this_week.wall_gpu_s else None,
+            "week_change_pts": change,
+            "week_change_rel": (100 * change / before.ett_pct
+                                if change is not None and before and before.ett_pct else None),
+            "gpus_lost": lost_gpu_hours / hours,
+            "failures_per_1k": 1000 * failures / wall_hours if wall_hours else None,
+            "trend_change_pts": _net_change(trend)}
+
+
+def _net_change(trend: TrendResult) -> float | None:
+    """The whole fleet's ETT% in the range's last period minus its first (None if one)."""
+    totals: dict[Any, list[float]] = {}
+    for point in trend.points:
+        wall_productive = totals.setdefault(point.period, [0.0, 0.0])
+        wall_productive[0] += point.wall_gpu_s
+        wall_productive[1] += point.productive_gpu_s
+    with_data = [(period, v) for period, v in sorted(totals.items()) if v[0] > 0]
+    if len(with_data) < 2:
+        return None
+    (_, first), (_, last) = with_data[0], with_data[-1]
+    return 100 * last[1] / last[0] - 100 * first[1] / first[0]
 
 
 def _fleet_charts(trend: TrendResult, components: Any, lifecycle: LifecycleResult,

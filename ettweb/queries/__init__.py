@@ -55,6 +55,9 @@ from ettweb.queries.fleet import (
     LostByComponentQuery,
     LostByComponentQueryRunner,
     LostByComponentResult,
+    LostTrendQuery,
+    LostTrendQueryRunner,
+    LostTrendResult,
     TopJobsQuery,
     TopJobsQueryRunner,
     TopJobsResult,
@@ -125,6 +128,8 @@ __all__ = [
     "LifecycleResult",
     "LostByComponentQuery",
     "LostByComponentResult",
+    "LostTrendQuery",
+    "LostTrendResult",
     "RejectedRow",
     "RolloutMarker",
     "RolloutMarkersQuery",
@@ -146,7 +151,8 @@ __all__ = [
 AnyQuery = (TrendQuery | LostByComponentQuery | TopJobsQuery | LifecycleQuery | FleetQuery
             | JobQuery | ImpactQuery
             | ComponentQuery | ComponentsIndexQuery | RolloutMarkersQuery | WeeklyReportQuery
-            | FleetSummaryQuery | CollectorsQuery | FleetTotalsQuery | JobsQuery)
+            | FleetSummaryQuery | CollectorsQuery | FleetTotalsQuery | JobsQuery
+            | LostTrendQuery)
 
 _RUNNERS: dict[type, Any] = {
     TrendQuery: TrendQueryRunner, LostByComponentQuery: LostByComponentQueryRunner,
@@ -156,6 +162,7 @@ _RUNNERS: dict[type, Any] = {
     RolloutMarkersQuery: RolloutMarkersQueryRunner, WeeklyReportQuery: WeeklyReportQueryRunner,
     FleetSummaryQuery: FleetSummaryQueryRunner, CollectorsQuery: CollectorsQueryRunner,
     FleetTotalsQuery: FleetTotalsQueryRunner, JobsQuery: JobsQueryRunner,
+    LostTrendQuery: LostTrendQueryRunner,
 }
 
 
@@ -189,6 +196,8 @@ def calculate(query: CollectorsQuery) -> CollectorsResult: ...
 def calculate(query: FleetTotalsQuery) -> FleetTotalsResult: ...
 @overload
 def calculate(query: JobsQuery) -> JobsResult: ...
+@overload
+def calculate(query: LostTrendQuery) -> LostTrendResult: ...
 def calculate(query: AnyQuery) -> Any:
     """Run any query with its runner: what views, the API and reports call."""
     return _RUNNERS[type(query)](query).calculate()

@@ -165,6 +165,47 @@ class LostByComponentQueryRunner:
         return LostByComponentResult(components)
 
 
+@dataclass(frozen=True)
+class LostTrendQuery:
+    """Lost GPU-seconds per owning component per day or week: the stacked chart of where the
+    fleet's time went over the range."""
+
+    range: DateRange
+    interval: Interval = "day"
+
+    def __post_init__(self) -> None:
+        validated("interval", self.interval, INTERVALS)
+
+
+@dataclass(frozen=True)
+class LostTrendResult:
+    periods: list[date]
+    components: list[str]  # the largest loser first
+    gpu_s: dict[str, list[float]]  # component -> one value per period
+
+
+class LostTrendQueryRunner:
+    def __init__(self, query: LostTrendQuery) -> None:
+        self.query = query
+
+    def calculate(self) -> LostTrendResult:
+        mapping = phase_components()
+        rows = (periods(day_rows(self.query.range), self.query.interval)
+                .exclude(category=PRODUCTIVE).values("period", "category")
+                .annotate(gpu_s=Sum("gpu_seconds")))
+        cells: dict[tuple[date, str], float] = defaultdict(float)
+        for row in rows:
+            cells[(as_date(row["period"]), component_of(row["category"], mapping))] += (
+                row["gpu_s"] or 0.0)
+        days = sorted({period for period, _ in cells})
+        totals: dict[str, float] = defaultdict(float)
+        for (_, component), value in cells.items():
+            totals[component] += value
+        names = sorted((c for c, v in totals.items() if v), key=lambda c: (-totals[c], c))
+        return LostTrendResult(days, names, {c: [cells.get((d, c), 0.0) for d in days]
+                                             for c in names})
+
+
 # --------------------------------------------------------------------------- top jobs
 
 @dataclass(frozen=True)

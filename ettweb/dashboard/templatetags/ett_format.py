@@ -80,3 +80,23 @@ def hours(value: float | None) -> str:
 def gpu_hours(gpu_seconds: float | None) -> str:
     """GPU-seconds shown as GPU-hours (see ``hours``)."""
     return "—" if gpu_seconds is None else hours(gpu_seconds / 3600.0)
+
+
+#: U+2212: a minus as wide as the plus, so signed columns line up.
+MINUS = "\u2212"
+
+
+@register.filter
+def signed_pts(value: float | None) -> str:
+    """A change in percentage points with its sign (a true minus sign): ``+1.25 pts``."""
+    if value is None:
+        return "—"
+    return f"{'+' if value >= 0 else MINUS}{abs(value):.2f} pts"
+
+
+@register.filter
+def signed_pct(value: float | None) -> str:
+    """A relative change with its sign: ``+1.4%``."""
+    if value is None:
+        return "—"
+    return f"{'+' if value >= 0 else MINUS}{abs(value):.1f}%"
