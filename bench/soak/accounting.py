@@ -285,7 +285,7 @@ def read_log_evidence(logs: Path) -> dict[str, int]:
         counts["agent_corrupt_records_logged"] += text.count("record skipped and counted")
     for path in logs.glob("worker-*.log"):
         text = path.read_text(errors="replace")
-        counts["worker_retries"] += text.count("Retry in")
+        counts["worker_retries"] += text.count("database away")
         counts["worker_tracebacks"] += text.count("Traceback (most recent call last)")
         counts["worker_unrecoverable"] += text.count("Unrecoverable error")
     return counts

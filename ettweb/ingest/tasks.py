@@ -23,7 +23,7 @@ from ettweb.ingest import partitions
 from ettweb.ingest.credentials import BatchRejected, prune_nonces, verify_batch
 from ettweb.ingest.logic import IngestResult, Nonce, ingest_lines, reject_batch
 from ettweb.ingest.models import CollectorHealth
-from ettweb.retry import DATABASE_RETRY
+from ettweb.retry import waits_for_database
 from ettweb.rollups.logic import refresh_jobs
 from ettweb.rollups.tasks import refresh_rollups
 
@@ -52,7 +52,8 @@ def _redelivered(task: Any) -> bool:
     return bool(request.retries) or bool((request.delivery_info or {}).get("redelivered"))
 
 
-@shared_task(name="ett.ingest_batch", bind=True, **DATABASE_RETRY)
+@shared_task(name="ett.ingest_batch", bind=True)
+@waits_for_database
 def ingest_batch(self: Any, lines: list[str], source: str = "",
                  auth: dict[str, Any] | None = None) -> dict[str, int]:
     """Verify and ingest one batch of raw JSONL lines, then schedule its jobs' rollup refresh.
@@ -87,8 +88,9 @@ def _schedule_refresh(jobs: tuple[str, ...], queue: str | None) -> None:
     for at in range(0, len(jobs), REFRESH_JOBS_PER_TASK):
         chunk = list(jobs[at:at + REFRESH_JOBS_PER_TASK])
         try:
-            refresh_rollups.apply_async(args=[chunk], queue=queue or None,
-                                        countdown=settings.ETT_ROLLUP_REFRESH_DELAY_S)
+            options: dict[str, Any] = {"queue": queue} if queue else {}
+            refresh_rollups.apply_async(args=(chunk,),
+                                        countdown=settings.ETT_ROLLUP_REFRESH_DELAY_S, **options)
         except Exception:  # the marks make this recoverable: never fail a stored batch
             logger.warning("could not schedule the rollup refresh of %d job(s); the stale-mark "
                            "sweep will", len(chunk), exc_info=True)
@@ -138,7 +140,8 @@ def store_health(source: str, values: dict[str, Any]) -> bool:
                 .update(**values, updated_at=timezone.now()))
 
 
-@shared_task(name="ett.collector_health", **DATABASE_RETRY)
+@shared_task(name="ett.collector_health")
+@waits_for_database
 def collector_health(source: str, stats: dict[str, Any],
                      auth: dict[str, Any] | None = None) -> None:
     """Store a collector's latest health report (signed like a batch over the stats JSON).
@@ -159,14 +162,16 @@ def collector_health(source: str, stats: dict[str, Any],
                     values["report_epoch"], values["report_seq"], source)
 
 
-@shared_task(name="ett.ensure_event_partitions", **DATABASE_RETRY)
+@shared_task(name="ett.ensure_event_partitions")
+@waits_for_database
 def ensure_event_partitions() -> list[str]:
     """Beat: create today's and the coming days' event partitions; returns the new ones."""
     partitions.forget_known()
     return partitions.ensure_ahead(time.time())
 
 
-@shared_task(name="ett.prune_batch_nonces", **DATABASE_RETRY)
+@shared_task(name="ett.prune_batch_nonces")
+@waits_for_database
 def prune_batch_nonces() -> int:
     """Beat: forget nonces too old to be replayed (their timestamp fails the skew check)."""
     return prune_nonces()

@@ -8,7 +8,7 @@ from celery import shared_task
 from django.conf import settings
 
 from ettweb.reports.sending import send_due
-from ettweb.retry import DATABASE_RETRY
+from ettweb.retry import waits_for_database
 
 log = logging.getLogger(__name__)
 SMTP_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
@@ -21,7 +21,8 @@ def relay_configured() -> bool:
     return settings.EMAIL_BACKEND != SMTP_BACKEND or bool(settings.EMAIL_RELAY_CONFIGURED)
 
 
-@shared_task(name="ett.send_due_reports", **DATABASE_RETRY)
+@shared_task(name="ett.send_due_reports")
+@waits_for_database
 def send_due_reports() -> int:
     """Beat, every minute: plan the week, mark dead claims missed, send what is due.
 

@@ -7,11 +7,12 @@ import time
 
 from celery import shared_task
 
-from ettweb.retry import DATABASE_RETRY
+from ettweb.retry import waits_for_database
 from ettweb.rollups.logic import MARK_STALE_AFTER_S, refresh_jobs, stale_marks
 
 
-@shared_task(name="ett.refresh_rollups", **DATABASE_RETRY)
+@shared_task(name="ett.refresh_rollups")
+@waits_for_database
 def refresh_rollups(job_ids: list[str]) -> int:
     """Recompute the rollups of the still-marked jobs among ``job_ids``; returns how many.
 
@@ -21,7 +22,8 @@ def refresh_rollups(job_ids: list[str]) -> int:
     return refresh_jobs([str(job) for job in job_ids], only_marked=True).jobs
 
 
-@shared_task(name="ett.refresh_stale_rollups", **DATABASE_RETRY)
+@shared_task(name="ett.refresh_stale_rollups")
+@waits_for_database
 def refresh_stale_rollups() -> int:
     """Beat: refresh jobs whose mark is older than any scheduled refresh could be."""
     jobs = stale_marks(time.time() - MARK_STALE_AFTER_S)
