@@ -19,8 +19,9 @@ Why it looks like this:
   (corruption), while an open segment's tail is a write in progress (wait).
 * **Bound**: the writer keeps all ``*.jsonl`` in its directory under ``max_spool_bytes``. What
   does not fit is dropped and counted, never waited for: a trainer must not block on a slow
-  or absent agent. Each writer keeps its counts in a ``<segment stem>.dropped`` JSON sidecar,
-  which the agent sums and ships as ``dropped_events`` in its health report.
+  or absent agent. Each writer keeps its counts in the name of an empty sidecar,
+  ``<stream>.<dropped>-<invalid>.dropped`` (renamed as they change, so a full disk cannot stop
+  them), which the agent sums and ships as ``dropped_events`` in its health report.
 * **fsync**: ``never`` (page cache; survives a trainer crash, not a node crash), ``interval``
   (at most one fsync per ``fsync_interval_s``) or ``always`` (one per written batch).
 """
@@ -40,8 +41,8 @@ from pathlib import Path
 
 SEGMENT_SUFFIX = ".jsonl"
 DROPPED_SUFFIX = ".dropped"
-#: The sidecar's fixed size: a JSON object padded with spaces, ending in a newline.
-SIDECAR_BYTES = 256
+#: A sidecar named by its counts (``<stream>.<dropped>-<invalid>.dropped``, empty).
+_COUNTED_SIDECAR = re.compile(r"\.(\d+)-(\d+)" + re.escape(DROPPED_SUFFIX) + "$")
 FSYNC_POLICIES = ("never", "interval", "always")
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 #: Single bytes as ints: ``9 in line`` is a memchr, ``b"\t" in line`` a general search.
@@ -395,15 +396,19 @@ def spool_bytes(directory: Path) -> int:
     return total
 
 
-def _sidecar_record(dropped: int, invalid: int) -> bytes:
-    body = json.dumps({"dropped": dropped, "invalid": invalid, "updated": time.time()}).encode()
-    return body.ljust(SIDECAR_BYTES - 1) + b"\n"
-
-
 def dropped_events(directory: Path) -> int:
-    """The sum of every writer's dropped count in ``directory`` (from the sidecars)."""
+    """The sum of every writer's dropped count in ``directory`` (from the sidecars).
+
+    A writer's sidecar carries its counts in its *name* (an empty file renamed at every
+    change), so a full disk cannot stop them: a rename needs no data block. A sidecar of an
+    older Reporter carries them as JSON (``{"dropped", "invalid", "updated"}``).
+    """
     total = 0
     for sidecar in directory.glob(f"*{DROPPED_SUFFIX}"):
+        counted = _COUNTED_SIDECAR.search(sidecar.name)
+        if counted:
+            total += int(counted.group(1))
+            continue
         with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
             total += int(json.loads(sidecar.read_text())["dropped"])
     return total
@@ -434,15 +439,16 @@ class SegmentWriter:
         self._used: int | None = None  # bytes in the directory at the last look, plus ours
         self._used_at = 0.0
         self.dropped = 0
-        self._sidecar_fd: int | None = None
+        self._sidecar: Path | None = None
 
     @property
     def path(self) -> Path:
         return self.directory / f"{self._stream}.{self._seq:05d}{SEGMENT_SUFFIX}"
 
     @property
-    def dropped_path(self) -> Path:
-        return self.directory / f"{self._stream}{DROPPED_SUFFIX}"
+    def dropped_path(self) -> Path | None:
+        """The sidecar as last named (None before the first drop was recorded)."""
+        return self._sidecar
 
     def write(self, lines: list[str]) -> int:
         """Append the lines that fit under the bound as one unit; return how many did.
@@ -450,9 +456,6 @@ class SegmentWriter:
         The rest are counted in :attr:`dropped`. On an OSError the segment is cut back to
         where it was (so a later write cannot glue onto half a record) and it propagates.
         """
-        if self._sidecar_fd is None:
-            with contextlib.suppress(OSError):  # a full disk: record_dropped tries again
-                self.reserve_sidecar()
         records = [frame(line) + "\n" for line in lines]
         fitting = self._fitting(records)
         self.dropped += len(records) - len(fitting)
@@ -525,48 +528,30 @@ class SegmentWriter:
         os.close(self._fd)
         self._fd = None
 
-    def reserve_sidecar(self) -> None:
-        """Create the drop-count sidecar at its full size, before the disk can fill up.
-
-        :meth:`record_dropped` then only ever overwrites those bytes in place, which needs no
-        new block: a disk full of spool can still be told how much it dropped. (A temp file
-        renamed over it, as before, needed a new block, so on a full disk the counts never
-        reached the agent: ``bench.soak``'s full-spool fault found it.)
-        """
-        if self._sidecar_fd is not None:
-            return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.dropped_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            if os.fstat(fd).st_size < SIDECAR_BYTES:
-                os.pwrite(fd, _sidecar_record(0, 0), 0)
-        except OSError:
-            os.close(fd)
-            raise
-        self._sidecar_fd = fd
-
     def record_dropped(self, dropped: int, invalid: int) -> None:
-        """Overwrite the sidecar in place with the owner's drop counts (one ``pwrite``).
+        """Name the sidecar after the owner's drop counts: create it empty, or rename it.
 
-        The record is one fixed-size write at offset 0, well inside one page, so a reader sees
-        the old counts or the new ones.
+        Why a name and not content: on a full disk a file's bytes cannot be written (a temp
+        file renamed over the sidecar, as before, never reached the agent), but an empty file
+        can still be made and renamed: neither needs a data block. A rename is atomic, so the
+        stream always has one sidecar, with the old counts or the new ones.
         """
-        self.reserve_sidecar()
-        assert self._sidecar_fd is not None
-        os.pwrite(self._sidecar_fd, _sidecar_record(dropped, invalid), 0)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        named = self.directory / f"{self._stream}.{dropped}-{invalid}{DROPPED_SUFFIX}"
+        if self._sidecar is None:
+            os.close(os.open(named, os.O_WRONLY | os.O_CREAT, 0o644))
+        elif self._sidecar != named:
+            os.replace(self._sidecar, named)
+        self._sidecar = named
 
     def close(self) -> None:
         """Seal the current segment; the writer is finished."""
         self._seal()
-        if self._sidecar_fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._sidecar_fd)
-            self._sidecar_fd = None
 
     def forget_after_fork(self) -> None:
         """In a forked child: drop the parent's descriptor without sealing the parent's file."""
-        for fd in (self._fd, self._sidecar_fd):
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        self._fd = self._sidecar_fd = None
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+        self._fd = None
+        self._sidecar = None  # the parent's: the child's writer names its own

@@ -541,3 +541,21 @@ def test_drops_on_a_full_disk_reach_the_sidecar(small_disk: Path) -> None:
     assert reporter.shutdown()
     assert len(spooled(small_disk)) == 100
     assert reporter.dropped_full == 250 == dropped_events(small_disk)
+
+
+def test_a_reporter_started_on_a_full_disk_still_counts_its_drops(small_disk: Path) -> None:
+    """A trainer restarted while the spool's disk is full: not one event fits, and not one
+    byte of a new file either; the counts still reach the agent (in the sidecar's name)."""
+    from collector.spool import dropped_events
+
+    filler = os.open(small_disk / "filler", os.O_WRONLY | os.O_CREAT)
+    with contextlib.suppress(OSError):
+        while os.write(filler, b"x" * 4096):
+            pass
+    os.close(filler)
+    reporter = Reporter(job="late", spool_dir=small_disk, heartbeat_s=0, flush_interval_s=0.01)
+    for i in range(120):
+        reporter.span("eval", float(i), float(i) + 1)
+    assert reporter.shutdown()
+    assert spooled(small_disk) == [] and reporter.dropped_full == 120
+    assert dropped_events(small_disk) == 120
