@@ -7,7 +7,8 @@ kombu's ``HSET unacked`` that makes it restorable, the ack's ``HDEL``, and any r
 A batch that was pushed and popped but never entered ``unacked`` was lost between the
 broker's reply and the worker's bookkeeping (the worker died with the reply unread).
 
-``python -m bench.soak.aoftrace AOF_FILE ID [ID ...]`` prints one JSON object.
+``python -m bench.soak.aoftrace AOF_FILE ID [ID ...]`` prints those ids' fates (:func:`fates`) as
+one JSON object.
 """
 
 from __future__ import annotations
@@ -67,42 +68,6 @@ def _batch_ids(payload: bytes) -> tuple[str, str, list[str]] | None:
     return tag, task, ids
 
 
-def trace(aof: Path, wanted: Sequence[str]) -> dict[str, Any]:
-    """Every message carrying one of ``wanted`` and what happened to its delivery tag."""
-    want = set(wanted)
-    data = aof.read_bytes()
-    pushes: dict[str, dict[str, Any]] = {}
-    tags: dict[str, dict[str, Any]] = {}
-    pops = 0
-    for index, parts in enumerate(commands(data)):
-        name = parts[0].upper()
-        if name in (b"LPUSH", b"RPUSH"):
-            for payload in parts[2:]:
-                found = _batch_ids(payload)
-                if found is None:
-                    continue
-                tag, _task, ids = found
-                hit = want.intersection(ids)
-                record = tags.setdefault(tag, {"pushed": [], "unacked": [], "acked": [],
-                                               "popped_near": []})
-                record["pushed"].append(index)
-                if hit:
-                    pushes[tag] = {"command": index, "ids": len(ids), "hits": len(hit)}
-        elif name in (b"RPOP", b"LPOP", b"BRPOP"):
-            pops += 1
-        elif name == b"HSET" and parts[1] == b"unacked":
-            tags.setdefault(parts[2].decode(), {"pushed": [], "unacked": [], "acked": [],
-                                                "popped_near": []})["unacked"].append(index)
-        elif name == b"HDEL" and parts[1] == b"unacked":
-            for raw_tag in parts[2:]:
-                tags.setdefault(raw_tag.decode(), {"pushed": [], "unacked": [], "acked": [],
-                                               "popped_near": []})["acked"].append(index)
-    report = {tag: {**info, **{k: tags[tag][k] for k in ("pushed", "unacked", "acked")}}
-              for tag, info in pushes.items()}
-    return {"messages_with_ids": report, "pops": pops,
-            "ids_never_pushed": len(want) - sum(v["hits"] for v in pushes.values())}
-
-
 def fates(aof: Path, missing: set[str]) -> dict[str, Any]:
     """For events the books say are missing: which were ever published to the broker, and
     what became of each message that carried one (by its last push):
@@ -157,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(args) < 2:
         print(__doc__, file=sys.stderr)
         return 2
-    print(json.dumps(trace(Path(args[0]), args[1:])))
+    print(json.dumps(fates(Path(args[0]), set(args[1:]))))
     return 0
 
 

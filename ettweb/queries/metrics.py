@@ -19,8 +19,7 @@ from django.db.models import Count, Min, Sum
 
 from collector.schema import FAILED_STATUSES
 from ettweb.attribution.components import PRODUCTIVE, component_of
-from ettweb.ingest.models import QuarantinedEvent
-from ettweb.queries.base import phase_components, quarantined_lines
+from ettweb.queries.base import phase_components
 from ettweb.queries.collectors import CollectorsQuery, CollectorsQueryRunner
 from ettweb.rollups.models import AttemptRollup, DailyCategoryRollup, DirtyJob
 
@@ -108,5 +107,5 @@ class FleetTotalsQueryRunner:
             collectors_silent=collectors.silent, backlog_events=collectors.backlog_events,
             dropped_events=collectors.dropped_events,
             corrupted_records=collectors.corrupted_records,
-            quarantined_lines=quarantined_lines(QuarantinedEvent.objects.all()))
+            quarantined_lines=collectors.rejected_lines)  # every source's: the same sum
 

@@ -145,33 +145,40 @@ def test_a_message_popped_by_a_consumer_that_dies_is_held_not_lost(
     assert payload["headers"]["redelivered"] is True
 
 
-def test_an_ack_on_a_channel_closed_by_a_reconnect_does_not_raise(redis: PrivateRedis) -> None:
+def test_an_ack_on_a_closed_channel_is_logged_not_raised(monkeypatch: pytest.MonkeyPatch,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
     """A task that finishes after its channel was closed (a Redis reconnect) is acked on that
-    channel: kombu raised ``AttributeError: 'NoneType' object has no attribute 'client'`` and
-    the worker exited "Unrecoverable error" (``bench.soak``, seed 31). Now it is logged and the
-    message, restored by the close, is delivered again."""
-    import redis as redis_py
-    from kombu import Connection, Exchange, Queue
+    channel; kombu raised ``AttributeError: 'NoneType' object has no attribute 'client'``
+    there and the worker exited "Unrecoverable error" (``bench.soak``, seed 31). kombu's own
+    failing call is stood in for here, because which close leaves the pool unset depends on
+    the consumer's timing: the guard turns it into a warning, and only on a closed channel."""
+    from types import SimpleNamespace
+
+    from kombu.transport import redis as kombu_redis
 
     brokerfix.install()
-    name = f"acked-{uuid.uuid4().hex[:6]}"
-    with Connection(redis.url) as conn:
-        queue = Queue(name, Exchange(name), routing_key=name)
-        conn.Producer().publish({"n": 1}, exchange=queue.exchange, routing_key=name,
-                                declare=[queue], serializer="json")
-        channel = conn.channel()
-        message = channel.basic_get(name, no_ack=False)
-        assert message is not None
-        channel.close()  # as the consumer's restart does; it restores what it held
-        message.channel.qos.ack(message.delivery_tag)  # raised AttributeError before the guard
-    server = redis_py.Redis.from_url(redis.url)
-    assert server.llen(name) == 1  # restored, so delivered again: nothing lost
+
+    def closed_channel_ack(self: object, delivery_tag: str) -> None:
+        raise AttributeError("'NoneType' object has no attribute 'client'")
+
+    def qos(closed: bool) -> object:
+        channel = SimpleNamespace(closed=closed, connection=None if closed else
+                                  SimpleNamespace(client=object()))
+        return kombu_redis.QoS(channel, prefetch_count=1)
+
+    # kombu's ack fails in ``_remove_from_indices`` (its client comes from the closed pool).
+    monkeypatch.setattr(kombu_redis.QoS, "_remove_from_indices", closed_channel_ack)
+    kombu_redis.QoS.ack(qos(closed=True), "t1")  # raised before the guard
+    assert "ack after the broker connection closed" in caplog.text
+    with pytest.raises(AttributeError):  # an open channel's AttributeError is a real bug
+        kombu_redis.QoS.ack(qos(closed=False), "t1")
 
 
 def test_a_task_acked_after_a_redis_reconnect_keeps_the_worker_alive(
         workers: Workers, redis: PrivateRedis) -> None:
-    """The same through a real worker: a batch is mid-insert while Redis restarts and finishes
-    after the reconnect; the worker stores it, goes on consuming and does not exit."""
+    """Through a real worker: a batch is mid-insert while Redis restarts and finishes after
+    the reconnect; the worker stores it, goes on consuming and does not exit. (A survival
+    check: this timing does not reach kombu's failing ack by itself; the test above does.)"""
     held, after = f"held-{uuid.uuid4().hex[:6]}", f"after-{uuid.uuid4().hex[:6]}"
     worker = workers.start("acker")
     with transaction.atomic(), connection.cursor() as cursor:
