@@ -13,7 +13,7 @@ from django.contrib.auth.decorators import login_required
 from django.urls import URLPattern, URLResolver, include, path
 
 from ettweb.api.v1 import api
-from ettweb.dashboard.views import healthz
+from ettweb.dashboard.views import favicon, healthz
 from ettweb.metrics.views import metrics
 
 #: django-ninja's schema and Swagger pages (``/api/v1/openapi.json``, ``/api/v1/docs``).
@@ -51,6 +51,8 @@ auth_urlpatterns = [
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    # Browsers ask for /favicon.ico wherever a page names no icon (Django's admin pages).
+    path("favicon.ico", favicon, name="favicon"),
     path("metrics", metrics, name="metrics"),  # bearer token, for Prometheus
     path("accounts/", include(auth_urlpatterns)),
     path("admin/", admin.site.urls),

@@ -12,9 +12,11 @@ from django.http import (
     Http404,
     HttpRequest,
     HttpResponse,
+    HttpResponsePermanentRedirect,
     JsonResponse,
 )
 from django.shortcuts import render
+from django.templatetags.static import static
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from kombu import Connection
@@ -246,3 +248,10 @@ def healthz(request: HttpRequest) -> JsonResponse:
     healthy = all(value == "ok" for value in checks.values())
     return JsonResponse({"status": "ok" if healthy else "error", **checks},
                         status=200 if healthy else 503)
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponsePermanentRedirect:
+    """``/favicon.ico`` (no login): the static icon, resolved per request because the
+    production storage's hashed name is known only once ``collectstatic`` has run."""
+    return HttpResponsePermanentRedirect(static("favicon.svg"))

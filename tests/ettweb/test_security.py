@@ -85,6 +85,8 @@ ANONYMOUS: dict[str, Anonymous] = {
     "healthz": Anonymous("container and load-balancer health checks: database and broker "
                          "status, no data (503 when either is down)", frozenset({200, 503})),
     "login": Anonymous("the log-in page (and its form's answer)", frozenset({200})),
+    "favicon": Anonymous("the icon browsers fetch by themselves: a redirect to the static "
+                         "file", frozenset({301})),
     "admin:login": Anonymous("the admin's log-in page", frozenset({200})),
     "reports:unsubscribe": Anonymous(
         "RFC 8058 one-click unsubscribe: a mail client POSTs without a login, the signed token "

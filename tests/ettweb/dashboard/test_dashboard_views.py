@@ -165,3 +165,9 @@ def test_page_titles_are_plain_text_and_sections_appear_once(
     head = html.split("<body", 1)[0]
     assert "<section" not in head and "<table" not in head
     assert html.count('id="recoveries"') == (1 if url == "/jobs/j1/" else 0)
+
+
+def test_favicon_ico_redirects_to_the_static_icon(client: Client) -> None:
+    """The admin's pages name no icon, so browsers ask for /favicon.ico: no 404 in the log."""
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301 and response["Location"].endswith("favicon.svg")
