@@ -162,8 +162,8 @@ def test_an_ack_on_a_closed_channel_is_logged_not_raised(monkeypatch: pytest.Mon
         raise AttributeError("'NoneType' object has no attribute 'client'")
 
     def qos(closed: bool) -> object:
-        channel = SimpleNamespace(closed=closed, connection=None if closed else
-                                  SimpleNamespace(client=object()))
+        channel = SimpleNamespace(closed=closed, do_restore=False,  # nothing to restore at exit
+                                  connection=None if closed else SimpleNamespace(client=object()))
         return kombu_redis.QoS(channel, prefetch_count=1)
 
     # kombu's ack fails in ``_remove_from_indices`` (its client comes from the closed pool).
