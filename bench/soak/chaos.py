@@ -46,6 +46,10 @@ DAY_S = 86_400.0
 BACKLOG_AGE_S = 3 * DAY_S
 
 
+#: How long a spool_corrupt fault waits, its agent stopped, for records it may damage.
+CORRUPT_WAIT_S = 12.0
+
+
 @dataclass(frozen=True)
 class Fault:
     """One scheduled fault: when (seconds into the emission window), what, on which target,
@@ -321,7 +325,10 @@ class Chaos:
                 return
             floor = sizes_of(node.spool)  # nothing beyond this was ever read
             damage = Damage()
-            deadline = time.monotonic() + 4.0
+            # Only records written while the agent is stopped can be damaged; on a loaded
+            # machine the node's trainers may take seconds to write one (the agent being
+            # stopped longer costs nothing: its spool holds the records).
+            deadline = time.monotonic() + CORRUPT_WAIT_S
             time.sleep(rng.uniform(0.3, 0.8))
             while not damage.ids and not damage.structural and time.monotonic() < deadline:
                 damage = damage_unread(node.spool, floor, rng, records=rng.randint(1, 3),

@@ -79,10 +79,13 @@ PROFILES: dict[str, Profile] = {
                       spool_full_bytes=768 * 1024, backlog_events=1500, refresh_delay_s=5.0,
                       drain_timeout_s=300.0),
     # Issue 13's done-when: >= 1,000,000 events (about 1.7M) and 50 faults of every kind.
+    # The drain may take long on a busy machine (2026-12-01, two long soaks beside other
+    # work: 166 events/s at the end, 140,000 still queued after 600 s): the wait ends early
+    # anyway once nothing is pending and no row arrives for 20 s, so the bound is generous.
     "long": Profile("long", nodes=8, trainers=4, minutes=75.0, rate=12.0, faults_per_kind=50,
                     events_per_job=6000, segment_bytes=64 * 1024,
                     spool_full_bytes=512 * 1024, backlog_events=3000, refresh_delay_s=5.0,
-                    drain_timeout_s=600.0),
+                    drain_timeout_s=3600.0),
 }
 
 
