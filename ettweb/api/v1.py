@@ -6,7 +6,13 @@ impact comes from the same query runner as the rollout page, so the two always a
 
 Errors are JSON ``{"error": "<field>: <problem>"}``: 400 for bad input (ninja's 422 for
 schema errors is folded into 400 with the field named, so every refusal reads the same),
-401 without a valid bearer token, 404 for an unknown rollout.
+401 without a valid bearer token or a logged-in session, 403 for a write the caller's role
+does not allow (or a session's unsafe request without its CSRF token), 404 for an unknown
+rollout.
+
+Who may call: deploy pipelines and scripts with a bearer token (``manage.py ett_api_token``,
+acting as the token's user and that user's role), and the dashboard's own pages with the
+browser's session. Reads are open to every role; writes ask ``ettweb.access.roles``.
 """
 
 from __future__ import annotations
@@ -17,9 +23,10 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
-from ninja.security import HttpBearer
+from ninja.security import HttpBearer, SessionAuth
 from pydantic import ConfigDict
 
+from ettweb.access.roles import can_edit_component, can_record_rollouts, refusal
 from ettweb.api.tokens import user_for_token
 from ettweb.components.logic import known_components
 from ettweb.queries import (
@@ -53,7 +60,46 @@ class BearerToken(HttpBearer):
         return user
 
 
-api = NinjaAPI(title="ETT API", version="1", urls_namespace="api-v1", auth=BearerToken(),
+class BrowserSession(SessionAuth):
+    """The dashboard's log-in session, so the browser reads the API as the user it is.
+
+    A cookie rides along with any request a page on another site makes the browser send, so
+    an unsafe method through the session must carry the CSRF token (``X-CSRFToken``), as a
+    form post does; bearer tokens travel in a header no other site can set, and need none.
+    """
+
+    def _get_key(self, request: HttpRequest) -> str | None:
+        if self.param_name not in request.COOKIES:
+            return None  # no session to forge: a pipeline's bad token stays a 401
+        try:
+            return super()._get_key(request)
+        except HttpError:
+            raise HttpError(403, "CSRF: a logged-in session's POST needs the CSRF token "
+                                 "(X-CSRFToken header from the csrftoken cookie)") from None
+
+
+class _MayRecordRollouts:
+    """Authenticated as the parent class does, then refused with a 403 unless the user may
+    record rollouts (an owner or an admin): before the body is read, so a viewer's write is
+    a 403 whatever it sends. Which component they may record is checked once it is known."""
+
+    def __call__(self, request: HttpRequest) -> Any:
+        user = super().__call__(request)  # type: ignore[misc]
+        if user and not can_record_rollouts(user):
+            raise HttpError(403, refusal(user, "record rollouts"))
+        return user
+
+
+class RolloutBearerToken(_MayRecordRollouts, BearerToken):
+    """A bearer token whose user may record rollouts."""
+
+
+class RolloutBrowserSession(_MayRecordRollouts, BrowserSession):
+    """A logged-in session (CSRF-checked) whose user may record rollouts."""
+
+
+api = NinjaAPI(title="ETT API", version="1", urls_namespace="api-v1",
+               auth=[BearerToken(), BrowserSession()],
                description="Rollouts and their measured ETT% impact (docs/rollouts.md), the fleet "
                            "over any days, the weekly report's numbers (docs/reports.md) and "
                            "the collectors' health.")
@@ -289,7 +335,7 @@ def _validation(request: HttpRequest, exc: ValidationError) -> HttpResponse:
 @api.exception_handler(AuthenticationError)
 def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
     return _error(request, 401, "missing or invalid bearer token (python manage.py "
-                                "ett_api_token USERNAME issues one)")
+                                "ett_api_token USERNAME issues one), and no logged-in session")
 
 
 @api.exception_handler(HttpError)
@@ -316,11 +362,15 @@ def _rollout(rollout_id: int) -> Rollout:
 
 # --------------------------------------------------------------------------- endpoints
 
-@api.post("/rollouts", response={201: RolloutOut, 400: ErrorOut, 401: ErrorOut},
-          summary="Record a rollout")
+@api.post("/rollouts", response={201: RolloutOut, 400: ErrorOut, 401: ErrorOut,
+                                  403: ErrorOut}, summary="Record a rollout",
+          auth=[RolloutBearerToken(), RolloutBrowserSession()])
 def create_rollout(request: HttpRequest, payload: RolloutIn) -> Status[dict[str, Any]]:
-    """Store one rollout (ETT_SPEC §6); answers 201 with it, ``id`` included."""
+    """Store one rollout (ETT_SPEC §6); answers 201 with it, ``id`` included. The caller
+    (the token's user) must own the rollout's component or be an admin: 403 otherwise."""
     fields = clean_rollout(payload.model_dump(), known_components())
+    if not can_edit_component(request.user, fields.component):
+        raise HttpError(403, refusal(request.user, f"record a rollout of {fields.component}"))
     rollout = save_rollout(fields, created_by=request.user)
     return Status(201, as_json(rollout))
 
@@ -426,3 +476,7 @@ def jobs(request: HttpRequest, date_from: date | None = None, date_to: date | No
     except ValueError as exc:
         raise HttpError(400, f"{str(exc).split(' ', 1)[0]}: {exc}") from None
     return calculate(query).as_api()
+
+
+api.add_router("/", "ettweb.api.fleet.router")  # the fleet and component charts' JSON
+api.add_router("/", "ettweb.api.job.router")  # one job's page as JSON

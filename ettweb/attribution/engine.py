@@ -152,6 +152,9 @@ class JobAttribution:
     recoveries: list[Recovery] = field(default_factory=list)
     #: Counts of inconsistent-but-valid things (keys in ``ANOMALY_KINDS``); zeros left out.
     anomalies: dict[str, int] = field(default_factory=dict)
+    #: ``repeated_steps`` split by the attempt whose train spans re-did them (the steps each
+    #: restart cost); attempts with none left out, so the values sum to ``repeated_steps``.
+    repeated_steps_by_attempt: dict[int, int] = field(default_factory=dict)
 
     @property
     def ett_pct(self) -> float:
@@ -343,7 +346,7 @@ def _attribute_unique(job: str, events: list[Event], duplicates: int) -> JobAttr
     ordered = [_Attempt(attempt, grouped[attempt]) for attempt in sorted(grouped)]
     train = [span for attempt in ordered for span in attempt.spans
              if span["phase"] == TRAIN_PHASE]
-    sigs, repeated_steps = _train_signatures(train)
+    sigs, repeated_by_attempt = _train_signatures(train)
     windows = _attempt_windows(ordered)
     recovered = _times_to_recover(windows, ordered, sigs)
     totals = _Totals()
@@ -366,7 +369,7 @@ def _attribute_unique(job: str, events: list[Event], duplicates: int) -> JobAttr
         productive_gpu_s=totals.gpu_seconds.pop(PRODUCTIVE, 0.0),
         lost_s={k: v for k, v in totals.seconds.items() if v != 0.0},
         lost_gpu_s={k: v for k, v in totals.gpu_seconds.items() if v != 0.0},
-        repeated_steps=repeated_steps,
+        repeated_steps=sum(repeated_by_attempt.values()),
         time_to_start_s=_time_to_start(windows, train),
         time_to_recover_s=[end - start for _, start, end in recovered],
         failures=sum(1 for window in windows if window.status in FAILED_STATUSES),
@@ -375,6 +378,7 @@ def _attribute_unique(job: str, events: list[Event], duplicates: int) -> JobAttr
         recoveries=[_recovery(attempt, start, end, totals.segments)
                     for attempt, start, end in recovered],
         anomalies=_anomalies(ordered, windows),
+        repeated_steps_by_attempt=repeated_by_attempt,
     )
 
 
@@ -451,8 +455,8 @@ class _Totals:
                 self.gpu_seconds[category] = self.gpu_seconds.get(category, 0.0) + seconds * gpus
 
 
-def _train_signatures(train: list[Event]) -> tuple[dict[str, Signature], int]:
-    """§3.3.1 and §3.6: each train span's split and the job's repeated steps.
+def _train_signatures(train: list[Event]) -> tuple[dict[str, Signature], dict[int, int]]:
+    """§3.3.1 and §3.6: each train span's split and the job's repeated steps per attempt.
 
     H of a span = max step_end of the job's train spans that ended at or before its start,
     across attempts and ranks: the steps a restart or rollback redoes. Sorted ends + prefix
@@ -464,7 +468,7 @@ def _train_signatures(train: list[Event]) -> tuple[dict[str, Signature], int]:
     ends = [span["end"] for span in by_end]
     prefix = list(accumulate((span["step_end"] for span in by_end), max))
     sigs: dict[str, Signature] = {}
-    repeated_steps = 0
+    by_attempt: dict[int, int] = {}
     for span in train:
         start = span["start"]
         hi = bisect_right(ends, start)
@@ -480,8 +484,9 @@ def _train_signatures(train: list[Event]) -> tuple[dict[str, Signature], int]:
             sigs[span["id"]] = _PRODUCTIVE_SIG
             continue
         repeated, sigs[span["id"]] = _train_split(span["step_start"], span["step_end"], high)
-        repeated_steps += repeated
-    return sigs, repeated_steps
+        if repeated:
+            by_attempt[span["attempt"]] = by_attempt.get(span["attempt"], 0) + repeated
+    return sigs, dict(sorted(by_attempt.items()))
 
 
 def _train_split(step_start: int, step_end: int, high_water: int) -> tuple[int, Signature]:

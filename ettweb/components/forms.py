@@ -11,10 +11,11 @@ MAX_OWNER_TEAM_CHARS = 200
 
 
 class ComponentFilterForm(FleetFilterForm):
-    """/fleet/'s date range and interval (same defaults, same 400 reasons); no grouping,
-    since a component page is about one owner across the fleet."""
+    """/fleet/'s date range, interval and job filter (same defaults, same 400 reasons); no
+    grouping and no overlay, since a component page is about one owner across the fleet."""
 
     group_by = None  # type: ignore[assignment]  # Django: None removes an inherited field
+    compare = None  # type: ignore[assignment]
 
 
 class OwnerTeamForm(forms.Form):

@@ -3,34 +3,87 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
+from ettweb.access.roles import can_edit_component, require
+from ettweb.components import phase_map
 from ettweb.components.forms import ComponentFilterForm, OwnerTeamForm
 from ettweb.dashboard import figures
-from ettweb.dashboard.forms import bad_parameters
-from ettweb.queries import ComponentQuery, ComponentResult, ComponentsIndexQuery, calculate
-from ettweb.queries.components import component_names
+from ettweb.dashboard.exports import csv_response
+from ettweb.dashboard.forms import ExportForm, bad_parameters
+from ettweb.queries import (
+    ComponentQuery,
+    ComponentResult,
+    ComponentsIndexQuery,
+    ComponentsIndexResult,
+    DateRange,
+    FilterChoicesQuery,
+    calculate,
+)
+from ettweb.queries.base import LABELS
+from ettweb.queries.components import ComponentRollout, component_names
 from ettweb.queries.impact import DEFAULT_WINDOW_DAYS
+
+#: The tables each page exports as CSV (``?format=csv&table=<name>``).
+INDEX_TABLES = ("components",)
+DETAIL_TABLES = ("top_jobs", "top_models", "rollouts")
+
+
+def _inputs(request: HttpRequest,
+            tables: tuple[str, ...]) -> tuple[ComponentFilterForm, str | None] | HttpResponse:
+    """The page's filter and the table to export (None: the page), or the 400 that names
+    the bad parameter."""
+    form = ComponentFilterForm(request.GET)
+    export = ExportForm(request.GET, tables)
+    for inputs in (form, export):
+        if not inputs.is_valid():
+            return bad_parameters(inputs)
+    return form, export.table_wanted
+
+
+def _page_context(form: ComponentFilterForm) -> dict[str, Any]:
+    """What both pages show around their numbers: the filter's inputs and values, and the
+    query string that keeps it on the link to the index."""
+    data = form.cleaned_data
+    return {"form": form.shown(), "range": data["range"], "jobs": data["jobs"],
+            "choices": calculate(FilterChoicesQuery()),
+            "index_query": form.link("date_from", "date_to", *LABELS, "gpus")}
+
+
+def _csv_links(form: ComponentFilterForm, tables: tuple[str, ...]) -> dict[str, str]:
+    return {name: "?" + form.link(format="csv", table=name) for name in tables}
 
 
 @login_required
 @require_GET
 def index(request: HttpRequest) -> HttpResponse:
-    """``/components/``: every component's lost GPU-hours, share of the fleet's lost time
-    and owner team over the range."""
-    form = ComponentFilterForm(request.GET)
-    if not form.is_valid():
-        return bad_parameters(form)
+    """``/components/``: every component's lost GPU-hours, share of the (filtered) fleet's
+    lost time and owner team over the range; ``format=csv&table=components`` exports it."""
+    inputs = _inputs(request, INDEX_TABLES)
+    if isinstance(inputs, HttpResponse):
+        return inputs
+    form, table = inputs
     data = form.cleaned_data
-    result = calculate(ComponentsIndexQuery(data["range"]))
-    context = {"form": form.shown(), "range": data["range"], "result": result,
-               "rows": [(row, figures.colour_of(row.name)) for row in result.rows]}
+    result = calculate(ComponentsIndexQuery(data["range"], data["jobs"]))
+    if table is not None:
+        return _index_csv(result, data["range"])
+    context = {**_page_context(form), "result": result,
+               "rows": [(row, figures.colour_of(row.name)) for row in result.rows],
+               "csv": _csv_links(form, INDEX_TABLES)}
     return render(request, "components/index.html", context)
+
+
+def _index_csv(result: ComponentsIndexResult, days: DateRange) -> HttpResponse:
+    return csv_response(f"ett-components-{days.date_from}-{days.date_to}.csv", (
+        "component", "owner_team", "lost_gpu_hours", "share_of_fleet_lost_pct",
+        "lost_share_pts", "rollouts"), (
+        [r.name, r.owner_team, r.lost_gpu_hours, r.share_of_fleet_lost_pct, r.lost_share_pts,
+         r.rollouts] for r in result.rows))
 
 
 @login_required
@@ -40,32 +93,72 @@ def detail(request: HttpRequest, name: str) -> HttpResponse:
     models, its rollouts with their impact; POST (staff only) sets its owner team."""
     if request.method == "POST":
         return _save_owner_team(request, name)
-    form = ComponentFilterForm(request.GET)
-    if not form.is_valid():
-        return bad_parameters(form)
+    return _detail_page(request, name)
+
+
+def _detail_page(request: HttpRequest, name: str) -> HttpResponse:
+    """The GET side of ``detail``: the page, or one of its tables as CSV
+    (``format=csv&table=top_jobs|top_models|rollouts``), of the filtered jobs."""
+    inputs = _inputs(request, DETAIL_TABLES)
+    if isinstance(inputs, HttpResponse):
+        return inputs
+    form, table = inputs
     data = form.cleaned_data
-    result = calculate(ComponentQuery(name, data["range"], data["interval"]))
+    result = calculate(ComponentQuery(name, data["range"], data["interval"], jobs=data["jobs"]))
     if result is None:
         raise Http404(f"no component {name!r}")
+    if table is not None:
+        return _detail_csv(result, table, data["range"])
+    labels = {k: v for k, v in data["jobs"].params().items() if k in LABELS}
     context: dict[str, Any] = {
-        "form": form.shown(), "range": data["range"], "interval": data["interval"], "c": result,
+        **_page_context(form), "interval": data["interval"], "c": result,
         "owner_form": OwnerTeamForm(initial={"owner_team": result.owner_team}),
-        "charts": _charts(result, data["interval"]),
+        "charts": _charts(result, data["interval"], labels),
         "rollout_rows": [(r, figures.rollout_url(r.marker.id)) for r in result.rollouts],
-        "window_days": DEFAULT_WINDOW_DAYS,
+        "window_days": DEFAULT_WINDOW_DAYS, "csv": _csv_links(form, DETAIL_TABLES),
         "all_rollouts_url": figures.rollouts_list_url(name, data["range"].date_from,
-                                                      data["range"].date_to),
+                                                      data["range"].date_to, labels),
     }
     return render(request, "components/detail.html", context)
 
 
+def _detail_csv(result: ComponentResult, table: str, days: DateRange) -> HttpResponse:
+    """One of the component page's tables, the page's numbers unrounded."""
+    name = f"ett-{result.name}-{table}-{days.date_from}-{days.date_to}.csv"
+    if table == "top_jobs":
+        return csv_response(name, ("job", "lost_gpu_hours", "lost_share_pts", "gpus", "model",
+                                   "team"), (
+            [j.job, j.lost_gpu_hours, j.lost_share_pts, j.gpus, j.model, j.team]
+            for j in result.top_jobs))
+    if table == "top_models":
+        return csv_response(name, ("model", "lost_gpu_hours", "jobs"), (
+            [m.model, m.lost_gpu_hours, m.jobs] for m in result.top_models))
+    return csv_response(name, ("id", "rollout", "at", "scope", "change_pts", "ci95_low_pts",
+                               "ci95_high_pts", "did_pts", "verdict"), (
+        _rollout_cells(r) for r in result.rollouts))
+
+
+def _rollout_cells(row: ComponentRollout) -> list[object]:
+    impact, marker = row.impact, row.marker
+    treated = impact.treated if impact else None
+    interval = treated.ci95_pts if treated and treated.ci95_pts else ("", "")
+    return [marker.id, marker.name, marker.at.isoformat(), marker.scope,
+            _blank(treated.change_pts if treated else None), interval[0], interval[1],
+            _blank(impact.did_pts if impact else None), impact.verdict if impact else ""]
+
+
+def _blank(value: float | None) -> float | str:
+    return "" if value is None else value
+
+
 def _save_owner_team(request: HttpRequest, name: str) -> HttpResponse:
-    """Staff only (403 otherwise); an invalid value is a 400 naming the field. Redirects
-    back to the page with its filters (a reload does not post again)."""
-    if not request.user.is_staff:
-        raise PermissionDenied("only staff users edit a component's owner team")
+    """The component's owners and admins only (403 with the reason otherwise); an invalid
+    value is a 400 naming the field. Redirects back to the page with its filters (a reload
+    does not post again)."""
     if name not in component_names():
         raise Http404(f"no component {name!r}")
+    require(can_edit_component(request.user, name), request.user,
+            f"change the owner team of {name}")
     form = OwnerTeamForm(request.POST)
     if not form.is_valid():
         reason = "; ".join(f"{k}: {' '.join(str(e) for e in v)}" for k, v in form.errors.items())
@@ -75,15 +168,38 @@ def _save_owner_team(request: HttpRequest, name: str) -> HttpResponse:
     return redirect(request.path + (f"?{query}" if query else ""))
 
 
-def _charts(result: ComponentResult, interval: str) -> dict[str, str]:
-    """Lost GPU-hours and lost share per period, each with the component's rollout lane."""
+@login_required
+@require_http_methods(["GET", "POST"])
+def phases(request: HttpRequest, name: str) -> HttpResponse:
+    """``/components/<name>/phases/``: the categories the phase map gives ``name``; its
+    owners and admins move one to another component (POST, CSRF-checked; 403 otherwise)."""
+    if name not in phase_map.components():
+        raise Http404(f"no component {name!r}")
+    editable = can_edit_component(request.user, name)
+    if request.method == "POST":
+        require(editable, request.user, f"change the phase map of {name}")
+        form = phase_map.ReassignForm(name, request.POST)
+        if not form.is_valid():
+            return HttpResponseBadRequest(f"bad phase map change: {form.reason()}",
+                                          content_type="text/plain")
+        moved = form.save()
+        return redirect(f"{request.path}?{urlencode({'moved': moved.phase})}")
+    return render(request, "components/phases.html", {
+        "name": name, "categories": phase_map.categories_of(name), "editable": editable,
+        "targets": phase_map.components(), "moved": request.GET.get("moved", "")})
+
+
+def _charts(result: ComponentResult, interval: str,
+            filters: dict[str, str]) -> dict[str, str]:
+    """Lost GPU-hours and lost share per period, each with the component's rollout lane (a
+    cluster's link keeps the page's model, team and cluster)."""
     if not result.points:
         return {}
     lost = [(p.period, p.lost_gpu_hours) for p in result.points]
     share = [(p.period, p.lost_share_pts) for p in result.points]
     return {
         "lost": figures.to_fragment(figures.component_lost_chart(
-            lost, result.name, interval, result.markers), "component-lost"),
+            lost, result.name, interval, result.markers, filters), "component-lost"),
         "share": figures.to_fragment(figures.component_share_chart(
-            share, result.name, interval, result.markers), "component-share"),
+            share, result.name, interval, result.markers, filters), "component-share"),
     }

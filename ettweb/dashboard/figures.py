@@ -20,9 +20,11 @@ from urllib.parse import urlencode
 import plotly.graph_objects as go
 import plotly.io as pio
 from django.urls import reverse
+from plotly.colors import qualitative
 
 from ettweb.attribution.engine import Segment
 from ettweb.colours import category_order, colour_of, ink_on
+from ettweb.queries.base import ALL
 from ettweb.queries.markers import RolloutMarker
 
 MARGIN = {"l": 10, "r": 10, "t": 30, "b": 40}
@@ -57,15 +59,28 @@ def _template_json() -> dict[str, Any]:
 
 
 def to_fragment(fig: go.Figure, div_id: str) -> str:
-    """Figure as an embeddable ``<div>``; plotly.js itself comes from our static files.
+    """Figure as an embeddable ``<div>`` and its JSON; ``static/ett/ett.js`` draws it.
 
-    The figure was validated as it was built; its JSON gets the template and is rendered
-    without validating again (see ``LAYOUT``).
+    No inline script: the Content-Security-Policy allows scripts only from our static
+    files, so the figure travels as a ``<script type="application/json">`` block (data, not
+    code; ``<`` and ``>`` are escaped, so no string in it can close the block) naming its
+    div. The figure was validated as it was built; its JSON gets the template and is
+    rendered without validating again (see ``LAYOUT``). The outer div has the figure's own
+    height, as plotly's ``to_html`` gives it, so the page does not jump while it draws.
     """
     data = fig.to_plotly_json()  # holds plotly's default template: replaced by ours
-    data.setdefault("layout", {})["template"] = _template_json()
-    return str(pio.to_html(data, validate=False, include_plotlyjs=False, full_html=False,
-                           div_id=div_id, config={"displaylogo": False, "responsive": True}))
+    layout = data.setdefault("layout", {})
+    layout["template"] = _template_json()
+    figure = {"data": data.get("data", []), "layout": layout,
+              "config": {"displaylogo": False, "responsive": True}}
+    payload = str(pio.json.to_json_plotly(figure)).replace("<", "\\u003c").replace(">", "\\u003e")
+    height = f"{layout['height']}px" if isinstance(layout.get("height"), int | float) else "100%"
+    width = f"{layout['width']}px" if isinstance(layout.get("width"), int | float) else "100%"
+    target = escape(div_id)
+    return (f'<div style="height:{height}; width:{width};">'
+            f'<div id="{target}" class="plotly-graph-div" style="height:100%; width:100%;"></div>'
+            f'<script type="application/json" class="ett-figure" data-target="{target}">'
+            f'{payload}</script></div>')
 
 
 def lost_by_component_bar(lost_s: Mapping[str, float]) -> go.Figure:
@@ -224,25 +239,83 @@ def _plotly_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+#: One colour per trend group, by the group's place in the legend: a group's previous
+#: period is drawn dashed in its own colour (plotly's default sequence, so nothing else moves).
+GROUP_COLOURS = tuple(qualitative.Plotly)
+
+
+@dataclass(frozen=True)
+class PreviousPeriod:
+    """The trend of the period just before the range (each group's (period, ETT%) points),
+    drawn ``shift`` later so it lies under the range it is compared with."""
+
+    series: Mapping[str, Sequence[tuple[date, float]]]
+    first_day: date
+    last_day: date
+    shift: timedelta
+
+
+def overlay_shift(days: int, interval: str) -> timedelta:
+    """How far the previous period's points move onto the range: its length in days, in
+    whole weeks for a weekly trend so that each of its Mondays lands on a Monday."""
+    if interval == "week":
+        return timedelta(days=7 * max(1, round(days / 7)))
+    return timedelta(days=days)
+
+
+def _period_label(period: date, interval: str) -> str:
+    """What a point stands for, in the hover: a day, or the ISO week from its Monday."""
+    if interval == "week":
+        return f"week of {period.isoformat()}"
+    return period.isoformat()
+
+
+def _previous_traces(previous: PreviousPeriod, colours: Mapping[str, str],
+                     interval: str) -> list[go.Scatter]:
+    """Dashed lines of the previous period, at the shifted positions; the hover names the
+    actual day or week (``customdata``), never the shifted one."""
+    traces = []
+    for group, points in previous.series.items():
+        label = "previous period" if group == ALL else f"{_text(group)} (previous)"
+        traces.append(go.Scatter(
+            name=label, legendgroup=_text(group), meta="previous",
+            x=[(p + previous.shift).isoformat() for p, _ in points], y=[v for _, v in points],
+            customdata=[_period_label(p, interval) for p, _ in points], mode="lines+markers",
+            line={"dash": "dash", "width": 1.5, "color": colours.get(group, "#9aa3ad")},
+            marker={"size": 4}, opacity=0.8,
+            hovertemplate="%{customdata}: %{y:.2f}%<extra>" + label + "</extra>"))
+    return traces
+
+
 def ett_trend(series: Mapping[str, Sequence[tuple[date, float]]], interval: str,
-              markers: Sequence[RolloutMarker] = ()) -> go.Figure:
+              markers: Sequence[RolloutMarker] = (), previous: PreviousPeriod | None = None,
+              filters: Mapping[str, str] | None = None) -> go.Figure:
     """ETT% per day or week, one line per group (GPU-weighted within each point), with a
-    lane of rollout markers per component above it."""
+    lane of rollout markers per component above it and, when given, the previous period
+    dashed beneath. ``filters`` travel with a marker cluster's link to the rollouts list."""
+    groups = list(dict.fromkeys([*series, *(previous.series if previous else {})]))
+    colours = {g: GROUP_COLOURS[i % len(GROUP_COLOURS)] for i, g in enumerate(groups)}
     fig = go.Figure([
-        go.Scatter(name=group, x=[p.isoformat() for p, _ in points], y=[v for _, v in points],
-                   mode="lines+markers",
-                   hovertemplate="%{x}: %{y:.2f}%<extra>" + escape(group) + "</extra>")
+        go.Scatter(name=_text(group), legendgroup=_text(group),
+                   x=[p.isoformat() for p, _ in points], y=[v for _, v in points],
+                   mode="lines+markers", line={"color": colours[group]},
+                   hovertemplate="%{x}: %{y:.2f}%<extra>" + _text(group) + "</extra>")
         for group, points in series.items()
     ])
+    periods = [p.isoformat() for points in series.values() for p, _ in points]
+    if previous is not None:  # the axis spans the shifted points too, so none is cut off
+        fig.add_traces(_previous_traces(previous, colours, interval))
+        periods += [(p + previous.shift).isoformat() for points in previous.series.values()
+                    for p, _ in points]
     fig.update_layout(**LAYOUT, height=340, yaxis={"title": "ETT%", "range": [0, 100]},
                       xaxis_title=f"{interval} (UTC)", legend_title="group")
-    _with_markers(fig, [p.isoformat() for points in series.values() for p, _ in points],
-                  interval, markers)
+    _with_markers(fig, periods, interval, markers, filters)
     return fig
 
 
 def component_lost_chart(points: Sequence[tuple[date, float]], component: str, interval: str,
-                         markers: Sequence[RolloutMarker] = ()) -> go.Figure:
+                         markers: Sequence[RolloutMarker] = (),
+                         filters: Mapping[str, str] | None = None) -> go.Figure:
     """One component's lost GPU-hours per day or week, its rollouts in a lane above."""
     x = [p.isoformat() for p, _ in points]
     fig = go.Figure(go.Bar(name="lost GPU-hours", x=x, y=[v for _, v in points],
@@ -251,12 +324,13 @@ def component_lost_chart(points: Sequence[tuple[date, float]], component: str, i
     fig.update_layout(**LAYOUT, height=300, yaxis={"title": "lost GPU-hours",
                                                    "rangemode": "tozero"},
                       xaxis_title=f"{interval} (UTC)", showlegend=False)
-    _with_markers(fig, x, interval, markers)
+    _with_markers(fig, x, interval, markers, filters)
     return fig
 
 
 def component_share_chart(points: Sequence[tuple[date, float]], component: str, interval: str,
-                          markers: Sequence[RolloutMarker] = ()) -> go.Figure:
+                          markers: Sequence[RolloutMarker] = (),
+                          filters: Mapping[str, str] | None = None) -> go.Figure:
     """One component's lost share: points of the fleet's wall time per day or week (a
     growing fleet does not look worse), its rollouts in a lane above."""
     x = [p.isoformat() for p, _ in points]
@@ -266,7 +340,7 @@ def component_share_chart(points: Sequence[tuple[date, float]], component: str, 
     fig.update_layout(**LAYOUT, height=300,
                       yaxis={"title": "pts of fleet wall time", "rangemode": "tozero"},
                       xaxis_title=f"{interval} (UTC)", showlegend=False)
-    _with_markers(fig, x, interval, markers)
+    _with_markers(fig, x, interval, markers, filters)
     return fig
 
 
@@ -455,25 +529,27 @@ def rollout_url(rollout_id: int) -> str:
     return reverse("rollouts:detail", args=[rollout_id])
 
 
-def rollouts_list_url(component: str, first: date, last: date) -> str:
+def rollouts_list_url(component: str, first: date, last: date,
+                      filters: Mapping[str, str] | None = None) -> str:
     """The rollouts list filtered to one component and a span of UTC days (a cluster's
-    click, and the component page's "all rollouts" link)."""
+    click, and the component page's "all rollouts" link), and to the rollouts that reach
+    the page's jobs when ``filters`` (model, team, cluster) are given."""
     base = reverse("rollouts:list")
     query = {"component": component, "date_from": first.isoformat(),
-             "date_to": last.isoformat()}
+             "date_to": last.isoformat(), **(filters or {})}
     return f"{base}?{urlencode(query)}"
 
 
-def cluster_url(cluster: MarkerCluster) -> str:
+def cluster_url(cluster: MarkerCluster, filters: Mapping[str, str] | None = None) -> str:
     """Where a click on the marker goes: the rollout, or the list of the cluster's ones."""
     if cluster.count == 1:
         return rollout_url(cluster.markers[0].id)
     first, last = cluster.first.astimezone(UTC).date(), cluster.last.astimezone(UTC).date()
-    return rollouts_list_url(cluster.component, first, last)
+    return rollouts_list_url(cluster.component, first, last, filters)
 
 
 def _lane_trace(index: int, component: str, lane: Sequence[MarkerCluster],
-                axis: str) -> go.Scatter:
+                axis: str, filters: Mapping[str, str] | None = None) -> go.Scatter:
     """One lane: diamonds for single rollouts, numbered circles for clusters."""
     single = [c.count == 1 for c in lane]
     colour = colour_of(component)
@@ -486,7 +562,7 @@ def _lane_trace(index: int, component: str, lane: Sequence[MarkerCluster],
         text=["" if s else str(c.count) for s, c in zip(single, lane, strict=True)],
         textposition="middle center", textfont={"color": ink_on(colour), "size": 10},
         hovertext=[marker_hover(c) for c in lane], hoverinfo="text",
-        hoverlabel={"align": "left"}, customdata=[cluster_url(c) for c in lane],
+        hoverlabel={"align": "left"}, customdata=[cluster_url(c, filters) for c in lane],
     )
 
 
@@ -509,7 +585,7 @@ def _guides(lanes: Mapping[str, Sequence[MarkerCluster]]) -> list[dict[str, obje
 
 
 def add_rollout_lanes(fig: go.Figure, lanes: Mapping[str, Sequence[MarkerCluster]],
-                      axis: str = "y2") -> None:
+                      axis: str = "y2", filters: Mapping[str, str] | None = None) -> None:
     """A strip of lanes above the figure's plot, one per component, on its own y axis.
 
     Lanes sit on a separate axis domain (not on the plot) so markers never hide data and
@@ -529,13 +605,14 @@ def add_rollout_lanes(fig: go.Figure, lanes: Mapping[str, Sequence[MarkerCluster
         "ticktext": [_text(n, 32) for n in names], "showgrid": False, "zeroline": False,
         "ticks": "", "title": {"text": ""}}})
     for index, name in enumerate(names):
-        fig.add_trace(_lane_trace(index, name, lanes[name], axis))
+        fig.add_trace(_lane_trace(index, name, lanes[name], axis, filters))
 
 
 def _with_markers(fig: go.Figure, periods: Sequence[str], interval: str,
-                  markers: Sequence[RolloutMarker]) -> None:
+                  markers: Sequence[RolloutMarker],
+                  filters: Mapping[str, str] | None = None) -> None:
     """Set the period axis (widened to the markers) and draw the marker lanes on it."""
     bounds = _period_axis(fig, periods, interval, [m.at for m in markers])
     if bounds is not None and markers:
         span_s = (bounds[1] - bounds[0]).total_seconds()
-        add_rollout_lanes(fig, cluster_markers(markers, span_s))
+        add_rollout_lanes(fig, cluster_markers(markers, span_s), filters=filters)

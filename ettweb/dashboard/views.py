@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import date
 from typing import Any
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
@@ -21,10 +22,12 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from kombu import Connection
 
-from ettweb.dashboard import figures
+from ettweb.dashboard import figures, jobfigures
 from ettweb.dashboard.exports import csv_response
 from ettweb.dashboard.forms import (
+    JOBS_LIST_PARAMS,
     CollectorsFilterForm,
+    ExportForm,
     FleetFilterForm,
     JobsFilterForm,
     bad_parameters,
@@ -33,6 +36,9 @@ from ettweb.queries import (
     HOUR_S,
     CollectorsQuery,
     DateRange,
+    FilterChoicesQuery,
+    FleetHeadlineQuery,
+    JobFilter,
     JobQuery,
     LifecycleQuery,
     LifecycleResult,
@@ -45,7 +51,8 @@ from ettweb.queries import (
     TrendResult,
     calculate,
 )
-from ettweb.queries.base import FIRST_DAY
+from ettweb.queries.base import LABELS
+from ettweb.queries.job import TABLES as JOB_TABLES
 from ettweb.queries.jobs import SORTS as JOB_SORTS
 from ettweb.queries.jobs import JobsQueryRunner
 
@@ -92,105 +99,145 @@ def _jobs_csv(form: JobsFilterForm) -> HttpResponse:
 @login_required
 @require_GET
 def job_detail(request: HttpRequest, job: str) -> HttpResponse:
-    """``/jobs/<job>/``: headline numbers (the job's rollup), lost time by component, the
-    phase timeline (the engine on this job's events) and its anomalies."""
+    """``/jobs/<job>/``: headline numbers, the category timeline and rank lanes per attempt,
+    the lost-time waterfall, recoveries and anomalies, all read from the job's stored rows
+    (never its events); ``format=csv&table=attempts|recoveries`` exports a table."""
+    export = ExportForm(request.GET, JOB_TABLES)
+    if not export.is_valid():
+        return bad_parameters(export)
     result = calculate(JobQuery(job=job))
     if result is None:
         raise Http404(f"no events for job {job!r}")
-    attribution = result.attribution
-    job_start = attribution.attempts[0].start if attribution.attempts else 0.0
-    context: dict[str, Any] = {
-        "result": result,
-        "h": result.headline,
+    table = export.table_wanted
+    if table is not None:
+        header, rows = result.table(table)
+        return csv_response(f"ett-job-{table}.csv", header, rows)
+    return render(request, "dashboard/job.html", {
+        "result": result, "h": result.headline, "charts": jobfigures.page_charts(result),
         "anomalies": sorted(result.headline.anomalies.items()),
         "lost_chart": figures.to_fragment(
             figures.lost_by_component_bar(result.lost_by_component_s), "lost-by-component"),
-        "timeline": figures.to_fragment(
-            figures.phase_timeline(attribution.segments, job_start), "phase-timeline"),
         "lost_rows": sorted(((c, s) for c, s in result.lost_by_component_s.items() if s > 0),
                             key=lambda kv: -kv[1]),
-    }
-    return render(request, "dashboard/job.html", context)
+        "csv": {name: "?" + urlencode({"format": "csv", "table": name}) for name in JOB_TABLES},
+    })
 
 
 @login_required
 @require_GET
 def fleet(request: HttpRequest) -> HttpResponse:
-    """``/fleet/``: ETT% trend, lost GPU-hours by component, top jobs, restart tax, lifecycle.
+    """``/fleet/``: ETT% trend, lost GPU-hours by component, top jobs, restart tax, lifecycle,
+    all of the jobs the filter keeps; ``format=csv&table=…`` exports one of its tables.
 
     Inputs come from GET parameters through :class:`FleetFilterForm`; bad ones are a 400
     that names the parameter and the problem, never a guess.
     """
     form = FleetFilterForm(request.GET)
-    if not form.is_valid():
-        return bad_parameters(form)
+    export = ExportForm(request.GET, FLEET_TABLES)
+    for inputs in (form, export):
+        if not inputs.is_valid():
+            return bad_parameters(inputs)
+    table = export.table_wanted
+    if table is not None:
+        return _fleet_csv(table, form.cleaned_data)
+    return render(request, "dashboard/fleet.html", _fleet_context(form))
+
+
+def _fleet_context(form: FleetFilterForm) -> dict[str, Any]:
+    """Every query the overview shows, each narrowed by the same :class:`JobFilter`."""
     data = form.cleaned_data
-    trend = calculate(TrendQuery(data["range"], data["interval"], data["group_by"]))
-    lost = calculate(LostByComponentQuery(data["range"]))
-    top = calculate(TopJobsQuery(data["range"]))
-    lifecycle = calculate(LifecycleQuery(data["range"], data["interval"]))
-    markers = calculate(RolloutMarkersQuery(data["range"])).markers
-    over_time = calculate(LostTrendQuery(data["range"], data["interval"]))
-    charts = _fleet_charts(trend, lost.components, lifecycle, data["interval"], markers)
+    days, interval, jobs = data["range"], data["interval"], data["jobs"]
+    trend_query = TrendQuery(days, interval, data["group_by"], jobs)
+    trend = calculate(trend_query)
+    earlier = trend_query.previous() if data["compare"] else None
+    lost = calculate(LostByComponentQuery(days, jobs))
+    lifecycle = calculate(LifecycleQuery(days, interval, jobs))
+    markers = calculate(RolloutMarkersQuery(days, jobs=jobs)).markers
+    over_time = calculate(LostTrendQuery(days, interval, jobs))
+    charts = _fleet_charts(trend, lost.components, lifecycle, interval, markers, jobs,
+                           _overlay(earlier, days))
     if over_time.components:
         charts["lost_over_time"] = figures.to_fragment(figures.lost_over_time_stacked(
             over_time.periods, {c: [v / HOUR_S for v in values]
                                 for c, values in over_time.gpu_s.items()},
-            data["interval"]), "lost-over-time")
-    context: dict[str, Any] = {
-        "form": form.shown(), "range": data["range"], "interval": data["interval"],
-        "group_by": data["group_by"], "trend": trend, "lost": lost, "top": top,
-        "lifecycle": lifecycle, "rollouts": len(markers), "charts": charts,
-        "headline": _headline(data["range"], trend, lost.lost_gpu_hours, lifecycle.failures),
+            interval), "lost-over-time")
+    return {
+        "form": form.shown(), "range": days, "interval": interval, "jobs": jobs,
+        "group_by": data["group_by"], "trend": trend, "lost": lost,
+        "top": calculate(TopJobsQuery(days, jobs=jobs)), "lifecycle": lifecycle,
+        "rollouts": len(markers), "charts": charts,
+        "previous": earlier.range if earlier is not None else None,
+        "compare_unavailable": data["compare"] and earlier is None,
+        "choices": calculate(FilterChoicesQuery()),
+        "component_query": form.link("date_from", "date_to", "interval", *LABELS, "gpus"),
+        "jobs_query": form.link(*JOBS_LIST_PARAMS),
+        "clear_query": form.link("date_from", "date_to", "interval", "group_by", "compare"),
+        "csv": {name: "?" + form.link(format="csv", table=name) for name in FLEET_TABLES},
+        "headline": calculate(FleetHeadlineQuery(days, interval, jobs)),
     }
-    return render(request, "dashboard/fleet.html", context)
 
 
-def _headline(days: DateRange, trend: TrendResult, lost_gpu_hours: float,
-              failures: int) -> dict[str, Any]:
-    """The overview's tiles beyond the range's totals: the range's last 7 days against the 7
-    before (points and relative), lost capacity in GPUs (lost GPU-hours / hours in the range)
-    and failures per 1,000 GPU-hours."""
-    last = DateRange(max(days.date_from, days.date_to - timedelta(days=6)), days.date_to)
-    before_end = last.date_from - timedelta(days=1)
-    before = (calculate(TrendQuery(DateRange(before_end - timedelta(days=6), before_end)))
-              if before_end >= FIRST_DAY + timedelta(days=6) else None)
-    this_week = calculate(TrendQuery(last))
-    hours = ((days.date_to - days.date_from).days + 1) * 24
-    wall_hours = trend.wall_gpu_s / HOUR_S
-    change = (this_week.ett_pct - before.ett_pct
-              if before is not None and before.wall_gpu_s and this_week.wall_gpu_s else None)
-    return {"week": last, "week_ett": this_week.ett_pct if this_week.wall_gpu_s else None,
-            "week_change_pts": change,
-            "week_change_rel": (100 * change / before.ett_pct
-                                if change is not None and before and before.ett_pct else None),
-            "gpus_lost": lost_gpu_hours / hours,
-            "failures_per_1k": 1000 * failures / wall_hours if wall_hours else None,
-            "trend_change_pts": _net_change(trend)}
+FLEET_TABLES = ("lost_by_component", "top_jobs", "lifecycle")
 
 
-def _net_change(trend: TrendResult) -> float | None:
-    """The whole fleet's ETT% in the range's last period minus its first (None if one)."""
-    totals: dict[Any, list[float]] = {}
-    for point in trend.points:
-        wall_productive = totals.setdefault(point.period, [0.0, 0.0])
-        wall_productive[0] += point.wall_gpu_s
-        wall_productive[1] += point.productive_gpu_s
-    with_data = [(period, v) for period, v in sorted(totals.items()) if v[0] > 0]
-    if len(with_data) < 2:
+def _fleet_csv(table: str, data: dict[str, Any]) -> HttpResponse:
+    """One of the overview's tables as CSV, with exactly the page's filter and numbers."""
+    days, jobs = data["range"], data["jobs"]
+    name = f"ett-fleet-{table}-{days.date_from}-{days.date_to}.csv"
+    if table == "lost_by_component":
+        components = calculate(LostByComponentQuery(days, jobs)).components
+        return csv_response(name, ("component", "lost_gpu_hours", "categories"), (
+            [c.component, c.gpu_hours, ", ".join(c.categories)] for c in components))
+    if table == "top_jobs":
+        top = calculate(TopJobsQuery(days, jobs=jobs)).jobs
+        return csv_response(name, ("job", "lost_gpu_hours", "ett_pct", "gpus", "status", "team",
+                                   "model", "cluster"), (
+            [j.job, j.lost_gpu_hours, j.ett_pct, j.gpus, j.status, j.team, j.model, j.cluster]
+            for j in top))
+    points = calculate(LifecycleQuery(days, data["interval"], jobs)).points
+    return csv_response(name, ("period", "jobs_started", "mean_time_to_start_s", "recoveries",
+                               "mean_time_to_recover_s", "restart_tax_gpu_hours", "failures"), (
+        [p.period.isoformat(), len(p.starts), _blank(p.mean_time_to_start_s),
+         len(p.recoveries), _blank(p.mean_time_to_recover_s), p.restart_tax_gpu_hours,
+         p.failures] for p in points))
+
+
+def _blank(value: float | None) -> float | str:
+    """An absent mean as an empty cell, not the text ``None``."""
+    return "" if value is None else value
+
+
+def _trend_chart(trend: TrendResult, interval: str, markers: list[RolloutMarker],
+                 jobs: JobFilter, previous: figures.PreviousPeriod | None = None) -> str:
+    """The ETT% trend, one line per group, the previous period dashed when asked for; a
+    cluster of rollout markers links to the rollouts list with the page's filter."""
+    labels = {name: value for name, value in jobs.params().items() if name in LABELS}
+    return figures.to_fragment(figures.ett_trend(_series(trend), interval, markers, previous,
+                                                 labels), "ett-trend")
+
+
+def _overlay(earlier: TrendQuery | None, days: DateRange) -> figures.PreviousPeriod | None:
+    """The previous period's trend (the query layer's shifted query), as the figure draws
+    it onto ``days``; None when not asked for or before the first day."""
+    if earlier is None:
         return None
-    (_, first), (_, last) = with_data[0], with_data[-1]
-    return 100 * last[1] / last[0] - 100 * first[1] / first[0]
+    return figures.PreviousPeriod(_series(calculate(earlier)), earlier.range.date_from,
+                                  earlier.range.date_to,
+                                  figures.overlay_shift(days.days, earlier.interval))
+
+
+def _series(trend: TrendResult) -> dict[str, list[tuple[date, float]]]:
+    """Each group's (period, ETT%) points, as the trend figure draws them."""
+    return {g: [(p.period, p.ett_pct) for p in trend.series(g)] for g in trend.groups}
 
 
 def _fleet_charts(trend: TrendResult, components: Any, lifecycle: LifecycleResult,
-                  interval: str, markers: list[RolloutMarker]) -> dict[str, str]:
+                  interval: str, markers: list[RolloutMarker], jobs: JobFilter,
+                  previous: figures.PreviousPeriod | None) -> dict[str, str]:
     """The overview's figures as HTML fragments (empty when there is nothing to draw)."""
     charts: dict[str, str] = {}
     if trend.points:
-        series = {g: [(p.period, p.ett_pct) for p in trend.series(g)] for g in trend.groups}
-        charts["trend"] = figures.to_fragment(figures.ett_trend(series, interval, markers),
-                                              "ett-trend")
+        charts["trend"] = _trend_chart(trend, interval, markers, jobs, previous)
     if components:
         hours = {c.component: c.gpu_hours for c in components}
         charts["lost"] = figures.to_fragment(figures.lost_gpu_hours_bar(hours),
@@ -212,14 +259,59 @@ def _fleet_charts(trend: TrendResult, components: Any, lifecycle: LifecycleResul
 @require_GET
 def collectors(request: HttpRequest) -> HttpResponse:
     """``/collectors/``: every agent's latest health (silent ones first and flagged) and the
-    lines ingestion refused, with their reasons."""
+    lines ingestion refused, with their reasons; ``format=csv&table=…`` exports one of its
+    tables (``collectors``, ``reasons``, ``rejected``) with the page's filter."""
     form = CollectorsFilterForm(request.GET)
-    if not form.is_valid():
-        return bad_parameters(form)
+    export = ExportForm(request.GET, COLLECTOR_TABLES)
+    for inputs in (form, export):
+        if not inputs.is_valid():
+            return bad_parameters(inputs)
     data = form.cleaned_data
+    table = export.table_wanted
+    if table is not None:
+        return _collectors_csv(table, data)
     result = calculate(CollectorsQuery(silent_after_s=data["silent_after_s"],
                                        source=data["source"]))
-    return render(request, "dashboard/collectors.html", {"form": form.shown(), "result": result})
+    return render(request, "dashboard/collectors.html", {
+        "form": form.shown(), "result": result, "csv": _collectors_csv_links(data),
+        "csv_rejected": CSV_REJECTED_LINES})
+
+
+COLLECTOR_TABLES = ("collectors", "reasons", "rejected")
+#: Rejected lines in the CSV: the most the query returns (the page shows the newest 50).
+CSV_REJECTED_LINES = 500
+COLLECTOR_COLUMNS = ("source", "collector_id", "status", "silent_for_s", "last_report",
+                     "last_shipped", "backlog_events", "backlog_bytes", "shipped_events",
+                     "dropped_events", "corrupted_records", "spool_files", "rejected_lines")
+REJECTED_COLUMNS = ("received_at", "source", "job", "reason", "lines", "line_start",
+                    "line_bytes")
+
+
+def _collectors_csv_links(data: dict[str, Any]) -> dict[str, str]:
+    """Each table's CSV link, keeping the page's threshold and source."""
+    kept = {"silent_after": data["silent_after_s"] // 60,
+            **({"source": data["source"]} if data["source"] else {})}
+    return {name: "?" + urlencode({**kept, "format": "csv", "table": name})
+            for name in COLLECTOR_TABLES}
+
+
+def _collectors_csv(table: str, data: dict[str, Any]) -> HttpResponse:
+    """One of the collectors page's tables as CSV: the same query, the same filter. Sources,
+    job names and rejected lines come from outside; ``csv_response`` neutralizes formulas."""
+    result = calculate(CollectorsQuery(silent_after_s=data["silent_after_s"],
+                                       rejected=CSV_REJECTED_LINES, source=data["source"]))
+    if table == "collectors":
+        return csv_response("ett-collectors.csv", COLLECTOR_COLUMNS, (
+            [r.source, r.collector_id, "silent" if r.silent else "reporting",
+             round(r.silent_for_s, 1), r.last_seen.isoformat(),
+             r.last_success.isoformat() if r.last_success else "", r.backlog_events,
+             r.backlog_bytes, r.shipped_events, r.dropped_events, r.corrupted_records,
+             r.spool_files, r.rejected_lines] for r in result.collectors))
+    if table == "reasons":
+        return csv_response("ett-rejection-reasons.csv", ("reason", "lines"), result.reasons)
+    return csv_response("ett-rejected-lines.csv", REJECTED_COLUMNS, (
+        [r.received_at.isoformat(), r.source, r.job, r.reason, r.lines, r.raw_preview,
+         r.raw_bytes] for r in result.rejected))
 
 
 def _database_status() -> str:

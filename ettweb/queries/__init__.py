@@ -2,13 +2,14 @@
 
 Every number a person or a program sees comes through here — dashboard pages, the JSON API,
 the e-mail reports and ``/metrics`` — so none of them can disagree. Each query is a frozen
-dataclass that validates itself; its runner reads rollups (never raw events, except one job's
-timeline) and returns a frozen result. Modules: ``base`` (ranges, the component map, the
-per-day rows), ``fleet`` (trend, lost time, top jobs, lifecycle, jobs table), ``job`` (one
-job), ``impact`` (a rollout's measured impact, ETT_SPEC §6), ``markers`` (rollouts drawn on
-trends), ``components`` (the component pages), ``weekly`` (the fleet over any days, and the
-weekly report's numbers, ETT_SPEC §7), ``collectors`` (agents' health and the
-quarantine), ``metrics`` (running totals for ``/metrics``), ``jobs`` (the paginated jobs list).
+dataclass that validates itself; its runner reads rollups (never raw events: even one job's
+timeline and rank lanes are stored by the refresh) and returns a frozen result. Modules:
+``base`` (ranges, the component map, the per-day rows), ``fleet`` (trend, lost time, top
+jobs, lifecycle, jobs table), ``job`` (one job), ``impact`` (a rollout's measured impact,
+ETT_SPEC §6), ``markers`` (rollouts drawn on trends), ``components`` (the component pages),
+``weekly`` (the fleet over any days, and the weekly report's numbers, ETT_SPEC §7),
+``collectors`` (agents' health and the quarantine), ``metrics`` (running totals for
+``/metrics``), ``jobs`` (the paginated jobs list).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, overload
 
 from ettweb.queries.base import (
     ALL,
+    ANY_JOB,
     GPU_BUCKETS,
     GROUPINGS,
     HOUR_S,
@@ -25,6 +27,7 @@ from ettweb.queries.base import (
     DateRange,
     Grouping,
     Interval,
+    JobFilter,
     default_range,
     gpu_bucket,
     phase_components,
@@ -45,6 +48,12 @@ from ettweb.queries.components import (
     ComponentsIndexResult,
 )
 from ettweb.queries.fleet import (
+    FilterChoicesQuery,
+    FilterChoicesQueryRunner,
+    FilterChoicesResult,
+    FleetHeadlineQuery,
+    FleetHeadlineQueryRunner,
+    FleetHeadlineResult,
     FleetQuery,
     FleetQueryRunner,
     FleetResult,
@@ -69,6 +78,9 @@ from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner, ImpactResult, 
 from ettweb.queries.job import JobMeta, JobQuery, JobQueryRunner, JobResult
 from ettweb.queries.jobs import JobListRow, JobsQuery, JobsQueryRunner, JobsResult
 from ettweb.queries.markers import (
+    RolloutListQuery,
+    RolloutListQueryRunner,
+    RolloutListResult,
     RolloutMarker,
     RolloutMarkersQuery,
     RolloutMarkersQueryRunner,
@@ -92,6 +104,7 @@ from ettweb.queries.weekly import (
 
 __all__ = [
     "ALL",
+    "ANY_JOB",
     "GPU_BUCKETS",
     "GROUPINGS",
     "HOUR_S",
@@ -105,6 +118,10 @@ __all__ = [
     "ComponentsIndexQuery",
     "ComponentsIndexResult",
     "DateRange",
+    "FilterChoicesQuery",
+    "FilterChoicesResult",
+    "FleetHeadlineQuery",
+    "FleetHeadlineResult",
     "FleetQuery",
     "FleetResult",
     "FleetSummaryQuery",
@@ -116,6 +133,7 @@ __all__ = [
     "ImpactResult",
     "Interval",
     "IsoWeek",
+    "JobFilter",
     "JobListRow",
     "JobMeta",
     "JobQuery",
@@ -131,6 +149,8 @@ __all__ = [
     "LostTrendQuery",
     "LostTrendResult",
     "RejectedRow",
+    "RolloutListQuery",
+    "RolloutListResult",
     "RolloutMarker",
     "RolloutMarkersQuery",
     "RolloutMarkersResult",
@@ -152,7 +172,7 @@ AnyQuery = (TrendQuery | LostByComponentQuery | TopJobsQuery | LifecycleQuery | 
             | JobQuery | ImpactQuery
             | ComponentQuery | ComponentsIndexQuery | RolloutMarkersQuery | WeeklyReportQuery
             | FleetSummaryQuery | CollectorsQuery | FleetTotalsQuery | JobsQuery
-            | LostTrendQuery)
+            | LostTrendQuery | FilterChoicesQuery | RolloutListQuery | FleetHeadlineQuery)
 
 _RUNNERS: dict[type, Any] = {
     TrendQuery: TrendQueryRunner, LostByComponentQuery: LostByComponentQueryRunner,
@@ -163,6 +183,8 @@ _RUNNERS: dict[type, Any] = {
     FleetSummaryQuery: FleetSummaryQueryRunner, CollectorsQuery: CollectorsQueryRunner,
     FleetTotalsQuery: FleetTotalsQueryRunner, JobsQuery: JobsQueryRunner,
     LostTrendQuery: LostTrendQueryRunner,
+    FilterChoicesQuery: FilterChoicesQueryRunner, RolloutListQuery: RolloutListQueryRunner,
+    FleetHeadlineQuery: FleetHeadlineQueryRunner,
 }
 
 
@@ -198,6 +220,12 @@ def calculate(query: FleetTotalsQuery) -> FleetTotalsResult: ...
 def calculate(query: JobsQuery) -> JobsResult: ...
 @overload
 def calculate(query: LostTrendQuery) -> LostTrendResult: ...
+@overload
+def calculate(query: FleetHeadlineQuery) -> FleetHeadlineResult: ...
+@overload
+def calculate(query: FilterChoicesQuery) -> FilterChoicesResult: ...
+@overload
+def calculate(query: RolloutListQuery) -> RolloutListResult: ...
 def calculate(query: AnyQuery) -> Any:
     """Run any query with its runner: what views, the API and reports call."""
     return _RUNNERS[type(query)](query).calculate()

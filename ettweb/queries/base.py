@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final, Literal
 
-from django.db.models import F, Max, Sum
+from django.db.models import F, Max, Q, Sum
 from django.db.models.functions import Coalesce, TruncWeek
 
 from ettweb.attribution.components import DEFAULT_PHASE_COMPONENTS, component_of
 from ettweb.rollups.models import DailyCategoryRollup, PhaseComponent
+from ettweb.text import unstorable
 
 HOUR_S: Final = 3600.0
 DAY_S: Final = 86400.0
@@ -34,10 +35,15 @@ GROUPINGS: Final[tuple[Grouping, ...]] = ("none", "model", "team", "cluster", "g
 #: alike, so owners compare like with like.
 GPU_BUCKETS: Final = ((1, 1, "1"), (2, 8, "2-8"), (9, 64, "9-64"), (65, 512, "65-512"),
                       (513, None, "513+"))
+GPU_BUCKET_LABELS: Final = tuple(label for _, _, label in GPU_BUCKETS)
 #: The label of the single series when nothing is grouped.
 ALL: Final = "all"
 #: Longest range a query accepts: bounds the rows a page can ask Postgres for.
 MAX_RANGE_DAYS: Final = 3 * 366
+#: Days a page shows when no range is given.
+DEFAULT_DAYS: Final = 30
+#: Longest model, team or cluster a filter names: job labels are stored in 200 characters.
+MAX_LABEL_CHARS: Final = 200
 
 
 def gpu_bucket(gpus: int) -> str:
@@ -103,6 +109,28 @@ class DateRange:
         """The first day of the period ``day`` falls in (weeks start on Monday, as ISO)."""
         return day - timedelta(days=day.weekday()) if interval == "week" else day
 
+    @property
+    def days(self) -> int:
+        return (self.date_to - self.date_from).days + 1
+
+    def last_days(self, count: int) -> DateRange:
+        """The range's last ``count`` days (all of it when it is shorter)."""
+        return DateRange(max(self.date_from, self.date_to - timedelta(days=count - 1)),
+                         self.date_to)
+
+    def days_before(self, count: int) -> DateRange | None:
+        """``count`` days ending the day before this range starts; None when they would
+        start before the first day a range may name."""
+        end = self.date_from - timedelta(days=1)
+        if end < FIRST_DAY + timedelta(days=count - 1):
+            return None
+        return DateRange(end - timedelta(days=count - 1), end)
+
+    def previous(self) -> DateRange | None:
+        """As many days again, ending the day before this range starts: the period a trend
+        is compared with. None when it would start before the first day a range may name."""
+        return self.days_before(self.days)
+
 
 def one_sided_range(date_from: date | None, date_to: date | None) -> DateRange | None:
     """None without bounds; with one bound alone, the longest range a query allows."""
@@ -117,11 +145,100 @@ def one_sided_range(date_from: date | None, date_to: date | None) -> DateRange |
     return DateRange(date_from, date_to)
 
 
-def default_range(days: int = 30) -> DateRange:
+def default_range(days: int = DEFAULT_DAYS) -> DateRange:
     """The last ``days`` days that have data (a demo's data may be years old), else today's."""
     latest = DailyCategoryRollup.objects.aggregate(latest=Max("day"))["latest"]
     end = latest or datetime.now(UTC).date()
     return DateRange(end - timedelta(days=days - 1), end)
+
+
+def range_or_default(date_from: date | None, date_to: date | None,
+                     days: int = DEFAULT_DAYS) -> DateRange:
+    """The range a page (and its API twin) shows: the days given, a missing end being the
+    last day with data and a missing start ``days`` days before the end. Raises ValueError
+    naming the parameter, so the page and the API refuse a bad range in the same words."""
+    for name, day in (("date_from", date_from), ("date_to", date_to)):
+        if day is not None and not FIRST_DAY <= day <= LAST_DAY:
+            raise ValueError(f"{name} {day} is outside {FIRST_DAY} to {LAST_DAY}")
+    end = date_to or default_range(days).date_to
+    start = date_from or max(FIRST_DAY, end - timedelta(days=days - 1))
+    return DateRange(start, end)
+
+
+#: The job labels a filter names, each the :class:`JobRollup` field it is matched against.
+LABELS: Final = ("model", "team", "cluster")
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """Which jobs a fleet or component query counts: exact model, team and cluster labels and
+    a GPU-size bucket (``GPU_BUCKETS``' label), each empty for any.
+
+    Why one filter for every query: a page's tiles, charts and tables must describe the same
+    jobs, so each query narrows its rollup rows by this one definition, in Postgres (rows
+    joined to their job's labels, as the jobs list filters). A job's labels and GPUs are
+    its rollup's: those of its last attempt. An unknown label is no error, it matches no job.
+    """
+
+    model: str = ""
+    team: str = ""
+    cluster: str = ""
+    gpus: str = ""
+
+    def __post_init__(self) -> None:
+        for name in (*LABELS, "gpus"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise ValueError(f"{name} must be text, not {type(value).__name__}")
+            if len(value) > MAX_LABEL_CHARS:
+                raise ValueError(f"{name} must be at most {MAX_LABEL_CHARS} characters, "
+                                 f"not {len(value)}")
+            problem = unstorable(value)
+            if problem:
+                raise ValueError(f"{name} {problem}")
+        if self.gpus:
+            validated("gpus", self.gpus, GPU_BUCKET_LABELS)
+
+    @property
+    def is_any(self) -> bool:
+        """True when the filter keeps every job."""
+        return not any(getattr(self, name) for name in (*LABELS, "gpus"))
+
+    def q(self, prefix: str = "job__") -> Q:
+        """The condition on a row whose job's fields are reached through ``prefix`` (``""``
+        for :class:`JobRollup` itself, ``job__`` for rows that point at it)."""
+        condition = Q()
+        for name in LABELS:
+            if getattr(self, name):
+                condition &= Q(**{f"{prefix}{name}": getattr(self, name)})
+        if self.gpus:
+            low, high = next((lo, hi) for lo, hi, label in GPU_BUCKETS if label == self.gpus)
+            condition &= Q(**{f"{prefix}gpus__gte": low})
+            if high is not None:
+                condition &= Q(**{f"{prefix}gpus__lte": high})
+        return condition
+
+    def narrow(self, rows: Any, prefix: str = "job__") -> Any:
+        """``rows`` kept to the filtered jobs (untouched, so unjoined, for any job)."""
+        return rows if self.is_any else rows.filter(self.q(prefix))
+
+    def params(self) -> dict[str, str]:
+        """The GET parameters that ask for this filter (empty ones left out)."""
+        return {name: getattr(self, name) for name in (*LABELS, "gpus") if getattr(self, name)}
+
+    def describe(self) -> str:
+        """``team ads · GPUs 9-64``, or ``all jobs``."""
+        parts = [f"{name} {getattr(self, name)}" for name in LABELS if getattr(self, name)]
+        if self.gpus:
+            parts.append(f"GPUs {self.gpus}")
+        return " · ".join(parts) or "all jobs"
+
+    def as_api(self) -> dict[str, str]:
+        return {name: getattr(self, name) for name in (*LABELS, "gpus")}
+
+
+#: The filter that keeps every job.
+ANY_JOB: Final = JobFilter()
 
 
 def validated(name: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -143,10 +260,12 @@ def quarantined_lines(rows: Any) -> int:
     return int(rows.aggregate(n=Coalesce(Sum("lines"), 0))["n"])
 
 
-def day_rows(query_range: DateRange) -> Any:
-    """The per-day rollup rows inside ``query_range`` (a queryset to aggregate)."""
-    return DailyCategoryRollup.objects.filter(day__gte=query_range.date_from,
+def day_rows(query_range: DateRange, jobs: JobFilter = ANY_JOB) -> Any:
+    """The per-day rollup rows inside ``query_range`` of the jobs ``jobs`` keeps (a queryset
+    to aggregate)."""
+    rows = DailyCategoryRollup.objects.filter(day__gte=query_range.date_from,
                                               day__lte=query_range.date_to)
+    return jobs.narrow(rows)
 
 
 def periods(rows: Any, interval: Interval) -> Any:

@@ -21,10 +21,12 @@ from ettweb.attribution.components import PRODUCTIVE, UNKNOWN_COMPONENT, compone
 from ettweb.components.logic import known_components
 from ettweb.components.models import Component
 from ettweb.queries.base import (
+    ANY_JOB,
     HOUR_S,
     INTERVALS,
     DateRange,
     Interval,
+    JobFilter,
     as_date,
     day_rows,
     pct,
@@ -37,6 +39,8 @@ from ettweb.queries.markers import (
     RolloutMarker,
     RolloutMarkersQuery,
     RolloutMarkersQueryRunner,
+    marker_api,
+    reaching,
 )
 from ettweb.rollouts.models import Rollout
 from ettweb.rollups.models import JobRollup
@@ -64,12 +68,18 @@ def owned_categories(name: str, categories: Iterable[str], mapping: Mapping[str,
 @dataclass(frozen=True)
 class ComponentQuery:
     """One component's lost time per day or week over ``range``, its top jobs and models,
-    and its rollouts in the range with their measured impact."""
+    and its rollouts in the range with their measured impact.
+
+    ``jobs`` narrows every number to the filtered jobs (the "fleet" totals too, so a lost
+    share is of the filtered jobs' wall time) and the rollouts to those whose scope can
+    reach them; a rollout's measured impact stays its own (its scope against the rest).
+    """
 
     name: str
     range: DateRange
     interval: Interval = "day"
     top: int = 10
+    jobs: JobFilter = ANY_JOB
 
     def __post_init__(self) -> None:
         validated("interval", self.interval, INTERVALS)
@@ -167,6 +177,36 @@ class ComponentResult:
         """Rollouts in the range beyond the measured ones (the rollouts page lists them)."""
         return len(self.markers) - len(self.rollouts)
 
+    def as_api(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "owner_team": self.owner_team, "lost_gpu_s": self.lost_gpu_s,
+            "lost_share_pts": self.lost_share_pts,
+            "share_of_fleet_lost_pct": self.share_of_fleet_lost_pct,
+            "fleet_wall_gpu_s": self.fleet_wall_gpu_s, "fleet_lost_gpu_s": self.fleet_lost_gpu_s,
+            "categories": self.categories,
+            "points": [{"period": p.period.isoformat(), "lost_gpu_s": p.lost_gpu_s,
+                        "wall_gpu_s": p.wall_gpu_s, "lost_share_pts": p.lost_share_pts}
+                       for p in self.points],
+            "top_jobs": [{"job": j.job, "lost_gpu_s": j.lost_gpu_s, "wall_gpu_s": j.wall_gpu_s,
+                          "lost_share_pts": j.lost_share_pts, "gpus": j.gpus, "model": j.model,
+                          "team": j.team} for j in self.top_jobs],
+            "top_models": [{"model": m.model, "lost_gpu_s": m.lost_gpu_s, "jobs": m.jobs}
+                           for m in self.top_models],
+            "rollouts": [_rollout_api(r) for r in self.rollouts],
+            "unmeasured_rollouts": self.unmeasured_rollouts,
+        }
+
+
+def _rollout_api(row: ComponentRollout) -> dict[str, Any]:
+    """A rollout row as the page's table shows it: the marker and its impact's headline."""
+    impact = row.impact
+    return {**marker_api(row.marker),
+            "change_pts": impact.treated.change_pts if impact else None,
+            "ci95_pts": list(impact.treated.ci95_pts) if impact and impact.treated.ci95_pts
+            else None,
+            "did_pts": impact.did_pts if impact else None,
+            "verdict": impact.verdict if impact else None}
+
 
 class ComponentQueryRunner:
     """Runs a :class:`ComponentQuery`; ``calculate()`` is None for an unknown component."""
@@ -179,10 +219,10 @@ class ComponentQueryRunner:
         if q.name not in component_names():
             return None
         mapping = phase_components()
-        by_period = _period_category_sums(q.range, q.interval)
+        by_period = _period_category_sums(q.range, q.interval, q.jobs)
         categories = owned_categories(q.name, {c for _, c in by_period}, mapping)
         points = _points(by_period, categories)
-        markers = _markers(q.range, q.name)
+        markers = _markers(q.range, q.name, q.jobs)
         return ComponentResult(
             name=q.name, owner_team=owner_teams().get(q.name, ""),
             categories={c: sum(v for (_, cat), v in by_period.items() if cat == c)
@@ -190,8 +230,8 @@ class ComponentQueryRunner:
             points=points, lost_gpu_s=sum(p.lost_gpu_s for p in points),
             fleet_wall_gpu_s=sum(by_period.values()),
             fleet_lost_gpu_s=sum(v for (_, c), v in by_period.items() if c != PRODUCTIVE),
-            top_jobs=_top_jobs(q.range, categories, q.top),
-            top_models=_top_models(q.range, categories, q.top),
+            top_jobs=_top_jobs(q.range, categories, q.top, q.jobs),
+            top_models=_top_models(q.range, categories, q.top, q.jobs),
             markers=markers, rollouts=_measured(markers),
         )
 
@@ -200,15 +240,16 @@ def owner_teams() -> dict[str, str]:
     return dict(Component.objects.values_list("name", "owner_team"))
 
 
-def _markers(query_range: DateRange, component: str) -> list[RolloutMarker]:
-    return RolloutMarkersQueryRunner(RolloutMarkersQuery(query_range, component)).calculate() \
-        .markers
+def _markers(query_range: DateRange, component: str, jobs: JobFilter) -> list[RolloutMarker]:
+    return RolloutMarkersQueryRunner(RolloutMarkersQuery(query_range, component, jobs)) \
+        .calculate().markers
 
 
-def _period_category_sums(query_range: DateRange,
-                          interval: Interval) -> dict[tuple[date, str], float]:
-    """The fleet's GPU-s per (period, category), productive included: one grouped read."""
-    rows = (periods(day_rows(query_range), interval).values("period", "category")
+def _period_category_sums(query_range: DateRange, interval: Interval,
+                          jobs: JobFilter) -> dict[tuple[date, str], float]:
+    """The (filtered) fleet's GPU-s per (period, category), productive included: one grouped
+    read."""
+    rows = (periods(day_rows(query_range, jobs), interval).values("period", "category")
             .annotate(gpu_s=Sum("gpu_seconds")))
     sums: dict[tuple[date, str], float] = defaultdict(float)
     for row in rows:
@@ -228,10 +269,11 @@ def _points(by_period: Mapping[tuple[date, str], float],
     return [ComponentPoint(p, lost[p], wall[p]) for p in sorted(wall)]
 
 
-def _top_jobs(query_range: DateRange, categories: set[str], top: int) -> list[ComponentJob]:
+def _top_jobs(query_range: DateRange, categories: set[str], top: int,
+              jobs: JobFilter) -> list[ComponentJob]:
     if not categories:
         return []
-    rows = list(day_rows(query_range).values("job_id")
+    rows = list(day_rows(query_range, jobs).values("job_id")
                 .annotate(lost=Sum("gpu_seconds", filter=Q(category__in=categories)))
                 .filter(lost__gt=0).order_by("-lost", "job_id")[:top])
     ids = [row["job_id"] for row in rows]
@@ -245,10 +287,11 @@ def _top_jobs(query_range: DateRange, categories: set[str], top: int) -> list[Co
             for row in rows]
 
 
-def _top_models(query_range: DateRange, categories: set[str], top: int) -> list[ComponentModel]:
+def _top_models(query_range: DateRange, categories: set[str], top: int,
+                jobs: JobFilter) -> list[ComponentModel]:
     if not categories:
         return []
-    rows = (day_rows(query_range).filter(category__in=categories).values("job__model")
+    rows = (day_rows(query_range, jobs).filter(category__in=categories).values("job__model")
             .annotate(lost=Sum("gpu_seconds"), jobs=Count("job_id", distinct=True))
             .filter(lost__gt=0).order_by("-lost", "job__model")[:top])
     return [ComponentModel(row["job__model"] or NO_MODEL, row["lost"], row["jobs"])
@@ -266,9 +309,11 @@ def _measured(markers: list[RolloutMarker]) -> list[ComponentRollout]:
 
 @dataclass(frozen=True)
 class ComponentsIndexQuery:
-    """Every component with its lost time over ``range``."""
+    """Every component with its lost time over ``range`` (of the jobs ``jobs`` keeps; the
+    rollout counts are of the rollouts whose scope can reach them)."""
 
     range: DateRange
+    jobs: JobFilter = ANY_JOB
 
 
 @dataclass(frozen=True)
@@ -305,6 +350,14 @@ class ComponentsIndexResult:
     def fleet_lost_gpu_hours(self) -> float:
         return self.fleet_lost_gpu_s / HOUR_S
 
+    def as_api(self) -> dict[str, Any]:
+        return {"fleet_wall_gpu_s": self.fleet_wall_gpu_s,
+                "fleet_lost_gpu_s": self.fleet_lost_gpu_s,
+                "components": [{"name": r.name, "owner_team": r.owner_team,
+                                "lost_gpu_s": r.lost_gpu_s, "lost_share_pts": r.lost_share_pts,
+                                "share_of_fleet_lost_pct": r.share_of_fleet_lost_pct,
+                                "rollouts": r.rollouts} for r in self.rows]}
+
 
 class ComponentsIndexQueryRunner:
     def __init__(self, query: ComponentsIndexQuery) -> None:
@@ -312,7 +365,7 @@ class ComponentsIndexQueryRunner:
 
     def calculate(self) -> ComponentsIndexResult:
         mapping = phase_components()
-        sums = dict(day_rows(self.query.range).values("category")
+        sums = dict(day_rows(self.query.range, self.query.jobs).values("category")
                     .annotate(gpu_s=Sum("gpu_seconds")).values_list("category", "gpu_s"))
         lost: dict[str, float] = defaultdict(float)
         for category, gpu_s in sums.items():
@@ -320,7 +373,7 @@ class ComponentsIndexQueryRunner:
                 lost[component_of(category, mapping)] += gpu_s or 0.0
         wall = sum(v or 0.0 for v in sums.values())
         fleet_lost = sum(lost.values())
-        teams, counts = owner_teams(), _rollout_counts(self.query.range)
+        teams, counts = owner_teams(), _rollout_counts(self.query.range, self.query.jobs)
         rows = [ComponentRow(name, teams.get(name, ""), lost.get(name, 0.0), wall, fleet_lost,
                              counts.get(name, 0))
                 for name in sorted({*component_names(), *lost})]
@@ -328,9 +381,10 @@ class ComponentsIndexQueryRunner:
         return ComponentsIndexResult(rows, wall, fleet_lost)
 
 
-def _rollout_counts(query_range: DateRange) -> dict[str, int]:
+def _rollout_counts(query_range: DateRange, jobs: JobFilter) -> dict[str, int]:
     low, high = query_range.epoch_bounds
-    rows: Any = (Rollout.objects.filter(at__gte=datetime.fromtimestamp(low, UTC),
-                                        at__lt=datetime.fromtimestamp(high, UTC))
+    rows: Any = (reaching(Rollout.objects.filter(at__gte=datetime.fromtimestamp(low, UTC),
+                                                 at__lt=datetime.fromtimestamp(high, UTC)),
+                          jobs)
                  .values("component").annotate(n=Count("id")))
     return {row["component"]: row["n"] for row in rows}

@@ -16,12 +16,15 @@ from ettweb.attribution.components import PRODUCTIVE, component_of
 from ettweb.ingest.models import QuarantinedEvent
 from ettweb.queries.base import (
     ALL,
+    ANY_JOB,
     GROUPINGS,
     HOUR_S,
     INTERVALS,
+    LABELS,
     DateRange,
     Grouping,
     Interval,
+    JobFilter,
     as_date,
     by_component,
     day_of,
@@ -39,15 +42,24 @@ from ettweb.rollups.models import AttemptRollup, JobRollup, RecoveryRollup
 
 @dataclass(frozen=True)
 class TrendQuery:
-    """Fleet or group ETT% (GPU-weighted) per day or week over a range."""
+    """Fleet or group ETT% (GPU-weighted) per day or week over a range, of the jobs
+    ``jobs`` keeps."""
 
     range: DateRange
     interval: Interval = "day"
     group_by: Grouping = "none"
+    jobs: JobFilter = ANY_JOB
 
     def __post_init__(self) -> None:
         validated("interval", self.interval, INTERVALS)
         validated("group_by", self.group_by, GROUPINGS)
+
+    def previous(self) -> TrendQuery | None:
+        """The same trend over the period just before (as many days, same grouping and
+        filter): the overlay a page draws to compare with. None before the first day."""
+        earlier = self.range.previous()
+        return None if earlier is None else TrendQuery(earlier, self.interval, self.group_by,
+                                                       self.jobs)
 
 
 @dataclass(frozen=True)
@@ -80,6 +92,29 @@ class TrendResult:
     def series(self, group: str) -> list[TrendPoint]:
         return [point for point in self.points if point.group == group]
 
+    @property
+    def net_change_pts(self) -> float | None:
+        """The whole (filtered) fleet's ETT% in the range's last period with data minus its
+        first, in points; None with fewer than two such periods. What a chart is headed by."""
+        totals: dict[date, list[float]] = {}
+        for point in self.points:
+            wall_productive = totals.setdefault(point.period, [0.0, 0.0])
+            wall_productive[0] += point.wall_gpu_s
+            wall_productive[1] += point.productive_gpu_s
+        with_data = [v for _, v in sorted(totals.items()) if v[0] > 0]
+        if len(with_data) < 2:
+            return None
+        first, last = with_data[0], with_data[-1]
+        return 100 * last[1] / last[0] - 100 * first[1] / first[0]
+
+    def as_api(self) -> dict[str, Any]:
+        return {"groups": self.groups, "wall_gpu_s": self.wall_gpu_s,
+                "productive_gpu_s": self.productive_gpu_s, "ett_pct": self.ett_pct,
+                "net_change_pts": self.net_change_pts,
+                "points": [{"period": p.period.isoformat(), "group": p.group,
+                            "wall_gpu_s": p.wall_gpu_s, "productive_gpu_s": p.productive_gpu_s,
+                            "ett_pct": p.ett_pct} for p in self.points]}
+
 
 _GROUP_FIELDS: Final[dict[str, str]] = {"model": "job__model", "team": "job__team",
                                         "cluster": "job__cluster", "gpus": "job__gpus"}
@@ -100,7 +135,7 @@ class TrendQueryRunner:
     def calculate(self) -> TrendResult:
         q = self.query
         keys = ["period"] + ([_GROUP_FIELDS[q.group_by]] if q.group_by != "none" else [])
-        rows = (periods(day_rows(q.range), q.interval).values(*keys)
+        rows = (periods(day_rows(q.range, q.jobs), q.interval).values(*keys)
                 .annotate(wall=Sum("gpu_seconds"),
                           productive=Sum("gpu_seconds", filter=Q(category=PRODUCTIVE))))
         folded: dict[tuple[date, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
@@ -124,6 +159,7 @@ class LostByComponentQuery:
     """Lost GPU-seconds per owning component over a range (map read at query time)."""
 
     range: DateRange
+    jobs: JobFilter = ANY_JOB
 
 
 @dataclass(frozen=True)
@@ -147,6 +183,11 @@ class LostByComponentResult:
     def lost_gpu_hours(self) -> float:
         return sum(c.gpu_s for c in self.components) / HOUR_S
 
+    def as_api(self) -> dict[str, Any]:
+        return {"lost_gpu_s": sum(c.gpu_s for c in self.components),
+                "components": [{"component": c.component, "gpu_s": c.gpu_s,
+                                "categories": c.categories} for c in self.components]}
+
 
 class LostByComponentQueryRunner:
     def __init__(self, query: LostByComponentQuery) -> None:
@@ -154,7 +195,7 @@ class LostByComponentQueryRunner:
 
     def calculate(self) -> LostByComponentResult:
         mapping = phase_components()
-        rows = (day_rows(self.query.range).exclude(category=PRODUCTIVE)
+        rows = (day_rows(self.query.range, self.query.jobs).exclude(category=PRODUCTIVE)
                 .values("category").annotate(gpu_s=Sum("gpu_seconds")))
         grouped: dict[str, dict[str, float]] = defaultdict(dict)
         for row in rows:
@@ -172,6 +213,7 @@ class LostTrendQuery:
 
     range: DateRange
     interval: Interval = "day"
+    jobs: JobFilter = ANY_JOB
 
     def __post_init__(self) -> None:
         validated("interval", self.interval, INTERVALS)
@@ -183,6 +225,10 @@ class LostTrendResult:
     components: list[str]  # the largest loser first
     gpu_s: dict[str, list[float]]  # component -> one value per period
 
+    def as_api(self) -> dict[str, Any]:
+        return {"periods": [p.isoformat() for p in self.periods],
+                "components": self.components, "gpu_s": self.gpu_s}
+
 
 class LostTrendQueryRunner:
     def __init__(self, query: LostTrendQuery) -> None:
@@ -190,7 +236,7 @@ class LostTrendQueryRunner:
 
     def calculate(self) -> LostTrendResult:
         mapping = phase_components()
-        rows = (periods(day_rows(self.query.range), self.query.interval)
+        rows = (periods(day_rows(self.query.range, self.query.jobs), self.query.interval)
                 .exclude(category=PRODUCTIVE).values("period", "category")
                 .annotate(gpu_s=Sum("gpu_seconds")))
         cells: dict[tuple[date, str], float] = defaultdict(float)
@@ -214,6 +260,7 @@ class TopJobsQuery:
 
     range: DateRange
     limit: int = 10
+    jobs: JobFilter = ANY_JOB
 
     def __post_init__(self) -> None:
         if not 1 <= self.limit <= 1000:
@@ -245,6 +292,12 @@ class TopJob:
 class TopJobsResult:
     jobs: list[TopJob]
 
+    def as_api(self) -> dict[str, Any]:
+        return {"jobs": [{"job": j.job, "lost_gpu_s": j.lost_gpu_s, "wall_gpu_s": j.wall_gpu_s,
+                          "ett_pct": j.ett_pct, "gpus": j.gpus, "status": j.status,
+                          "model": j.model, "team": j.team, "cluster": j.cluster}
+                         for j in self.jobs]}
+
 
 class TopJobsQueryRunner:
     def __init__(self, query: TopJobsQuery) -> None:
@@ -252,7 +305,7 @@ class TopJobsQueryRunner:
 
     def calculate(self) -> TopJobsResult:
         lost = ~Q(category=PRODUCTIVE)
-        rows = (day_rows(self.query.range).values("job_id")
+        rows = (day_rows(self.query.range, self.query.jobs).values("job_id")
                 .annotate(lost=Sum("gpu_seconds", filter=lost), wall=Sum("gpu_seconds"))
                 .filter(lost__gt=0).order_by("-lost", "job_id")[:self.query.limit])
         rows = list(rows)
@@ -277,6 +330,7 @@ class LifecycleQuery:
 
     range: DateRange
     interval: Interval = "day"
+    jobs: JobFilter = ANY_JOB
 
     def __post_init__(self) -> None:
         validated("interval", self.interval, INTERVALS)
@@ -326,6 +380,16 @@ class LifecycleResult:
                 total[category] += value
         return dict(total)
 
+    def as_api(self) -> dict[str, Any]:
+        return {"failures": self.failures, "recoveries": self.recoveries,
+                "restart_tax_gpu_s": self.restart_tax_gpu_s, "categories": self.categories,
+                "points": [{"period": p.period.isoformat(), "jobs_started": len(p.starts),
+                            "mean_time_to_start_s": p.mean_time_to_start_s,
+                            "recoveries": len(p.recoveries),
+                            "mean_time_to_recover_s": p.mean_time_to_recover_s,
+                            "failures": p.failures, "restart_tax_gpu_s": p.restart_tax_gpu_s}
+                           for p in self.points]}
+
 
 class LifecycleQueryRunner:
     def __init__(self, query: LifecycleQuery) -> None:
@@ -338,18 +402,18 @@ class LifecycleQueryRunner:
 
     def calculate(self) -> LifecycleResult:
         low, high = self.query.range.epoch_bounds
-        for start, seconds in (JobRollup.objects
-                               .filter(window_start__gte=low, window_start__lt=high,
-                                       time_to_start_s__isnull=False)
-                               .values_list("window_start", "time_to_start_s")):
+        jobs = self.query.jobs
+        started = jobs.narrow(JobRollup.objects.filter(
+            window_start__gte=low, window_start__lt=high, time_to_start_s__isnull=False), "")
+        for start, seconds in started.values_list("window_start", "time_to_start_s"):
             if start is not None and seconds is not None:  # both filtered, for the type
                 self._point(day_of(start)).starts.append(seconds)
-        for (end,) in (AttemptRollup.objects
-                       .filter(end__gte=low, end__lt=high, status__in=FAILED_STATUSES)
-                       .values_list("end")):
+        failed = jobs.narrow(AttemptRollup.objects.filter(end__gte=low, end__lt=high,
+                                                          status__in=FAILED_STATUSES))
+        for (end,) in failed.values_list("end"):
             self._point(day_of(end)).failures += 1
-        rows = RecoveryRollup.objects.filter(day__gte=self.query.range.date_from,
-                                             day__lte=self.query.range.date_to)
+        rows = jobs.narrow(RecoveryRollup.objects.filter(day__gte=self.query.range.date_from,
+                                                         day__lte=self.query.range.date_to))
         for day, seconds, parts in rows.values_list("day", "seconds", "by_category_gpu"):
             point = self._point(day)
             point.recoveries.append(seconds)
@@ -365,9 +429,11 @@ class LifecycleQueryRunner:
 
 @dataclass(frozen=True)
 class FleetQuery:
-    """Every job with rollups; ``components`` overrides the edited phase→component map."""
+    """Every job with rollups (of those ``jobs`` keeps); ``components`` overrides the edited
+    phase→component map."""
 
     components: Mapping[str, str] | None = None
+    jobs: JobFilter = ANY_JOB
 
 
 @dataclass(frozen=True)
@@ -413,9 +479,9 @@ class FleetQueryRunner:
 
     def calculate(self) -> FleetResult:
         mapping = self.query.components or phase_components()
-        rows = [_job_row(rollup, mapping) for rollup in JobRollup.objects.order_by("job")]
-        totals = JobRollup.objects.aggregate(wall=Sum("wall_gpu_s"),
-                                             productive=Sum("productive_gpu_s"))
+        kept = self.query.jobs.narrow(JobRollup.objects.all(), "")
+        rows = [_job_row(rollup, mapping) for rollup in kept.order_by("job")]
+        totals = kept.aggregate(wall=Sum("wall_gpu_s"), productive=Sum("productive_gpu_s"))
         wall, productive = totals["wall"] or 0.0, totals["productive"] or 0.0
         return FleetResult(
             rows=rows, wall_gpu_s=wall, productive_gpu_s=productive,
@@ -433,3 +499,106 @@ def _job_row(rollup: JobRollup, mapping: Mapping[str, str]) -> JobRow:
                   anomalies=rollup.anomaly_count)
 
 
+
+
+# --------------------------------------------------------------------------- filter values
+
+@dataclass(frozen=True)
+class FilterChoicesQuery:
+    """The values the model, team and cluster filters can take: every label a job has."""
+
+
+@dataclass(frozen=True)
+class FilterChoicesResult:
+    model: tuple[str, ...]
+    team: tuple[str, ...]
+    cluster: tuple[str, ...]
+
+
+class FilterChoicesQueryRunner:
+    """Distinct labels of the per-job rollups (a fleet has tens of each, not thousands)."""
+
+    def __init__(self, query: FilterChoicesQuery) -> None:
+        self.query = query
+
+    def calculate(self) -> FilterChoicesResult:
+        values = {name: tuple(v for v in JobRollup.objects.order_by(name)
+                              .values_list(name, flat=True).distinct() if v)
+                  for name in LABELS}
+        return FilterChoicesResult(**values)
+
+
+# --------------------------------------------------------------------------- headline tiles
+
+@dataclass(frozen=True)
+class FleetHeadlineQuery:
+    """The overview's tiles beyond the range's totals, of the jobs ``jobs`` keeps: the
+    range's last 7 days against the 7 before, lost capacity in GPUs, failures per 1,000
+    GPU-hours, and the trend's net change at ``interval``."""
+
+    range: DateRange
+    interval: Interval = "day"
+    jobs: JobFilter = ANY_JOB
+
+    def __post_init__(self) -> None:
+        validated("interval", self.interval, INTERVALS)
+
+
+@dataclass(frozen=True)
+class FleetHeadlineResult:
+    """``week_*`` compare the range's last 7 days with the 7 before (None where either has
+    no wall time, or the 7 before would start before the first day); ``gpus_lost`` is lost
+    GPU-hours / hours in the range: how many GPUs' worth of capacity the range lost."""
+
+    week: DateRange
+    week_ett_pct: float | None
+    week_change_pts: float | None
+    week_change_rel_pct: float | None
+    lost_gpu_hours: float
+    gpus_lost: float
+    failures: int
+    wall_gpu_hours: float
+    failures_per_1k_gpu_hours: float | None
+    trend_change_pts: float | None
+
+    def as_api(self) -> dict[str, Any]:
+        return {"week_from": self.week.date_from.isoformat(),
+                "week_to": self.week.date_to.isoformat(), "week_ett_pct": self.week_ett_pct,
+                "week_change_pts": self.week_change_pts,
+                "week_change_rel_pct": self.week_change_rel_pct,
+                "lost_gpu_hours": self.lost_gpu_hours, "gpus_lost": self.gpus_lost,
+                "failures": self.failures, "wall_gpu_hours": self.wall_gpu_hours,
+                "failures_per_1k_gpu_hours": self.failures_per_1k_gpu_hours,
+                "trend_change_pts": self.trend_change_pts}
+
+
+class FleetHeadlineQueryRunner:
+    """Composes the trend, lost-time and lifecycle runners, so a tile can never disagree
+    with the chart beneath it."""
+
+    def __init__(self, query: FleetHeadlineQuery) -> None:
+        self.query = query
+
+    def calculate(self) -> FleetHeadlineResult:
+        q = self.query
+        week = q.range.last_days(7)
+        this_week = TrendQueryRunner(TrendQuery(week, jobs=q.jobs)).calculate()
+        earlier = week.days_before(7)
+        before = (TrendQueryRunner(TrendQuery(earlier, jobs=q.jobs)).calculate()
+                  if earlier is not None else None)
+        change = (this_week.ett_pct - before.ett_pct
+                  if before is not None and before.wall_gpu_s and this_week.wall_gpu_s else None)
+        trend = TrendQueryRunner(TrendQuery(q.range, q.interval, jobs=q.jobs)).calculate()
+        lost = LostByComponentQueryRunner(LostByComponentQuery(q.range, q.jobs)).calculate()
+        failures = LifecycleQueryRunner(LifecycleQuery(q.range, q.interval, q.jobs)).calculate()
+        wall_hours = trend.wall_gpu_s / HOUR_S
+        return FleetHeadlineResult(
+            week=week, week_ett_pct=this_week.ett_pct if this_week.wall_gpu_s else None,
+            week_change_pts=change,
+            week_change_rel_pct=(100 * change / before.ett_pct
+                                 if change is not None and before and before.ett_pct else None),
+            lost_gpu_hours=lost.lost_gpu_hours, gpus_lost=lost.lost_gpu_hours / (q.range.days * 24),
+            failures=failures.failures, wall_gpu_hours=wall_hours,
+            failures_per_1k_gpu_hours=(1000 * failures.failures / wall_hours
+                                       if wall_hours else None),
+            trend_change_pts=trend.net_change_pts)

@@ -1,15 +1,27 @@
-"""One job's page: its headline numbers (the rollup row) and its attribution (the timeline)."""
+"""One job's page: its headline numbers, attempts, recoveries, timeline and rank lanes.
+
+Everything comes from the rollup tables, which the refresh keeps equal to the engine's
+numbers: a page load reads a few rows per attempt, never the job's events, so a job of
+millions of events opens as fast as a small one. The one exception is a job whose events
+predate its rollups (or predate the stored timeline): it is refreshed once, on first view.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cached_property
+from typing import Any, Final
 
-from ettweb.attribution.engine import JobAttribution, attribute_job
 from ettweb.ingest.models import Event, Job, QuarantinedEvent
 from ettweb.queries.base import by_component, phase_components, quarantined_lines
-from ettweb.rollups.logic import load_events, refresh_jobs
+from ettweb.rollups.logic import refresh_jobs
 from ettweb.rollups.models import JobRollup
+
+Piece = tuple[str, float, float]  # (category or state, start, end), epoch seconds
+#: The job page's tables that export as CSV (``?format=csv&table=…``).
+TABLES: Final = ("attempts", "recoveries")
 
 # --------------------------------------------------------------------------- one job
 
@@ -38,17 +50,48 @@ class JobQuery:
 
 @dataclass(frozen=True)
 class AttemptRow:
+    """One attempt window and the steps its train spans trained a second time."""
+
     attempt: int
     status: str
     gpus: int
     duration_s: float
+    start: float = 0.0
+    end: float = 0.0
+    repeated_steps: int = 0
+    #: Seconds from the job's start (its first attempt's) to this attempt's start.
+    offset_s: float = 0.0
 
 
 @dataclass(frozen=True)
 class RecoveryRow:
+    """One time to recover (§3.7) and its parts, category -> seconds."""
+
     attempt: int
     seconds: float
     by_category: dict[str, float]
+    start: float = 0.0
+    end: float = 0.0
+
+
+@dataclass(frozen=True)
+class TimelineRow:
+    """One attempt's row of the category timeline; ``bin_s`` > 0 when cut into a grid."""
+
+    attempt: int
+    pieces: tuple[Piece, ...]
+    bin_s: float
+
+
+@dataclass(frozen=True)
+class LaneRow:
+    """Ranks of one attempt that agreed throughout, and what they did (idle left out)."""
+
+    attempt: int
+    ranks: str
+    rank_count: int
+    runs: tuple[Piece, ...]
+    bin_s: float
 
 
 @dataclass(frozen=True)
@@ -67,6 +110,8 @@ class JobHeadline:
     attempts: list[AttemptRow]
     anomalies: dict[str, int]
     recoveries: list[RecoveryRow]
+    #: Lost seconds per category (non-zero only): the waterfall's steps.
+    lost_s: dict[str, float]
 
     @property
     def anomaly_count(self) -> int:
@@ -75,21 +120,90 @@ class JobHeadline:
 
 @dataclass(frozen=True)
 class JobResult:
-    """A job's headline (from rollups), its attribution (for the timeline) and context."""
+    """A job's headline, what its page draws (timeline, lanes) and context; all stored."""
 
     job: str
     headline: JobHeadline
-    attribution: JobAttribution
     lost_by_component_s: dict[str, float]
     quarantined: int
     meta: JobMeta
+    timeline: tuple[TimelineRow, ...]
+    lanes: tuple[LaneRow, ...]
+
+    @property
+    def job_start(self) -> float:
+        """Where the job's clock starts: its first attempt's start."""
+        attempts = self.headline.attempts
+        return attempts[0].start if attempts else 0.0
+
+    def lanes_of(self, attempt: int) -> list[LaneRow]:
+        """One attempt's lanes, lowest rank first."""
+        return self._lanes_by_attempt.get(attempt, [])
+
+    @cached_property
+    def _lanes_by_attempt(self) -> dict[int, list[LaneRow]]:
+        grouped: dict[int, list[LaneRow]] = {}
+        for lane in self.lanes:
+            grouped.setdefault(lane.attempt, []).append(lane)
+        return grouped
+
+    def table(self, name: str) -> tuple[list[str], list[list[object]]]:
+        """A page table as a header and rows (``name`` in ``TABLES``), for the CSV export."""
+        if name == "attempts":
+            return (["job", "attempt", "status", "gpus", "start_utc", "end_utc", "duration_s",
+                     "repeated_steps"],
+                    [[self.job, a.attempt, a.status, a.gpus, _utc(a.start), _utc(a.end),
+                      a.duration_s, a.repeated_steps] for a in self.headline.attempts])
+        if name == "recoveries":
+            recoveries = self.headline.recoveries
+            categories = sorted({c for r in recoveries for c in r.by_category})
+            return (["job", "failed_attempt", "start_utc", "end_utc", "time_to_recover_s",
+                     *(f"{category}_s" for category in categories)],
+                    [[self.job, r.attempt, _utc(r.start), _utc(r.end), r.seconds,
+                      *(r.by_category.get(category, 0.0) for category in categories)]
+                     for r in recoveries])
+        raise ValueError(f"table: must be one of {', '.join(TABLES)}, not {name!r}")
+
+    def as_api(self) -> dict[str, Any]:
+        """``GET /api/v1/jobs/{job}``: the page's numbers, seconds unrounded."""
+        h = self.headline
+        return {
+            "job": self.job, "model": self.meta.model, "team": self.meta.team,
+            "cluster": self.meta.cluster, "ett_pct": h.ett_pct, "wall_s": h.wall_s,
+            "productive_s": h.productive_s, "wall_gpu_s": h.wall_gpu_s,
+            "productive_gpu_s": h.productive_gpu_s, "time_to_start_s": h.time_to_start_s,
+            "time_to_recover_s": h.time_to_recover_s, "failures": h.failures,
+            "repeated_steps": h.repeated_steps, "anomalies": h.anomalies,
+            "quarantined": self.quarantined, "lost_s": h.lost_s,
+            "lost_by_component_s": self.lost_by_component_s,
+            "attempts": [{"attempt": a.attempt, "status": a.status, "gpus": a.gpus,
+                          "start": a.start, "end": a.end, "duration_s": a.duration_s,
+                          "repeated_steps": a.repeated_steps} for a in h.attempts],
+            "recoveries": [{"attempt": r.attempt, "start": r.start, "end": r.end,
+                            "seconds": r.seconds, "by_category": r.by_category}
+                           for r in h.recoveries],
+            "timeline": [{"attempt": t.attempt, "bin_s": t.bin_s,
+                          "pieces": [list(p) for p in t.pieces]} for t in self.timeline],
+            "lanes": [{"attempt": lane.attempt, "ranks": lane.ranks,
+                       "rank_count": lane.rank_count, "bin_s": lane.bin_s,
+                       "runs": [list(run) for run in lane.runs]} for lane in self.lanes],
+        }
+
+
+def _utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat()
+
+
+def _pieces(rows: Sequence[Sequence[Any]]) -> tuple[Piece, ...]:
+    return tuple((str(name), float(start), float(end)) for name, start, end in rows)
 
 
 def _headline(rollup: JobRollup) -> JobHeadline:
-    recoveries = [RecoveryRow(r.attempt, r.seconds, r.by_category)
+    recoveries = [RecoveryRow(r.attempt, r.seconds, r.by_category, r.start, r.end)
                   for r in rollup.recovery_rows.order_by("attempt")]
-    attempts = [AttemptRow(a.attempt, a.status, a.gpus, a.end - a.start)
-                for a in rollup.attempt_rows.order_by("attempt")]
+    rows = list(rollup.attempt_rows.order_by("attempt"))
+    attempts = [AttemptRow(a.attempt, a.status, a.gpus, a.end - a.start, a.start, a.end,
+                           a.repeated_steps, a.start - rows[0].start) for a in rows]
     return JobHeadline(
         ett_pct=rollup.ett_pct, wall_s=rollup.wall_s, productive_s=rollup.productive_s,
         wall_gpu_s=rollup.wall_gpu_s, productive_gpu_s=rollup.productive_gpu_s,
@@ -98,13 +212,15 @@ def _headline(rollup: JobRollup) -> JobHeadline:
         repeated_steps=rollup.repeated_steps, attempts=attempts,
         anomalies={k: int(v) for k, v in rollup.anomalies.items() if v},
         recoveries=recoveries,
+        lost_s={k: float(v) for k, v in rollup.lost_s.items() if v},
     )
 
 
 def _rollup(job: str) -> JobRollup | None:
-    """The job's rollup; a job whose events predate rollups is refreshed on first view."""
+    """The job's rollup. A job whose events predate rollups, or whose rollup predates the
+    stored timeline (empty digest), is refreshed on first view; later views read rows only."""
     rollup = JobRollup.objects.filter(job=job).first()
-    if rollup is None and Event.objects.filter(job=job).exists():
+    if (rollup is None or not rollup.timeline_digest) and Event.objects.filter(job=job).exists():
         refresh_jobs([job])
         rollup = JobRollup.objects.filter(job=job).first()
     return rollup
@@ -118,15 +234,19 @@ class JobQueryRunner:
 
     def calculate(self) -> JobResult | None:
         rollup = _rollup(self.query.job)
-        events = load_events([self.query.job]).get(self.query.job, [])
-        if rollup is None or not events:
+        if rollup is None:
             return None
         mapping = self.query.components or phase_components()
+        timeline = tuple(TimelineRow(t.attempt, _pieces(t.pieces), t.bin_s)
+                         for t in rollup.timeline_rows.order_by("attempt"))
+        lanes = tuple(LaneRow(lane.attempt, lane.ranks, lane.rank_count, _pieces(lane.runs),
+                              lane.bin_s)
+                      for lane in rollup.lane_rows.order_by("attempt", "first_rank"))
         return JobResult(
-            job=self.query.job, headline=_headline(rollup), attribution=attribute_job(events),
+            job=self.query.job, headline=_headline(rollup),
             lost_by_component_s=by_component(rollup.lost_s, mapping),
             quarantined=quarantined_lines(QuarantinedEvent.objects.filter(job=self.query.job)),
-            meta=_job_meta(self.query.job, rollup),
+            meta=_job_meta(self.query.job, rollup), timeline=timeline, lanes=lanes,
         )
 
 
@@ -135,5 +255,3 @@ def _job_meta(job: str, rollup: JobRollup) -> JobMeta:
     if row:
         return JobMeta(**row)
     return JobMeta(model=rollup.model, team=rollup.team, cluster=rollup.cluster)
-
-

@@ -12,7 +12,6 @@ import base64
 
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
-from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
@@ -20,6 +19,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
+from ettweb.access.roles import is_admin, require
 from ettweb.dashboard.forms import bad_parameters
 from ettweb.queries import IsoWeek
 from ettweb.reports.content import ReportCache, render_for
@@ -45,7 +45,8 @@ def _subscription_of(user: User) -> Subscription:
 @login_required
 @require_http_methods(["GET", "POST"])
 def subscription_settings(request: HttpRequest) -> HttpResponse:
-    """``/reports/settings/``: what I receive, where, when."""
+    """``/reports/settings/``: what I receive, where, when. Every role, viewers included,
+    may save it: it is the user's own mail, not something others read."""
     subscription = _subscription_of(request.user)  # type: ignore[arg-type]  # login_required
     form = SubscriptionForm(request.POST or None, instance=subscription)
     if request.method == "POST" and form.is_valid():
@@ -69,16 +70,15 @@ def subscription_settings(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def preview(request: HttpRequest) -> HttpResponse:
-    """``/reports/preview/?week=2026-W47``: the report as it would be sent (staff may add
-    ``&user=NAME`` to see someone else's)."""
+    """``/reports/preview/?week=2026-W47``: the report as it would be sent (admins may add
+    ``&user=NAME`` to see someone else's: it shows their address and what they follow)."""
     form = PreviewForm(request.GET)
     if not form.is_valid():
         return bad_parameters(form)
     week = form.cleaned_data["week"] or IsoWeek.last_complete(timezone.now())
     user: User = request.user  # type: ignore[assignment]  # login_required
     if form.cleaned_data["user"]:
-        if not request.user.is_staff:
-            raise PermissionDenied("only staff may preview another user's report")
+        require(is_admin(request.user), request.user, "preview another user's report")
         other = User.objects.filter(username=form.cleaned_data["user"]).first()
         if other is None:
             return HttpResponseBadRequest(

@@ -7,11 +7,13 @@ runs, so a rollout refused by the API is refused here with the same words.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 
 from ettweb.components.logic import known_components
-from ettweb.dashboard.forms import day_field
+from ettweb.dashboard.forms import LabelFilterForm, day_field
+from ettweb.queries import RolloutListQuery
 from ettweb.queries.impact import DEFAULT_WINDOW_DAYS, MAX_WINDOW_DAYS, MIN_WINDOW_DAYS
 from ettweb.rollouts.logic import RolloutFields, RolloutInvalid, clean_rollout
 from ettweb.rollouts.models import Rollout
@@ -117,16 +119,35 @@ class ImpactWindowForm(forms.Form):
         return int(self.cleaned_data.get("window") or DEFAULT_WINDOW_DAYS)
 
 
-class RolloutListForm(forms.Form):
-    """The list page's filters (a cluster of markers links here with all three)."""
+class RolloutListForm(LabelFilterForm):
+    """The list page's filters: a component, the days (either open) and the model, team and
+    cluster a rollout's scope must be able to reach (a cluster of markers links here with
+    the chart's). No GPU size: a scope never names one."""
 
-    component = forms.CharField(required=False, max_length=64)
+    component = forms.CharField(required=False, max_length=64,
+                                widget=forms.TextInput(attrs={"list": "components",
+                                                              "size": 16}))
     date_from = day_field()
     date_to = day_field()
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        low, high = data.get("date_from"), data.get("date_to")
-        if low and high and low > high:
-            raise forms.ValidationError(f"date_from {low} is after date_to {high}")
+        if self.errors:
+            return data
+        try:
+            data["query"] = RolloutListQuery(component=data.get("component") or "",
+                                             date_from=data.get("date_from"),
+                                             date_to=data.get("date_to"), jobs=data["jobs"])
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from exc
         return data
+
+    def link(self, **changes: str) -> str:
+        """This view's query string with ``changes`` (the CSV export's), others kept."""
+        params = {k: str(v) for k, v in self.data.items() if k in self.fields and v}
+        params.update(changes)
+        return urlencode(params)
+
+    @property
+    def filtered(self) -> bool:
+        return any(self.data.get(name) for name in self.fields)

@@ -1,4 +1,4 @@
-"""Rollout pages: the list, the staff create/edit form and one rollout's measured impact.
+"""Rollout pages: the list, the owners' create/edit form and one rollout's measured impact.
 
 Thin views: inputs through forms (a bad parameter is a 400 that names it), numbers through
 the query layer (``ImpactQuery``, the same runner the API answers from), pictures from
@@ -7,20 +7,21 @@ the query layer (``ImpactQuery``, the same runner the API answers from), picture
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
-from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
+from ettweb.access.roles import can_edit_component, can_edit_rollout, can_record_rollouts, require
+from ettweb.components.logic import known_components
+from ettweb.dashboard.exports import csv_response
 from ettweb.dashboard.figures import to_fragment
-from ettweb.dashboard.forms import bad_parameters
-from ettweb.queries import ImpactQuery, calculate
+from ettweb.dashboard.forms import ExportForm, bad_parameters
+from ettweb.queries import FilterChoicesQuery, ImpactQuery, RolloutListResult, calculate
 from ettweb.queries.impact import ImpactResult
+from ettweb.queries.markers import LIST_LIMIT
 from ettweb.rollouts import figures
 from ettweb.rollouts.forms import (
     ImpactWindowForm,
@@ -30,60 +31,66 @@ from ettweb.rollouts.forms import (
 from ettweb.rollouts.logic import save_rollout
 from ettweb.rollouts.models import Rollout
 
-View = Callable[..., HttpResponse]
-LIST_LIMIT = 500
-
-
-def staff_required(view: View) -> View:
-    """Logged-in staff only: others get a 403 (roles come with the dashboard's access rules)."""
-    @wraps(view)
-    @login_required
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_staff:
-            raise PermissionDenied("only staff may create or edit rollouts")
-        return view(request, *args, **kwargs)
-    return wrapped
-
 
 @login_required
 @require_GET
 def rollout_list(request: HttpRequest) -> HttpResponse:
-    """``/rollouts/``: every rollout, newest first, filterable by component and days."""
+    """``/rollouts/``: every rollout, newest first, filterable by component, days and the
+    model, team and cluster its scope can reach; ``format=csv&table=rollouts`` exports the
+    list."""
     form = RolloutListForm(request.GET)
-    if not form.is_valid():
-        return bad_parameters(form)
-    data = form.cleaned_data
-    rows = Rollout.objects.select_related("created_by").order_by("-at", "-id")
-    if data.get("component"):
-        rows = rows.filter(component=data["component"])
-    if data.get("date_from"):
-        rows = rows.filter(at__date__gte=data["date_from"])
-    if data.get("date_to"):
-        rows = rows.filter(at__date__lte=data["date_to"])
-    total = rows.count()
+    export = ExportForm(request.GET, ("rollouts",))
+    for inputs in (form, export):
+        if not inputs.is_valid():
+            return bad_parameters(inputs)
+    result = calculate(form.cleaned_data["query"])
+    if export.table_wanted is not None:
+        return _list_csv(result)
     return render(request, "rollouts/list.html", {
-        "rollouts": list(rows[:LIST_LIMIT]), "total": total, "limit": LIST_LIMIT,
-        "filters": data})
+        "form": form, "result": result, "limit": LIST_LIMIT, "components": known_components(),
+        "choices": calculate(FilterChoicesQuery()), "csv": "?" + form.link(format="csv",
+                                                                           table="rollouts"),
+        "component_query": urlencode(form.cleaned_data["jobs"].params())})
 
 
-@staff_required
+def _list_csv(result: RolloutListResult) -> HttpResponse:
+    """The list as CSV: the page's rows (newest first, up to the page's limit)."""
+    return csv_response("ett-rollouts.csv", ("id", "at", "name", "component", "scope",
+                                             "created_by", "simulated", "link"), (
+        [r.marker.id, r.marker.at.isoformat(), r.marker.name, r.marker.component,
+         r.marker.scope, r.created_by, r.simulated, r.marker.link] for r in result.rows))
+
+
+@login_required
 @require_http_methods(["GET", "POST"])
 def rollout_create(request: HttpRequest) -> HttpResponse:
-    """``/rollouts/new/``: the form a person uses when no pipeline recorded the rollout."""
+    """``/rollouts/new/``: the form a person uses when no pipeline recorded the rollout;
+    owners record rollouts of their components, admins of any (403 with the reason)."""
+    require(can_record_rollouts(request.user), request.user, "record rollouts")
     form = RolloutForm(request.POST or None)
     if request.method == "POST" and form.is_valid() and form.rollout_fields:
+        component = form.rollout_fields.component
+        require(can_edit_component(request.user, component), request.user,
+                f"record a rollout of {component}")
         rollout = save_rollout(form.rollout_fields, created_by=request.user)
         return redirect("rollouts:detail", rollout_id=rollout.pk)
     return render(request, "rollouts/form.html", {"form": form, "rollout": None})
 
 
-@staff_required
+@login_required
 @require_http_methods(["GET", "POST"])
 def rollout_edit(request: HttpRequest, rollout_id: int) -> HttpResponse:
-    """``/rollouts/<id>/edit/``: fix a name, a scope or a time; impact follows at once."""
+    """``/rollouts/<id>/edit/``: fix a name, a scope or a time; impact follows at once.
+    Owners of its component and admins only; an owner cannot move it to a component they
+    do not own (that would hand their change to someone else's numbers)."""
     rollout = get_object_or_404(Rollout, pk=rollout_id)
+    require(can_edit_rollout(request.user, rollout), request.user,
+            f"edit a rollout of {rollout.component}")
     form = RolloutForm(request.POST or None, initial=RolloutForm.initial_for(rollout))
     if request.method == "POST" and form.is_valid() and form.rollout_fields:
+        component = form.rollout_fields.component
+        require(can_edit_component(request.user, component), request.user,
+                f"move a rollout to {component}")
         save_rollout(form.rollout_fields, rollout=rollout)
         return redirect("rollouts:detail", rollout_id=rollout.pk)
     return render(request, "rollouts/form.html", {"form": form, "rollout": rollout})

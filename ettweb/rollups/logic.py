@@ -20,6 +20,7 @@ committed event and leaves the rollup exact.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import operator
 import time
@@ -31,10 +32,20 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ettweb.attribution.engine import DAY_S, Event, JobAttribution, attribute_job, per_day
+from ettweb.attribution.engine import (
+    DAY_S,
+    Event,
+    JobAttribution,
+    attribute_job,
+    gc_paused,
+    per_day,
+)
+from ettweb.attribution.lanes import category_timeline, job_lanes
 from ettweb.ingest.models import Event as StoredEvent
 from ettweb.rollups.models import (
+    AttemptLane,
     AttemptRollup,
+    AttemptTimeline,
     DailyCategoryRollup,
     DirtyJob,
     JobRollup,
@@ -72,12 +83,18 @@ class RefreshStats:
 
 @dataclass(frozen=True)
 class _JobRows:
-    """Everything stored for one job, computed from its attribution."""
+    """Everything stored for one job, computed from its attribution.
+
+    ``timeline`` and ``lanes`` are what the job page draws; ``job.timeline_digest`` sums
+    them up, so a refresh that leaves them as they were does not rewrite them.
+    """
 
     job: JobRollup
     attempts: list[AttemptRollup]
     recoveries: list[RecoveryRollup]
     days: dict[DayKey, DayValues]
+    timeline: list[tuple[Any, ...]]  # TIMELINE_COLUMNS
+    lanes: list[tuple[Any, ...]]  # LANE_COLUMNS
 
 
 # --------------------------------------------------------------------------- reading events
@@ -184,10 +201,34 @@ def _job_meta(attribution: JobAttribution) -> dict[str, str]:
     return meta
 
 
-def job_rows(attribution: JobAttribution, events: int) -> _JobRows:
-    """Every rollup row of one job, unsaved; the single place numbers are copied from."""
+#: Column order of the drawing's rows (``_copy_columns`` of each model; a test holds them
+#: equal). The rows are plain tuples, not model instances: a job has one per lane.
+TIMELINE_COLUMNS = ("job", "attempt", "bin_s", "pieces")
+LANE_COLUMNS = ("job", "attempt", "first_rank", "ranks", "rank_count", "bin_s", "runs")
+
+
+def _drawing_rows(attribution: JobAttribution, events: list[Event],
+                  ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], str]:
+    """The job page's timeline and rank lanes (``ettweb.attribution.lanes``) as rows in
+    ``TIMELINE_COLUMNS`` / ``LANE_COLUMNS`` order, and their digest (``repr`` of plain
+    tuples of str, int and float is exact and stable)."""
+    job = attribution.job
+    timeline = [(job, row.attempt, row.bin_s, list(row.pieces))
+                for row in category_timeline(attribution.segments)]
+    lanes = [(job, lane.attempt, lane.ranks[0], lane.label, len(lane.ranks), lane.bin_s,
+              list(lane.runs)) for lane in job_lanes(attribution.attempts, events)]
+    digest = hashlib.blake2b(repr((timeline, lanes)).encode(), digest_size=16).hexdigest()
+    return timeline, lanes, digest
+
+
+def job_rows(attribution: JobAttribution, events: list[Event]) -> _JobRows:
+    """Every rollup row of one job, unsaved; the single place numbers are copied from.
+
+    ``events`` are the job's normalized events, as attributed: the rank lanes read spans.
+    """
     windows = attribution.attempts
     last = windows[-1]
+    timeline, lanes, digest = _drawing_rows(attribution, events)
     job = JobRollup(
         job=attribution.job, wall_s=attribution.wall_s, productive_s=attribution.productive_s,
         wall_gpu_s=attribution.wall_gpu_s, productive_gpu_s=attribution.productive_gpu_s,
@@ -196,12 +237,23 @@ def job_rows(attribution: JobAttribution, events: int) -> _JobRows:
         gpus=last.gpus, window_start=windows[0].start, window_end=last.end,
         repeated_steps=attribution.repeated_steps, time_to_start_s=attribution.time_to_start_s,
         failures=attribution.failures, duplicates=attribution.duplicates,
-        anomalies=dict(attribution.anomalies), events=events,
-        updated_at=timezone.now(), **_job_meta(attribution),
+        anomalies=dict(attribution.anomalies), events=len(events),
+        updated_at=timezone.now(), timeline_digest=digest, **_job_meta(attribution),
     )
+    repeated = attribution.repeated_steps_by_attempt
     attempts = [AttemptRollup(job_id=attribution.job, attempt=w.attempt, start=w.start,
-                              end=w.end, status=w.status, gpus=w.gpus) for w in windows]
-    return _JobRows(job, attempts, _recovery_rows(attribution), _day_values(attribution))
+                              end=w.end, status=w.status, gpus=w.gpus,
+                              repeated_steps=repeated.get(w.attempt, 0)) for w in windows]
+    return _JobRows(job, attempts, _recovery_rows(attribution), _day_values(attribution),
+                    timeline, lanes)
+
+
+def _attributed_rows(events: list[Event]) -> _JobRows:
+    """One job's events attributed and turned into rows, the garbage collector paused once
+    for all of it (the engine and the lanes each pause it; every resume that follows a burst
+    of small objects costs a collection over every live event, three per job otherwise)."""
+    with gc_paused():
+        return job_rows(attribute_job(events), events)
 
 
 # --------------------------------------------------------------------------- refresh
@@ -253,21 +305,32 @@ def _upsert_jobs(jobs: Sequence[JobRollup]) -> None:
 
 
 def _replace_children(model: type, jobs: list[str], rows: list[Any]) -> None:
-    """Delete the jobs' rows of ``model`` and COPY the new ones in."""
+    """Delete the jobs' rows of ``model`` and COPY the new ones in (model instances, or
+    tuples already in ``_copy_columns`` order)."""
     model.objects.filter(job_id__in=jobs).delete()  # type: ignore[attr-defined]
     raw = connection.connection
     assert raw is not None
     with raw.cursor() as cursor:
-        _copy(cursor, model, [_values(row) for row in rows])
+        _copy(cursor, model, [_json_cells(row) if isinstance(row, tuple) else _values(row)
+                              for row in rows])
 
 
 def _write_jobs(rows: Sequence[_JobRows], gone: Sequence[str]) -> tuple[int, int, set[date]]:
-    """Upsert job rows, replace attempts and recoveries, and diff the day rows."""
+    """Upsert job rows, replace attempts and recoveries, rewrite the timeline and lanes of
+    the jobs whose drawing changed, and diff the day rows."""
     JobRollup.objects.filter(job__in=gone).delete()
+    stored = dict(JobRollup.objects.filter(job__in=[r.job.job for r in rows])
+                  .values_list("job", "timeline_digest"))
     _upsert_jobs([r.job for r in rows])
     jobs = [r.job.job for r in rows]
     _replace_children(AttemptRollup, jobs, [a for r in rows for a in r.attempts])
     _replace_children(RecoveryRollup, jobs, [x for r in rows for x in r.recoveries])
+    redrawn = [r for r in rows if stored.get(r.job.job) != r.job.timeline_digest]
+    if redrawn:
+        _replace_children(AttemptTimeline, [r.job.job for r in redrawn],
+                          [t for r in redrawn for t in r.timeline])
+        _replace_children(AttemptLane, [r.job.job for r in redrawn],
+                          [lane for r in redrawn for lane in r.lanes])
     return _write_days({r.job.job: r.days for r in rows})
 
 
@@ -332,8 +395,7 @@ def _refresh_chunk(job_ids: list[str], *, only_marked: bool = False) -> RefreshS
         if not job_ids:
             return RefreshStats()
         events = load_events(job_ids)
-        rows = [job_rows(attribute_job(events[job]), len(events[job]))
-                for job in job_ids if job in events]
+        rows = [_attributed_rows(events[job]) for job in job_ids if job in events]
         gone = [job for job in job_ids if job not in events]
         written, deleted, days = _write_jobs(rows, gone)
     return RefreshStats(jobs=len(rows), events=sum(map(len, events.values())),
@@ -402,7 +464,8 @@ def _with_elapsed(stats: RefreshStats, began: float) -> RefreshStats:
 
 # --------------------------------------------------------------------------- full rebuild
 
-_ROLLUP_MODELS = (RecoveryRollup, AttemptRollup, DailyCategoryRollup, JobRollup)
+_ROLLUP_MODELS = (AttemptLane, AttemptTimeline, RecoveryRollup, AttemptRollup,
+                  DailyCategoryRollup, JobRollup)
 
 
 def rebuild_all() -> RefreshStats:
@@ -425,7 +488,7 @@ def rebuild_all() -> RefreshStats:
         jobs = events = 0
         writer = _CopyWriter()
         for job_events in _stream_jobs():
-            writer.add(job_rows(attribute_job(job_events), len(job_events)))
+            writer.add(_attributed_rows(job_events))
             jobs, events = jobs + 1, events + len(job_events)
         day_rows, days = writer.flush()
     stats = RefreshStats(jobs=jobs, events=events, day_rows_written=day_rows,
@@ -445,6 +508,8 @@ class _CopyWriter:
         self.rows[JobRollup].append(_values(rows.job))
         self.rows[AttemptRollup].extend(_values(a) for a in rows.attempts)
         self.rows[RecoveryRollup].extend(_values(r) for r in rows.recoveries)
+        self.rows[AttemptTimeline].extend(map(_json_cells, rows.timeline))
+        self.rows[AttemptLane].extend(map(_json_cells, rows.lanes))
         job = rows.job.job
         self.rows[DailyCategoryRollup].extend(
             (day, job, category, seconds, gpu_seconds, self.now)
@@ -483,6 +548,11 @@ def _values(obj: Any) -> tuple[Any, ...]:
     """A model instance's column values in ``_copy_columns`` order, JSON as text."""
     return tuple(json.dumps(value) if isinstance(value, dict) else value
                  for value in _column_getter(type(obj))(obj))
+
+
+def _json_cells(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A row of plain values with its JSON cells (lists) as text, ready for COPY."""
+    return tuple(json.dumps(value) if isinstance(value, list) else value for value in row)
 
 
 def _copy(cursor: Any, model: type, rows: list[tuple[Any, ...]], *,

@@ -60,6 +60,10 @@ class JobRollup(models.Model):
     anomalies = models.JSONField(default=dict, help_text="anomaly kind -> count")
     events = models.PositiveIntegerField(default=0, help_text="stored events attributed")
     updated_at = models.DateTimeField(auto_now=True)
+    timeline_digest = models.CharField(
+        max_length=32, blank=True, default="",
+        help_text="digest of the stored timeline and rank lanes: a refresh rewrites them only "
+                  "when it changes; empty for a job rolled up before they were stored")
 
     class Meta:
         ordering = ["job"]
@@ -83,6 +87,8 @@ class AttemptRollup(models.Model):
     end = models.FloatField()
     status = models.CharField(max_length=16)
     gpus = models.PositiveIntegerField()
+    repeated_steps = models.BigIntegerField(
+        default=0, help_text="steps this attempt's train spans trained again (ETT_SPEC §3.6)")
 
     class Meta:
         ordering = ["job", "attempt"]
@@ -91,6 +97,57 @@ class AttemptRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id}#{self.attempt} {self.status}"
+
+
+class AttemptTimeline(models.Model):
+    """One attempt's row of the job page's category timeline (its restart gap included).
+
+    Why stored: drawing it from the events meant running the engine over the whole job on
+    every page load. ``pieces`` is ``[[category, start, end], ...]`` in epoch seconds, at
+    most ``ettweb.attribution.lanes.MAX_PIECES`` of them (``bin_s`` > 0: cut into a grid of
+    that width, each bin keeping the category that covers most of it).
+    """
+
+    job = models.ForeignKey(JobRollup, to_field="job", db_column="job", on_delete=models.CASCADE,
+                            related_name="timeline_rows")
+    attempt = models.PositiveIntegerField()
+    bin_s = models.FloatField(default=0.0, help_text="0: exact pieces; else the grid's bin")
+    pieces = models.JSONField(default=list, help_text="[[category, start, end], ...]")
+
+    class Meta:
+        ordering = ["job", "attempt"]
+        constraints = [models.UniqueConstraint(fields=["job", "attempt"],
+                                               name="attempttimeline_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}#{self.attempt}: {len(self.pieces)} pieces"
+
+
+class AttemptLane(models.Model):
+    """Ranks of one attempt that did the same thing throughout, and what they did.
+
+    ``runs`` is ``[[state, start, end], ...]`` (``train`` or the rank's innermost phase;
+    idle time left out) on a grid of ``bin_s`` seconds; ``ranks`` reads ``0-127, 130-255``.
+    One row per distinct behaviour, so a job of hundreds of ranks that agree stores, and
+    draws, a handful of lanes (``ettweb.attribution.lanes``).
+    """
+
+    job = models.ForeignKey(JobRollup, to_field="job", db_column="job", on_delete=models.CASCADE,
+                            related_name="lane_rows")
+    attempt = models.PositiveIntegerField()
+    first_rank = models.PositiveIntegerField(help_text="lowest rank of the lane (its order)")
+    ranks = models.TextField(help_text="rank set as ranges, e.g. 0-127, 130-255")
+    rank_count = models.PositiveIntegerField()
+    bin_s = models.FloatField()
+    runs = models.JSONField(default=list, help_text="[[state, start, end], ...]")
+
+    class Meta:
+        ordering = ["job", "attempt", "first_rank"]
+        constraints = [models.UniqueConstraint(fields=["job", "attempt", "first_rank"],
+                                               name="attemptlane_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}#{self.attempt} ranks {self.ranks}"
 
 
 class DailyCategoryRollup(models.Model):

@@ -56,7 +56,8 @@ def databases(database_url: str) -> dict[str, dict[str, Any]]:
 
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # django.contrib.admin with ETT's admin site: admins (the role) only (ettweb/access).
+    "ettweb.access.apps.EttAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -72,14 +73,18 @@ INSTALLED_APPS = [
     "ettweb.simulate",
     "ettweb.reports",
     "ettweb.metrics",
+    "ettweb.access",
     # django-ninja's own static files: the API docs page loads Swagger UI from us, not a CDN.
     "ninja",
     # Login throttling (see AXES_* below).
     "axes",
+    # The Content-Security-Policy header (CONTENT_SECURITY_POLICY below).
+    "csp",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "ettweb.middleware.RefuseNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -106,6 +111,8 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            # can_edit_rollout, can_edit_component ... on every page without a {% load %}.
+            "builtins": ["ettweb.access.templatetags.access"],
         },
     },
 ]
@@ -122,7 +129,34 @@ AUTH_PASSWORD_VALIDATORS = [
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
+    # Admins (the role, ettweb/access) hold every model permission in the Django admin.
+    "ettweb.access.backends.AdminRoleBackend",
 ]
+
+# Content-Security-Policy (django-csp) on every response: scripts only from our own static
+# files (no inline script, no eval: charts are JSON blocks that static/ett/ett.js draws), so
+# an injected <script> or onerror= in a job name would not run even if escaping failed.
+# plotly.js needs no eval and no inline script, but it does insert <style> elements (its
+# rule sheet, and the map library's CSS it bundles): measured in Chromium, style-src 'self'
+# alone blocks both, and the pages' and the e-mail preview's style attributes (the preview
+# is an iframe that inherits this policy). Hence 'unsafe-inline' for styles only: a style
+# runs no code, and img-src keeps a style from loading anything from another site. Images
+# may be data: URLs (the preview's inline chart); nothing may frame the dashboard
+# (X-Frame-Options says the same to older browsers).
+CONTENT_SECURITY_POLICY: dict[str, Any] = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "font-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
 
 # Login throttling (django-axes, the dashboard's and the admin's login): 5 failed log-ins for
 # one username from one address lock that pair out for 15 minutes after the last failure (a

@@ -24,7 +24,7 @@ GOOD = {"name": "async checkpointing", "component": "checkpointing",
 
 @pytest.fixture
 def token() -> str:
-    return issue_token(User.objects.create_user("deployer"), "ci")
+    return issue_token(User.objects.create_user("deployer", is_superuser=True), "ci")
 
 
 def post(client: Client, token: str | None, body: Any, raw: bool = False) -> Any:
@@ -122,7 +122,9 @@ def test_tokens_are_required_hashed_and_revocable(client: Client, token: str) ->
 
 
 def test_ett_api_token_prints_a_working_token_last(client: Client) -> None:
-    User.objects.create_user("pipeline")
+    # README's recipe: the pipeline's user owns the component it records rollouts of.
+    call_command("ett_login", "pipeline", "--role", "owner", "--component", "checkpointing",
+                 stdout=StringIO())
     out = StringIO()
     call_command("ett_api_token", "pipeline", "--name", "deploy", stdout=out)
     printed = out.getvalue().strip().splitlines()[-1]

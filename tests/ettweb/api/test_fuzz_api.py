@@ -40,7 +40,8 @@ FUZZ = settings(max_examples=600, deadline=None, derandomize=True, database=None
 
 @pytest.fixture
 def auth() -> dict[str, str]:
-    return {"HTTP_AUTHORIZATION": f"Bearer {issue_token(User.objects.create_user('d'), 'ci')}"}
+    admin = User.objects.create_user("d", is_superuser=True)  # rollouts are written too
+    return {"HTTP_AUTHORIZATION": f"Bearer {issue_token(admin, 'ci')}"}
 
 
 @st.composite

@@ -4,6 +4,8 @@ the API agree; bad parameters are a 400 naming them; source names and raw lines 
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from datetime import timedelta
 from typing import Any
@@ -119,3 +121,70 @@ def test_the_api_answers_what_the_page_shows(client: Client, fleet: None) -> Non
 def test_the_api_refuses_bad_parameters_by_name(client: Client, query: str, named: str) -> None:
     status, body = _api(client, f"/api/v1/collectors?{query}")
     assert status == 400 and body["error"].startswith(f"{named}:")
+
+
+# --------------------------------------------------------------------------- CSV exports
+
+FORMULA = "=HYPERLINK(\"http://evil.example\",\"x\")"
+
+
+def _csv(client: Client, query: str) -> list[list[str]]:
+    response = client.get(f"/collectors/?format=csv&{query}")
+    assert response.status_code == 200, response.content[:300]
+    assert response["Content-Type"].startswith("text/csv")
+    assert response["Content-Disposition"].startswith("attachment; filename=")
+    return list(csv.reader(io.StringIO(response.content.decode())))
+
+
+def test_the_collectors_table_exports_as_csv_silent_first(logged_in: Client, fleet: None) -> None:
+    _health(FORMULA, minutes_ago=2, dropped_events=9)
+    rows = _csv(logged_in, "table=collectors&silent_after=5")
+    header, *body = rows
+    assert header[:3] == ["source", "collector_id", "status"]
+    column = dict(zip(header, zip(*body, strict=True), strict=True))
+    assert column["source"] == ("node-dead", "'" + FORMULA, HOSTILE, "node-live")
+    assert column["status"] == ("silent", "reporting", "reporting", "reporting")
+    assert column["dropped_events"] == ("0", "9", "0", "3")
+    assert column["backlog_events"][0] == "50"
+    # The page's threshold and source apply: nobody is silent after an hour, one source left.
+    one = _csv(logged_in, "table=collectors&silent_after=60&source=node-dead")
+    assert [row[:3] for row in one[1:]] == [["node-dead", "", "reporting"]]
+
+
+def test_rejected_lines_and_reasons_export_with_formulas_neutralized(
+        logged_in: Client, fleet: None) -> None:
+    ingest_batch(["=cmd|' /C calc'!A0", "@SUM(1+1)"], "node-dead", None)
+    header, *body = _csv(logged_in, "table=rejected")
+    assert header == ["received_at", "source", "job", "reason", "lines", "line_start",
+                      "line_bytes"]
+    assert len(body) == QuarantinedEvent.objects.count() == 4
+    starts = [row[5] for row in body]
+    assert starts[:2] == ["'@SUM(1+1)", "'=cmd|' /C calc'!A0"]  # newest first
+    assert not any(cell.startswith(("=", "+", "-", "@")) for row in body for cell in row)
+    reasons = _csv(logged_in, "table=reasons")
+    assert reasons[0] == ["reason", "lines"]
+    assert sum(int(lines) for _, lines in reasons[1:]) == 4
+    only_dead = _csv(logged_in, "table=rejected&source=node-dead")
+    assert {row[1] for row in only_dead[1:]} == {"node-dead"} and len(only_dead) == 3
+
+
+def test_the_page_links_each_table_to_its_csv(logged_in: Client, fleet: None) -> None:
+    html = logged_in.get("/collectors/?silent_after=7&source=node-live").content.decode()
+    for table in ("collectors", "reasons", "rejected"):
+        assert (f'id="{table}-csv"' in html and
+                f"?silent_after=7&amp;source=node-live&amp;format=csv&amp;table={table}" in html)
+
+
+@pytest.mark.parametrize(("query", "named"), [
+    ("format=csv&table=nope", "table"), ("format=csv", "table"),
+    ("format=xml&table=collectors", "format")])
+def test_a_bad_export_is_a_400_naming_the_parameter(logged_in: Client, query: str,
+                                                    named: str) -> None:
+    response = logged_in.get(f"/collectors/?{query}")
+    assert response.status_code == 400
+    assert response.content.decode().startswith(f"bad parameters: {named}:")
+
+
+def test_the_csv_needs_a_login(client: Client, fleet: None) -> None:
+    response = client.get("/collectors/?format=csv&table=rejected")
+    assert response.status_code == 302 and "/accounts/login/" in response["Location"]

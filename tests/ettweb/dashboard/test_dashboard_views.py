@@ -16,6 +16,7 @@ from django.test.utils import override_settings
 from collector.schema import parse_event
 from ettweb.attribution.engine import attribute
 from ettweb.ingest.tasks import ingest_batch
+from tests.ettweb.charts import traces_of
 
 pytestmark = pytest.mark.django_db
 
@@ -85,11 +86,8 @@ def test_job_page_headline_numbers_and_charts(logged_in: Client,
 
 
 def _figure(html: str, div_id: str) -> dict[str, list[dict[str, Any]]]:
-    """The figure JSON plotly's to_html embedded for ``div_id``."""
-    match = re.search(r'Plotly\.newPlot\(\s*"' + div_id + r'",\s*(\[.*?\]),\s*(\{.*?\}),\s*\{',
-                      html, re.S)
-    assert match is not None
-    return {"data": json.loads(match.group(1))}
+    """The figure JSON the page embeds for ``div_id`` (static/ett/ett.js draws it)."""
+    return {"data": traces_of(html, div_id)}
 
 
 def test_unknown_job_is_404(logged_in: Client) -> None:
@@ -122,7 +120,7 @@ def test_plotly_js_is_served_locally(logged_in: Client, worked_example_lines: li
     ingest_batch(worked_example_lines)
     html = logged_in.get("/jobs/j1/").content.decode()
     scripts = re.findall(r'<script[^>]+src="([^"]+)"', html)
-    assert scripts == ["/static/vendor/plotly.min.js"]
+    assert scripts == ["/static/vendor/plotly.min.js", "/static/ett/ett.js"]
     assert "cdn." not in html
     served = logged_in.get("/static/vendor/plotly.min.js")
     assert served.status_code == 200

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -21,6 +20,7 @@ from ettweb.ingest.tasks import ingest_batch
 from ettweb.queries.markers import RolloutMarker
 from ettweb.queries.weekly import HistoryWeek, IsoWeek
 from ettweb.reports.chart import trend_figure
+from tests.ettweb.charts import figure_of
 
 ROOT = Path(__file__).resolve().parents[3]
 ENGINE_CATEGORIES = {PRODUCTIVE, "repeated_training", "failure", "restart_gap", "unattributed"}
@@ -29,13 +29,9 @@ KNOWN_COMPONENTS = sorted(set(DEFAULT_PHASE_COMPONENTS.values()))
 
 
 def plot_args(html: str, div_id: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The data and layout JSON plotly's to_html passed to ``Plotly.newPlot`` for ``div_id``."""
-    match = re.search(r'Plotly\.newPlot\(\s*"' + re.escape(div_id) + r'",\s*', html)
-    assert match is not None, div_id
-    decoder = json.JSONDecoder()
-    data, end = decoder.raw_decode(html, match.end())
-    layout, _ = decoder.raw_decode(html, html.index("{", end))
-    return data, layout
+    """The data and layout JSON the page embeds for ``div_id`` (static/ett/ett.js draws it)."""
+    figure = figure_of(html, div_id)
+    return figure["data"], figure["layout"]
 
 
 def every_category_segments() -> list[Segment]:

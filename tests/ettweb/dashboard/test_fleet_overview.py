@@ -4,15 +4,14 @@ and lost GPU-hours by component stacked per period."""
 
 from __future__ import annotations
 
-import json
 import re
-from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
 from ettweb.dashboard.templatetags.ett_format import signed_pct, signed_pts
+from tests.ettweb.charts import traces_of
 from tests.ettweb.rollouts.test_rollout_impact import day_job, store
 
 pytestmark = pytest.mark.django_db
@@ -53,9 +52,7 @@ def test_the_trend_is_headed_by_its_net_change(page: str) -> None:
 
 
 def test_lost_gpu_hours_by_component_are_stacked_per_period(page: str) -> None:
-    found = re.search(r'Plotly\.newPlot\(\s*"lost-over-time",\s*(\[.*?\]),\s*\{', page, re.S)
-    assert found is not None
-    traces: list[dict[str, Any]] = json.loads(found.group(1))
+    traces = traces_of(page, "lost-over-time")
     by_name = {t["name"]: dict(zip(t["x"], t["y"], strict=True)) for t in traces}
     assert set(by_name) == {"checkpointing", "pt2_compiler"}
     assert by_name["checkpointing"]["2026-03-10"] == pytest.approx(8.0)

@@ -13,6 +13,7 @@ from django.test import Client
 from ettweb.ingest.tasks import ingest_batch
 from ettweb.rollups.models import JobRollup
 from tests.conftest import mark, span
+from tests.ettweb.charts import traces_of
 
 pytestmark = pytest.mark.django_db
 
@@ -24,10 +25,7 @@ def logged_in(client: Client) -> Client:
 
 
 def _figure(html: str, div_id: str) -> list[dict[str, Any]]:
-    match = re.search(r'Plotly\.newPlot\(\s*"' + div_id + r'",\s*(\[.*?\]),\s*\{', html, re.S)
-    assert match is not None, div_id
-    data: list[dict[str, Any]] = json.loads(match.group(1))
-    return data
+    return traces_of(html, div_id)
 
 
 def test_fleet_page_shows_trend_components_top_jobs_and_restart_tax(

@@ -248,7 +248,7 @@ def test_only_staff_preview_someone_else(fleet: None, viewer: Client, other: Use
 def test_staff_previews_another_users_report(fleet: None, client: Client,
                                              other: User) -> None:
     """Staff see exactly that user's report (their scope), and a typo is a 400."""
-    client.force_login(User.objects.create_user("boss", is_staff=True))
+    client.force_login(User.objects.create_user("boss", is_superuser=True))
     response = client.get("/reports/preview/?week=2026-W11&user=other")
     assert response.status_code == 200
     page = html.unescape(response.content.decode())

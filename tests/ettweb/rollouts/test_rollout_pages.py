@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -9,7 +12,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from ettweb.queries import ImpactQuery, calculate
+from ettweb.queries import ImpactQuery, JobFilter, RolloutListQuery, calculate
 from ettweb.rollouts.models import Rollout
 from tests.ettweb.rollouts.test_rollout_impact import day_job, store
 
@@ -22,7 +25,7 @@ FORM = {"name": "compile cache", "component": "pt2_compiler", "at": "2026-03-10T
 
 @pytest.fixture
 def staff(client: Client) -> Client:
-    user = User.objects.create_user("owner", password="pw", is_staff=True)
+    user = User.objects.create_user("owner", password="pw", is_superuser=True)
     client.force_login(user)
     return client
 
@@ -145,3 +148,60 @@ def test_list_filters_and_bad_filters(viewer: Client) -> None:
     response = viewer.get("/rollouts/?date_from=2026-03-09&date_to=2026-03-01")
     assert response.status_code == 400
     assert viewer.get("/rollouts/?date_from=march").status_code == 400
+
+
+# --------------------------------------------------------------------------- list filters
+
+def test_list_keeps_the_rollouts_whose_scope_can_reach_the_labels(viewer: Client) -> None:
+    """Issue 14, item 1: model, team and cluster keep the rollouts whose scope lists the value
+    or leaves that field out; a job_pattern never rules one out."""
+    names = {"fleet": {}, "ads": {"teams": ["ads"]}, "feed m1": {"teams": ["feed"],
+                                                                 "models": ["m1"]},
+             "east": {"clusters": ["east", "west"]}, "pattern": {"job_pattern": "x-*"}}
+    for name, scope in names.items():
+        make(name=name, scope=scope)
+
+    def listed(query: str) -> set[str]:
+        page = viewer.get(f"/rollouts/?{query}").content.decode()
+        return set(re.findall(r'href="/rollouts/\d+/">([^<]+)</a>', page))
+
+    assert listed("team=ads") == {"fleet", "ads", "east", "pattern"}
+    assert listed("team=feed&model=m1") == {"fleet", "feed m1", "east", "pattern"}
+    assert listed("team=feed&model=m2") == {"fleet", "east", "pattern"}
+    assert listed("cluster=north") == {"fleet", "ads", "feed m1", "pattern"}
+    assert listed("model=no-such-model&team=ads&component=checkpointing") == set()
+    result = calculate(RolloutListQuery(jobs=JobFilter(team="ads")))
+    assert {row.marker.name for row in result.rows} == listed("team=ads") and result.total == 4
+
+
+def test_list_filters_round_trip_and_export_csv_neutralized(viewer: Client) -> None:
+    make(name="=HYPERLINK(1)", scope={"teams": ["ads"]})
+    make(name="other", scope={"teams": ["feed"]})
+    query = {"component": "pt2_compiler", "date_from": "2026-03-01", "date_to": "2026-03-31",
+             "team": "ads", "model": "dlrm", "cluster": "east"}
+    page = viewer.get("/rollouts/", query).content.decode()
+    for name in ("team", "model", "cluster"):
+        assert re.search(rf'name="{name}" value="{query[name]}"', page), name
+    assert 'name="component" value="pt2_compiler"' in page
+    assert 'name="date_from" value="2026-03-01"' in page
+    csv_link = re.search(r'href="\?([^"]+)" id="rollouts-csv"', page)
+    assert csv_link is not None
+    response = viewer.get("/rollouts/?" + csv_link.group(1).replace("&amp;", "&"))
+    assert response["Content-Type"].startswith("text/csv")
+    rows = list(csv.reader(io.StringIO(response.content.decode())))
+    assert rows[0] == ["id", "at", "name", "component", "scope", "created_by", "simulated",
+                       "link"]
+    assert [row[2] for row in rows[1:]] == ["'=HYPERLINK(1)"]  # "other" is feed's only
+    assert rows[1][4] == "teams ads"
+
+
+@pytest.mark.parametrize(("query", "named"), [
+    ("team=" + "t" * 201, "team: Ensure this value has at most 200 characters"),
+    ("format=csv&table=jobs", "table: must be one of rollouts, not 'jobs'"),
+    ("format=csv", "table: must be one of rollouts"),
+    ("date_from=2026-03-09&date_to=2026-03-01", "parameters: date_from 2026-03-09 is after"),
+])
+def test_bad_list_filters_are_a_400_naming_them(viewer: Client, query: str, named: str) -> None:
+    response = viewer.get(f"/rollouts/?{query}")
+    assert response.status_code == 400
+    assert response.content.decode().startswith(f"bad parameters: {named}")

@@ -1,7 +1,9 @@
-"""``manage.py ett_login USERNAME``: create (or reset) a dashboard login with a fresh password.
+"""``manage.py ett_login USERNAME [--role viewer|owner|admin] [--component NAME ...]``:
+create (or reset) a dashboard login with a fresh password and exactly that role.
 
 Zero-setup installs have no user to log in with; this prints one, so nobody types a
-password into a terminal history or ships a default one.
+password into a terminal history or ships a default one. The default role is admin, as the
+demo's login has always been; ``--role owner`` needs the components the owner acts on.
 """
 
 from __future__ import annotations
@@ -9,22 +11,52 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandParser
+from django.contrib.auth.models import User
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ettweb.access.roles import ADMIN, OWNER, ROLES, Role, set_role
+from ettweb.components.logic import known_components
 
 
 class Command(BaseCommand):
-    help = "Create or reset a staff login with a random password; the last line prints it."
+    help = ("Create or reset a login with a random password and a role (admin unless "
+            "--role says otherwise); the last line prints it.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("username")
+        parser.add_argument("--role", choices=ROLES, default=ADMIN,
+                            help="viewer: reads everything; owner: also edits its components' "
+                                 "rollouts and phase map; admin: everything (default)")
+        parser.add_argument("--component", action="append", default=[], metavar="NAME",
+                            help="a component an owner owns (repeat for more); owners only")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        username = options["username"]
+        username: str = options["username"]
+        role: Role = options["role"]
+        components = _checked_components(role, options["component"])
         password = secrets.token_urlsafe(12)
-        user, created = get_user_model().objects.get_or_create(username=username)
-        user.is_staff = user.is_superuser = True
+        user, created = User.objects.get_or_create(username=username)
         user.set_password(password)
         user.save()
-        self.stdout.write(f"{'created' if created else 'reset'} login {username!r}")
+        set_role(user, role, components)
+        owns = f", owner of {', '.join(components)}" if components else ""
+        self.stdout.write(f"{'created' if created else 'reset'} login {username!r} "
+                          f"({role}{owns})")
         self.stdout.write(f"login: {username} / {password}")
+
+
+def _checked_components(role: Role, names: list[str]) -> list[str]:
+    """An owner's components, each a known one; refused for other roles (it would mean
+    nothing, and silently dropping it would hide a typo in a role)."""
+    if role != OWNER:
+        if names:
+            raise CommandError(f"--component: only an owner owns components, not a {role}")
+        return []
+    if not names:
+        raise CommandError("--component: an owner needs at least one component")
+    known = known_components()
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise CommandError(f"--component: unknown component {unknown[0]!r} "
+                           f"(known: {', '.join(known)})")
+    return sorted(set(names))

@@ -1,0 +1,138 @@
+"""The three roles and every permission question ETT asks, as plain functions.
+
+* **viewer**: reads every page and API endpoint, changes nothing shared (their own report
+  settings and password are theirs). A user in no role group is a viewer.
+* **owner** (group ``owner``): a viewer who also edits the rollouts, the owner team and the
+  phase-map categories of the components they own (:class:`ComponentOwner` rows).
+* **admin** (group ``admin``, and every superuser): everything, the Django admin included.
+
+Pages ask these to decide which edit links to show; views, the admin site and the API ask the
+same functions before any write, so a hidden link is never the only protection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final, Literal, Protocol
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group, User
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+
+from ettweb.access.models import ComponentOwner
+
+Role = Literal["viewer", "owner", "admin"]
+VIEWER: Final = "viewer"
+OWNER: Final = "owner"
+ADMIN: Final = "admin"
+ROLES: Final[tuple[Role, ...]] = (VIEWER, OWNER, ADMIN)
+#: Where a refused user is told to go: roles are given by an admin (README "Roles").
+ASK: Final = "an admin gives roles (README: Roles)"
+
+AnyUser = AbstractBaseUser | AnonymousUser
+_CACHE: Final = "_ett_access"
+
+
+class HasComponent(Protocol):
+    """A rollout as any layer holds it (the model, the impact query's reference)."""
+
+    @property
+    def component(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class _Access:
+    """One user's role groups and owned components, read once per user object (a request's
+    ``request.user`` lives for one request, so a page of 500 rows asks the database once)."""
+
+    groups: frozenset[str]
+    owned: frozenset[str]
+
+
+def _access(user: AnyUser) -> _Access:
+    cached = getattr(user, _CACHE, None)
+    if isinstance(cached, _Access):
+        return cached
+    if not user.is_authenticated or not user.is_active or not isinstance(user, User):
+        found = _Access(frozenset(), frozenset())
+    else:
+        found = _Access(
+            frozenset(user.groups.filter(name__in=ROLES).values_list("name", flat=True)),
+            frozenset(ComponentOwner.objects.filter(user=user)
+                      .values_list("component", flat=True)))
+    setattr(user, _CACHE, found)
+    return found
+
+
+def is_admin(user: AnyUser) -> bool:
+    """Admins may do everything: members of ``admin`` and active superusers."""
+    if not user.is_authenticated or not user.is_active:
+        return False
+    return bool(getattr(user, "is_superuser", False)) or ADMIN in _access(user).groups
+
+
+def role_of(user: AnyUser) -> Role:
+    """The user's strongest role; no role group means viewer."""
+    if is_admin(user):
+        return ADMIN
+    return OWNER if OWNER in _access(user).groups else VIEWER
+
+
+def owned_components(user: AnyUser) -> frozenset[str]:
+    """The components an owner acts on; none for viewers (rows without the role count for
+    nothing, so taking the role away is one click in the admin)."""
+    if role_of(user) != OWNER:
+        return frozenset()
+    return _access(user).owned
+
+
+def can_edit_component(user: AnyUser, name: str) -> bool:
+    """Whether ``user`` may edit ``name``'s rollouts, owner team and phase-map categories."""
+    return is_admin(user) or name in owned_components(user)
+
+
+def can_edit_rollout(user: AnyUser, rollout: HasComponent) -> bool:
+    """Owners of the rollout's component, and admins."""
+    return can_edit_component(user, rollout.component)
+
+
+def can_record_rollouts(user: AnyUser) -> bool:
+    """Whether the user may record a rollout of at least one component."""
+    return is_admin(user) or bool(owned_components(user))
+
+
+def refusal(user: AnyUser, action: str) -> str:
+    """Why ``user`` may not ``action``: their role and what they own, and whom to ask."""
+    role = role_of(user)
+    if role == OWNER:
+        owned = ", ".join(sorted(owned_components(user))) or "no component"
+        return f"you own {owned}; {action} is for that component's owners and admins: {ASK}"
+    return f"a {role} may not {action}: that needs a component's owner role or admin, and {ASK}"
+
+
+def require(allowed: bool, user: AnyUser, action: str) -> None:
+    """Refuse the request (a 403 page with the reason) unless ``allowed``."""
+    if not allowed:
+        raise PermissionDenied(refusal(user, action))
+
+
+@transaction.atomic
+def set_role(user: User, role: Role, components: Iterable[str] = ()) -> None:
+    """Give ``user`` exactly ``role`` (and, for an owner, exactly ``components``).
+
+    Admins are superusers too (``is_staff`` with it), as ``ett_login`` always made them;
+    viewers and owners lose both, so a downgrade takes effect at once.
+    """
+    if role not in ROLES:
+        raise ValueError(f"role: must be one of {', '.join(ROLES)}, not {role!r}")
+    user.groups.remove(*Group.objects.filter(name__in=ROLES))
+    user.groups.add(Group.objects.get_or_create(name=role)[0])
+    user.is_superuser = user.is_staff = role == ADMIN
+    user.save(update_fields=["is_superuser", "is_staff"])
+    ComponentOwner.objects.filter(user=user).delete()
+    if role == OWNER:
+        ComponentOwner.objects.bulk_create(
+            [ComponentOwner(user=user, component=name) for name in sorted(set(components))])
+    if hasattr(user, _CACHE):
+        delattr(user, _CACHE)

@@ -1,0 +1,388 @@
+"""``/api/v1/fleet/…`` and ``/api/v1/components…``: the JSON behind the fleet overview's and
+the component pages' charts and tables.
+
+Every endpoint takes the pages' parameters (``date_from``, ``date_to``, ``interval``,
+``group_by``, ``model``, ``team``, ``cluster``, ``gpus``) with the pages' defaults (the last 30
+days with data) and answers from the same query as the page (``ettweb.queries``), so a chart
+and its endpoint cannot disagree. Numbers are unrounded GPU-seconds and percentages. A bad
+parameter is a 400 ``{"error": "<parameter>: <problem>"}``, an unknown component a 404; an
+unknown model, team or cluster is no error, it matches no job.
+
+Auth: a bearer token (``manage.py ett_api_token``), as for rollouts, or the browser's
+session. Mounted by ``ettweb.api.v1`` (``api.add_router``), whose error handlers apply.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any, Literal
+
+from django.http import HttpRequest
+from ninja import Field, Query, Router, Schema
+from ninja.errors import HttpError
+
+from ettweb.queries import (
+    ComponentQuery,
+    ComponentsIndexQuery,
+    DateRange,
+    FleetHeadlineQuery,
+    JobFilter,
+    LifecycleQuery,
+    LostByComponentQuery,
+    LostTrendQuery,
+    RolloutMarkersQuery,
+    TopJobsQuery,
+    TrendQuery,
+    calculate,
+)
+from ettweb.queries.base import MAX_LABEL_CHARS, range_or_default
+from ettweb.queries.markers import marker_api
+
+#: No ``auth`` here: a router mounted on ``ettweb.api.v1.api`` takes the API's (a bearer
+#: token or the browser's CSRF-checked session), so every endpoint authenticates alike.
+router = Router(tags=["fleet"])
+
+
+# --------------------------------------------------------------------------- parameters
+
+class FilterParams(Schema):
+    """The pages' range and job filter; empty labels are any, an unknown one matches none."""
+
+    date_from: date | None = Field(None, description="first UTC day (default: 30 days "
+                                                     "before date_to)")
+    date_to: date | None = Field(None, description="last UTC day (default: the last day "
+                                                   "with data)")
+    model: str = Field("", max_length=MAX_LABEL_CHARS, description="exact model")
+    team: str = Field("", max_length=MAX_LABEL_CHARS, description="exact team")
+    cluster: str = Field("", max_length=MAX_LABEL_CHARS, description="exact cluster")
+    gpus: str = Field("", description="GPU-size bucket: 1, 2-8, 9-64, 65-512 or 513+")
+
+    def scope(self) -> tuple[DateRange, JobFilter]:
+        """The range and filter these ask for, or a 400 naming the parameter."""
+        try:
+            days = range_or_default(self.date_from, self.date_to)
+        except ValueError as exc:
+            raise HttpError(400, f"{_named(str(exc), ('date_from', 'date_to'))}: {exc}") from None
+        try:
+            jobs = JobFilter(model=self.model, team=self.team, cluster=self.cluster,
+                             gpus=self.gpus)
+        except ValueError as exc:
+            raise HttpError(400, f"{str(exc).split(' ', 1)[0]}: {exc}") from None
+        return days, jobs
+
+
+def _named(message: str, names: tuple[str, ...]) -> str:
+    """The parameter a range error is about (its first word), else all of ``names``."""
+    first = message.split(" ", 1)[0]
+    return first if first in names else "/".join(names)
+
+
+Interval = Literal["day", "week"]
+GroupBy = Literal["none", "model", "team", "cluster", "gpus"]
+
+
+# --------------------------------------------------------------------------- schemas
+
+class FilterOut(Schema):
+    model: str
+    team: str
+    cluster: str
+    gpus: str
+
+
+class ScopeOut(Schema):
+    """The days and jobs an answer covers (defaults filled in)."""
+
+    date_from: str
+    date_to: str
+    filter: FilterOut
+
+
+class TrendPointOut(Schema):
+    period: str
+    group: str
+    wall_gpu_s: float
+    productive_gpu_s: float
+    ett_pct: float
+
+
+class TrendBodyOut(Schema):
+    groups: list[str]
+    wall_gpu_s: float
+    productive_gpu_s: float
+    ett_pct: float
+    net_change_pts: float | None
+    points: list[TrendPointOut]
+
+
+class PreviousTrendOut(TrendBodyOut):
+    """The same trend over as many days just before (``compare=previous``)."""
+
+    date_from: str
+    date_to: str
+
+
+class MarkerOut(Schema):
+    id: int
+    name: str
+    component: str
+    at: str
+    scope: str
+    link: str
+
+
+class TrendOut(ScopeOut, TrendBodyOut):
+    """The ETT% trend as the fleet page draws it: points per period (and group), the net
+    change it is headed by, its rollout markers and, when asked, the previous period."""
+
+    interval: str
+    group_by: str
+    rollouts: list[MarkerOut]
+    previous: PreviousTrendOut | None
+
+
+class ComponentLossOut(Schema):
+    component: str
+    gpu_s: float
+    categories: dict[str, float]
+
+
+class LostByComponentOut(ScopeOut):
+    lost_gpu_s: float
+    components: list[ComponentLossOut]
+
+
+class LostTrendOut(ScopeOut):
+    interval: str
+    periods: list[str]
+    components: list[str]
+    gpu_s: dict[str, list[float]]
+
+
+class LifecyclePointOut(Schema):
+    period: str
+    jobs_started: int
+    mean_time_to_start_s: float | None
+    recoveries: int
+    mean_time_to_recover_s: float | None
+    failures: int
+    restart_tax_gpu_s: dict[str, float]
+
+
+class LifecycleOut(ScopeOut):
+    interval: str
+    failures: int
+    recoveries: int
+    restart_tax_gpu_s: dict[str, float]
+    categories: list[str]
+    points: list[LifecyclePointOut]
+
+
+class TopJobOut(Schema):
+    job: str
+    lost_gpu_s: float
+    wall_gpu_s: float
+    ett_pct: float
+    gpus: int
+    status: str
+    model: str
+    team: str
+    cluster: str
+
+
+class TopJobsOut(ScopeOut):
+    jobs: list[TopJobOut]
+
+
+class HeadlineOut(ScopeOut):
+    interval: str
+    week_from: str
+    week_to: str
+    week_ett_pct: float | None
+    week_change_pts: float | None
+    week_change_rel_pct: float | None
+    lost_gpu_hours: float
+    gpus_lost: float
+    failures: int
+    wall_gpu_hours: float
+    failures_per_1k_gpu_hours: float | None
+    trend_change_pts: float | None
+
+
+class ComponentRowOut(Schema):
+    name: str
+    owner_team: str
+    lost_gpu_s: float
+    lost_share_pts: float
+    share_of_fleet_lost_pct: float
+    rollouts: int
+
+
+class ComponentsOut(ScopeOut):
+    fleet_wall_gpu_s: float
+    fleet_lost_gpu_s: float
+    components: list[ComponentRowOut]
+
+
+class ComponentPointOut(Schema):
+    period: str
+    lost_gpu_s: float
+    wall_gpu_s: float
+    lost_share_pts: float
+
+
+class ComponentJobOut(Schema):
+    job: str
+    lost_gpu_s: float
+    wall_gpu_s: float
+    lost_share_pts: float
+    gpus: int
+    model: str
+    team: str
+
+
+class ComponentModelOut(Schema):
+    model: str
+    lost_gpu_s: float
+    jobs: int
+
+
+class ComponentRolloutOut(MarkerOut):
+    change_pts: float | None
+    ci95_pts: list[float] | None
+    did_pts: float | None
+    verdict: str | None
+
+
+class ComponentOut(ScopeOut):
+    """One component's page: lost time per period, its top jobs and models, its rollouts."""
+
+    interval: str
+    name: str
+    owner_team: str
+    lost_gpu_s: float
+    lost_share_pts: float
+    share_of_fleet_lost_pct: float
+    fleet_wall_gpu_s: float
+    fleet_lost_gpu_s: float
+    categories: dict[str, float]
+    points: list[ComponentPointOut]
+    top_jobs: list[ComponentJobOut]
+    top_models: list[ComponentModelOut]
+    rollouts: list[ComponentRolloutOut]
+    unmeasured_rollouts: int
+
+
+class FleetErrorOut(Schema):
+    error: str
+
+
+ERRORS: dict[int, type[Schema]] = {400: FleetErrorOut, 401: FleetErrorOut}
+
+
+def _scope(days: DateRange, jobs: JobFilter) -> dict[str, Any]:
+    return {"date_from": days.date_from.isoformat(), "date_to": days.date_to.isoformat(),
+            "filter": jobs.as_api()}
+
+
+# --------------------------------------------------------------------------- the fleet
+
+@router.get("/fleet/trend", response={200: TrendOut, **ERRORS},
+            summary="ETT% per day or week, as the fleet page's trend draws it")
+def fleet_trend(request: HttpRequest, filters: Query[FilterParams], interval: Interval = "day",
+                group_by: GroupBy = "none",
+                compare: Literal["", "previous"] = "") -> dict[str, Any]:
+    """GPU-weighted ETT% per period (one series per ``group_by`` value), the whole range's,
+    the net change from the first period with data to the last, the rollouts the chart
+    marks, and with ``compare=previous`` the same trend over as many days just before."""
+    days, jobs = filters.scope()
+    query = TrendQuery(days, interval, group_by, jobs)
+    earlier = query.previous() if compare else None
+    previous = None
+    if earlier is not None:
+        previous = {**calculate(earlier).as_api(), "date_from": earlier.range.date_from.isoformat(),
+                    "date_to": earlier.range.date_to.isoformat()}
+    markers = calculate(RolloutMarkersQuery(days, jobs=jobs)).markers
+    return {**_scope(days, jobs), **calculate(query).as_api(), "interval": interval,
+            "group_by": group_by, "rollouts": [marker_api(m) for m in markers],
+            "previous": previous}
+
+
+@router.get("/fleet/headline", response={200: HeadlineOut, **ERRORS},
+            summary="The fleet page's headline tiles")
+def fleet_headline(request: HttpRequest, filters: Query[FilterParams],
+                   interval: Interval = "day") -> dict[str, Any]:
+    """The range's last 7 days' ETT% against the 7 before (points and relative), lost
+    GPU-hours and "GPUs' worth" lost (lost GPU-hours / hours in the range), failures per
+    1,000 GPU-hours, and the trend's net change at ``interval``."""
+    days, jobs = filters.scope()
+    result = calculate(FleetHeadlineQuery(days, interval, jobs))
+    return {**_scope(days, jobs), "interval": interval, **result.as_api()}
+
+
+@router.get("/fleet/lost-by-component", response={200: LostByComponentOut, **ERRORS},
+            summary="Lost GPU-seconds per owning component over the range")
+def fleet_lost_by_component(request: HttpRequest,
+                            filters: Query[FilterParams]) -> dict[str, Any]:
+    """The fleet page's "lost GPU-hours by component" chart and table (largest first, with
+    each component's categories)."""
+    days, jobs = filters.scope()
+    return {**_scope(days, jobs), **calculate(LostByComponentQuery(days, jobs)).as_api()}
+
+
+@router.get("/fleet/lost-trend", response={200: LostTrendOut, **ERRORS},
+            summary="Lost GPU-seconds per component per day or week (the stacked chart)")
+def fleet_lost_trend(request: HttpRequest, filters: Query[FilterParams],
+                     interval: Interval = "day") -> dict[str, Any]:
+    """One value per period for each component (largest loser first)."""
+    days, jobs = filters.scope()
+    result = calculate(LostTrendQuery(days, interval, jobs))
+    return {**_scope(days, jobs), "interval": interval, **result.as_api()}
+
+
+@router.get("/fleet/lifecycle", response={200: LifecycleOut, **ERRORS},
+            summary="Time to start, time to recover, restart tax and failures per period")
+def fleet_lifecycle(request: HttpRequest, filters: Query[FilterParams],
+                    interval: Interval = "day") -> dict[str, Any]:
+    """The fleet page's lifecycle table and restart-tax chart: per period the jobs started
+    and their mean time to start, recoveries and their mean time to recover, the restart tax
+    by category and the failures."""
+    days, jobs = filters.scope()
+    result = calculate(LifecycleQuery(days, interval, jobs))
+    return {**_scope(days, jobs), "interval": interval, **result.as_api()}
+
+
+@router.get("/fleet/top-jobs", response={200: TopJobsOut, **ERRORS},
+            summary="The jobs that lost the most GPU-hours inside the range")
+def fleet_top_jobs(request: HttpRequest, filters: Query[FilterParams],
+                   limit: int = 10) -> dict[str, Any]:
+    """The fleet page's top-jobs table (``limit`` 1-1000, 10 by default)."""
+    days, jobs = filters.scope()
+    if not 1 <= limit <= 1000:
+        raise HttpError(400, f"limit: must be between 1 and 1000, not {limit}")
+    return {**_scope(days, jobs), **calculate(TopJobsQuery(days, limit, jobs)).as_api()}
+
+
+# --------------------------------------------------------------------------- components
+
+@router.get("/components", response={200: ComponentsOut, **ERRORS},
+            summary="Every owning component's lost time over the range")
+def components(request: HttpRequest, filters: Query[FilterParams]) -> dict[str, Any]:
+    """The components page's table: each component's lost GPU-seconds, its share of the
+    (filtered) fleet's lost time and wall time, its owner team and rollouts in the range."""
+    days, jobs = filters.scope()
+    return {**_scope(days, jobs), **calculate(ComponentsIndexQuery(days, jobs)).as_api()}
+
+
+@router.get("/components/{path:name}",
+            response={200: ComponentOut, **ERRORS, 404: FleetErrorOut},
+            summary="One component's lost time, top jobs and models, and rollouts")
+def component(request: HttpRequest, name: str, filters: Query[FilterParams],
+              interval: Interval = "day") -> dict[str, Any]:
+    """What ``/components/<name>/`` shows; ``name`` is the component's own text (URL-encode
+    it). 404 for a component nobody owns time under."""
+    days, jobs = filters.scope()
+    result = calculate(ComponentQuery(name, days, interval, jobs=jobs))
+    if result is None:
+        raise HttpError(404, f"no component {name!r}")
+    return {**_scope(days, jobs), "interval": interval, **result.as_api()}

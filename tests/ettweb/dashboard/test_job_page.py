@@ -1,0 +1,211 @@
+"""``/jobs/<job>/`` reads stored rows only: timeline and rank lanes per attempt, the lost-time
+waterfall, recoveries with their parts, repeated steps per attempt, CSV of its tables."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from ettweb.attribution.engine import attribute_job
+from ettweb.colours import colour_of
+from ettweb.dashboard.jobfigures import MAX_LANE_ATTEMPTS
+from ettweb.ingest.logic import ingest_lines
+from ettweb.rollups.logic import load_events, refresh_jobs
+from ettweb.rollups.models import AttemptLane, AttemptTimeline, JobRollup
+from tests.ettweb.attribution.attribution_events import Timeline, worked_example
+from tests.ettweb.attribution.rank_events import ranked_job, staggered_job
+from tests.ettweb.charts import figure_ids, figure_of, traces_of
+
+pytestmark = pytest.mark.django_db
+
+#: Any statement on the events table or one of its partitions (not ``ingest_eventid``).
+EVENTS_TABLE = re.compile(r"\bingest_event(_p\d+|_default)?\b")
+
+
+@pytest.fixture
+def viewer(client: Client) -> Client:
+    client.force_login(User.objects.create_user(username="viewer", password="pw-viewer-1"))
+    return client
+
+
+def store(timeline: Timeline) -> None:
+    refresh_jobs(ingest_lines(timeline.lines()).jobs)
+
+
+def page(client: Client, job: str, query: str = "") -> str:
+    response = client.get(f"/jobs/{quote(job)}/{query}")
+    assert response.status_code == 200, response.content[:300]
+    return response.content.decode()
+
+
+def event_queries(client: Client, job: str) -> list[str]:
+    with CaptureQueriesContext(connection) as queries:
+        page(client, job)
+    return [q["sql"] for q in queries.captured_queries if EVENTS_TABLE.search(q["sql"])]
+
+
+# --------------------------------------------------------------------------- stored rows only
+
+def test_the_page_reads_no_event(viewer: Client) -> None:
+    store(ranked_job(64, job="wide", jitter_s=0.3, slow={7}))
+    assert event_queries(viewer, "wide") == []
+    assert event_queries(viewer, "wide") == []  # and again: nothing cached in between
+
+
+def test_a_rollup_from_before_the_stored_timeline_is_refreshed_once(viewer: Client) -> None:
+    store(worked_example())
+    AttemptTimeline.objects.all().delete()
+    AttemptLane.objects.all().delete()
+    JobRollup.objects.filter(job="j1").update(timeline_digest="")
+    assert event_queries(viewer, "j1")  # the first view refreshes the job from its events
+    assert AttemptTimeline.objects.filter(job_id="j1").count() == 2
+    assert event_queries(viewer, "j1") == []
+    rows = {trace["name"]: trace for trace in traces_of(page(viewer, "j1"), "phase-timeline")}
+    assert rows["restart_gap"]["y"] == ["attempt 1"]
+
+
+# --------------------------------------------------------------------------- what it draws
+
+def test_the_waterfall_goes_from_wall_through_each_category_to_productive(
+        viewer: Client) -> None:
+    store(worked_example())
+    traces = traces_of(page(viewer, "j1"), "lost-waterfall")
+    steps = [(t["name"], t["measure"][0], t["x"][0], t.get("base")) for t in traces]
+    # §3 worked example, seconds (113 s of wall): largest loss first, names break ties.
+    assert steps == [
+        ("wall", "absolute", 113.0, None),
+        ("repeated_training", "relative", -8.0, 113.0), ("restart_gap", "relative", -7.0, 105.0),
+        ("compile", "relative", -6.0, 98.0), ("process_group_init", "relative", -4.0, 92.0),
+        ("checkpoint_load", "relative", -3.0, 88.0), ("failure", "relative", -3.0, 85.0),
+        ("checkpoint_save", "relative", -2.0, 82.0), ("productive", "absolute", 80.0, None)]
+    for trace in traces[1:-1]:
+        assert trace["decreasing"]["marker"]["color"] == colour_of(trace["name"])
+    assert traces[-1]["totals"]["marker"]["color"] == colour_of("productive")
+
+
+def test_recoveries_are_stacked_by_their_parts(viewer: Client) -> None:
+    store(worked_example())
+    html = page(viewer, "j1")
+    parts = {t["name"]: (t["y"], t["x"]) for t in traces_of(html, "recovery-parts")}
+    assert parts == {"repeated_training": (["after attempt 0"], [8.0]),
+                     "failure": (["after attempt 0"], [3.0]),
+                     "restart_gap": (["after attempt 0"], [7.0]),
+                     "checkpoint_load": (["after attempt 0"], [3.0])}
+    assert list(parts)[:3] == ["repeated_training", "failure", "restart_gap"]  # legend order
+    assert 'id="recoveries"' in html  # the table stays
+
+
+def test_the_attempts_table_lists_repeated_steps_per_attempt(viewer: Client) -> None:
+    store(worked_example())
+    html = page(viewer, "j1")
+    table = html[html.index('id="attempts"'):html.index("</table>", html.index('id="attempts"'))]
+    cells = [[re.sub(r"<[^>]+>", "", cell).strip()
+              for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+             for row in table.split("<tr>")[2:]]
+    assert cells == [["0", "failed", "4", "+0.0 s", "1m 23s", "0"],
+                     ["1", "completed", "4", "+1m 30s", "23.0 s", "80"]]
+
+
+def test_each_attempt_has_its_rank_lanes_and_many_lanes_start_folded(viewer: Client) -> None:
+    store(staggered_job(10, job="many"))  # ten ranks compiling for ten times: ten lanes
+    html = page(viewer, "many")
+    assert re.search(r'<details class="rank-lanes" id="lanes-attempt-0">', html)  # folded
+    assert re.search(r'<details class="rank-lanes" id="lanes-attempt-1" open>', html)
+    assert "Attempt 0: 10 lanes for 10 ranks" in html
+    lanes = figure_of(html, "lanes-0")
+    assert lanes["layout"]["yaxis"]["ticktext"] == [f"rank {r}" for r in range(10)]
+    compile_bars = next(tr for tr in lanes["data"] if tr["name"] == "compile")
+    assert compile_bars["x"] == pytest.approx([(50 + 40 * r) / 60 for r in range(10)])  # min
+    train = next(tr for tr in lanes["data"] if tr["name"] == "train")
+    assert train["marker"]["color"] == colour_of("productive")
+    assert {"lanes-0", "lanes-1", "phase-timeline", "lost-waterfall"} <= set(figure_ids(html))
+
+
+def test_a_crash_loop_draws_the_lanes_of_its_latest_attempts(viewer: Client) -> None:
+    t = Timeline("loop")
+    for attempt in range(MAX_LANE_ATTEMPTS + 2):
+        t.span(attempt, "model_init", 100 * attempt, 100 * attempt + 40)
+        t.mark(attempt, "attempt_end", 100 * attempt + 50, status="failed")
+    store(t)
+    html = page(viewer, "loop")
+    drawn = [i for i in figure_ids(html) if i.startswith("lanes-")]
+    assert drawn == [f"lanes-{a}" for a in range(2, MAX_LANE_ATTEMPTS + 2)]
+    assert "The lanes of the 2 earliest attempts are not drawn" in html
+
+
+def test_the_stored_timeline_equals_the_engines_seconds(viewer: Client) -> None:
+    store(ranked_job(16, job="ranked", jitter_s=0.3, seed=2, slow={3}))
+    engine = attribute_job(load_events(["ranked"])["ranked"])
+    seconds: dict[str, float] = {}
+    for trace in traces_of(page(viewer, "ranked"), "phase-timeline"):
+        seconds[trace["name"]] = sum(trace["x"]) * 60  # the axis is in minutes
+    wanted = {**engine.lost_s, "productive": engine.productive_s}
+    assert seconds == pytest.approx(wanted, abs=1e-6)
+
+
+# --------------------------------------------------------------------------- untrusted names
+
+def test_a_hostile_job_name_is_escaped(viewer: Client) -> None:
+    name = '<img src=x onerror="alert(1)">/x&y'
+    t = worked_example()
+    for event in t.events:
+        event["job"] = name
+    store(t)
+    html = page(viewer, name)
+    assert "<img src=x" not in html
+    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;/x&amp;y" in html
+
+
+# --------------------------------------------------------------------------- CSV
+
+def rows_of(response: Any) -> list[list[str]]:
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
+    return list(csv.reader(io.StringIO(response.content.decode())))
+
+
+def test_the_tables_export_as_csv_with_formulas_neutralized(viewer: Client) -> None:
+    name = "=HYPERLINK(\"http://x\")"
+    t = worked_example()
+    for event in t.events:
+        event["job"] = name
+    store(t)
+    url = f"/jobs/{quote(name)}/"
+    attempts = rows_of(viewer.get(url, {"format": "csv", "table": "attempts"}))
+    assert attempts[0] == ["job", "attempt", "status", "gpus", "start_utc", "end_utc",
+                           "duration_s", "repeated_steps"]
+    assert [row[0] for row in attempts[1:]] == ["'" + name] * 2
+    assert [(row[1], row[2], row[-1]) for row in attempts[1:]] == [("0", "failed", "0"),
+                                                                    ("1", "completed", "80")]
+    assert attempts[1][4] == "1970-01-01T00:16:40+00:00"
+    recoveries = rows_of(viewer.get(url, {"format": "csv", "table": "recoveries"}))
+    assert recoveries[0] == ["job", "failed_attempt", "start_utc", "end_utc",
+                             "time_to_recover_s", "checkpoint_load_s", "failure_s",
+                             "repeated_training_s", "restart_gap_s"]
+    assert recoveries[1][0] == "'" + name and recoveries[1][4:] == ["21.0", "3.0", "3.0", "8.0",
+                                                                    "7.0"]
+
+
+@pytest.mark.parametrize(("query", "reason"), [
+    ({"format": "csv", "table": "lanes"}, "table: must be one of attempts, recoveries"),
+    ({"format": "csv"}, "table: must be one of attempts, recoveries"),
+    ({"format": "xlsx", "table": "attempts"}, "format: "),
+])
+def test_a_bad_export_is_a_400_naming_the_parameter(viewer: Client, query: dict[str, str],
+                                                     reason: str) -> None:
+    store(worked_example())
+    response = viewer.get("/jobs/j1/", query)
+    assert response.status_code == 400
+    assert response.content.decode().startswith(f"bad parameters: {reason}")
+
+
+def test_an_unknown_jobs_export_is_a_404(viewer: Client) -> None:
+    assert viewer.get("/jobs/nope/", {"format": "csv", "table": "attempts"}).status_code == 404
