@@ -181,6 +181,8 @@ def recovery_bars(recoveries: Sequence[RecoveryRow]) -> go.Figure:
 
 #: An attempt with more lanes than this starts with its lanes folded away.
 OPEN_LANES_UP_TO: Final = 8
+#: Only the latest attempts start open: a job of 24 restarts was 11,000 px of lanes tall.
+OPEN_ATTEMPTS: Final = 3
 #: Attempts whose lanes the page draws, the latest ones: a job in a crash loop of hundreds
 #: of attempts still loads quickly (the API lists every attempt's lanes).
 MAX_LANE_ATTEMPTS: Final = 24
@@ -201,12 +203,14 @@ def page_charts(result: JobResult) -> dict[str, Any]:
     }
     with_lanes = [a for a in h.attempts if result.lanes_of(a.attempt)]
     charts["earlier_lanes"] = max(0, len(with_lanes) - MAX_LANE_ATTEMPTS)
-    for attempt in with_lanes[-MAX_LANE_ATTEMPTS:]:
+    drawn = with_lanes[-MAX_LANE_ATTEMPTS:]
+    for index, attempt in enumerate(drawn):
         lanes = result.lanes_of(attempt.attempt)
+        latest = index >= len(drawn) - OPEN_ATTEMPTS
         charts["lanes"].append({
             "attempt": attempt.attempt, "lanes": len(lanes),
             "ranks": sum(lane.rank_count for lane in lanes),
-            "open": len(lanes) <= OPEN_LANES_UP_TO,
+            "open": latest and len(lanes) <= OPEN_LANES_UP_TO,
             "hidden": max(0, len(lanes) - MAX_DRAWN_LANES),
             "figure": to_fragment(rank_lanes(lanes, start, unit, (attempt.start, attempt.end)),
                                   f"lanes-{attempt.attempt}")})

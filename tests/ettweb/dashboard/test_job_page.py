@@ -17,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 
 from ettweb.attribution.engine import attribute_job
 from ettweb.colours import colour_of
-from ettweb.dashboard.jobfigures import MAX_LANE_ATTEMPTS
+from ettweb.dashboard.jobfigures import MAX_LANE_ATTEMPTS, OPEN_ATTEMPTS
 from ettweb.ingest.logic import ingest_lines
 from ettweb.rollups.logic import load_events, refresh_jobs
 from ettweb.rollups.models import AttemptLane, AttemptTimeline, JobRollup
@@ -140,6 +140,10 @@ def test_a_crash_loop_draws_the_lanes_of_its_latest_attempts(viewer: Client) -> 
     drawn = [i for i in figure_ids(html) if i.startswith("lanes-")]
     assert drawn == [f"lanes-{a}" for a in range(2, MAX_LANE_ATTEMPTS + 2)]
     assert "The lanes of the 2 earliest attempts are not drawn" in html
+    # Only the latest attempts start open, however few lanes each has.
+    opened = re.findall(r'<details class="rank-lanes" id="lanes-attempt-(\d+)" open>', html)
+    last = MAX_LANE_ATTEMPTS + 1
+    assert opened == [str(a) for a in range(last - OPEN_ATTEMPTS + 1, last + 1)]
 
 
 def test_the_stored_timeline_equals_the_engines_seconds(viewer: Client) -> None:
