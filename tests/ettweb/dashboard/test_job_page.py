@@ -9,6 +9,7 @@ import re
 from typing import Any
 from urllib.parse import quote
 
+import plotly.graph_objects as go
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
@@ -17,8 +18,10 @@ from django.test.utils import CaptureQueriesContext
 
 from ettweb.attribution.engine import attribute_job
 from ettweb.colours import colour_of
-from ettweb.dashboard.jobfigures import MAX_LANE_ATTEMPTS, OPEN_ATTEMPTS
+from ettweb.dashboard.figures import unit_for
+from ettweb.dashboard.jobfigures import MAX_LANE_ATTEMPTS, OPEN_ATTEMPTS, rank_lanes
 from ettweb.ingest.logic import ingest_lines
+from ettweb.queries.job import LaneRow
 from ettweb.rollups.logic import load_events, refresh_jobs
 from ettweb.rollups.models import AttemptLane, AttemptTimeline, JobRollup
 from tests.ettweb.attribution.attribution_events import Timeline, worked_example
@@ -144,6 +147,20 @@ def test_a_crash_loop_draws_the_lanes_of_its_latest_attempts(viewer: Client) -> 
     opened = re.findall(r'<details class="rank-lanes" id="lanes-attempt-(\d+)" open>', html)
     last = MAX_LANE_ATTEMPTS + 1
     assert opened == [str(a) for a in range(last - OPEN_ATTEMPTS + 1, last + 1)]
+
+
+def test_rank_lanes_are_valid_plotly_json_built_without_plotly_objects() -> None:
+    """The lanes figure is plain JSON (a hot path); plotly's own validation accepts it
+    unchanged, so skipping that validation at page time hides no mistake."""
+    lanes = [LaneRow(0, "0-3, 6", 5, (("model_init", 0.0, 40.0), ("train", 40.0, 100.0)), 1.0),
+             LaneRow(0, "4", 1, (("<b>odd</b>", 0.0, 10.0), ("train", 30.0, 100.0)), 1.0)]
+    built = rank_lanes(lanes, 0.0, unit_for(100.0), (0.0, 100.0))
+    validated = go.Figure(built).to_plotly_json()  # raises on any key plotly does not know
+    assert [t["name"] for t in validated["data"]] == [t["name"] for t in built["data"]]
+    assert validated["layout"]["yaxis"]["ticktext"] == ["ranks 0-3, 6", "rank 4"]
+    assert "&lt;b&gt;odd&lt;/b&gt;" in [t["name"] for t in built["data"]]
+    train = next(t for t in validated["data"] if t["name"] == "train")
+    assert list(train["base"]) == [40.0, 30.0] and list(train["x"]) == [60.0, 70.0]
 
 
 def test_the_stored_timeline_equals_the_engines_seconds(viewer: Client) -> None:
