@@ -70,11 +70,10 @@ def to_fragment(fig: go.Figure | Mapping[str, Any], div_id: str) -> str:
     """
     # A go.Figure's JSON holds plotly's default template: replaced by ours. Plain figure
     # JSON (a hot path's, validated in its tests) is taken as it is.
-    data = (fig.to_plotly_json() if isinstance(fig, go.Figure)
-            else {"data": list(fig.get("data", [])), "layout": dict(fig.get("layout", {}))})
-    layout = data.setdefault("layout", {})
+    data: dict[str, Any] = (fig.to_plotly_json() if isinstance(fig, go.Figure) else dict(fig))
+    layout: dict[str, Any] = dict(data.get("layout") or {})
     layout["template"] = _template_json()
-    figure = {"data": data.get("data", []), "layout": layout,
+    figure = {"data": list(data.get("data", [])), "layout": layout,
               "config": {"displaylogo": False, "responsive": True}}
     payload = str(pio.json.to_json_plotly(figure)).replace("<", "\\u003c").replace(">", "\\u003e")
     height = f"{layout['height']}px" if isinstance(layout.get("height"), int | float) else "100%"

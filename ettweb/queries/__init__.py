@@ -14,6 +14,9 @@ ETT_SPEC §6), ``markers`` (rollouts drawn on trends), ``components`` (the compo
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, overload
 
 from ettweb.queries.base import (
@@ -165,6 +168,7 @@ __all__ = [
     "calculate",
     "default_range",
     "gpu_bucket",
+    "memoized",
     "phase_components",
 ]
 
@@ -227,5 +231,34 @@ def calculate(query: FilterChoicesQuery) -> FilterChoicesResult: ...
 @overload
 def calculate(query: RolloutListQuery) -> RolloutListResult: ...
 def calculate(query: AnyQuery) -> Any:
-    """Run any query with its runner: what views, the API and reports call."""
-    return _RUNNERS[type(query)](query).calculate()
+    """Run any query with its runner: what views, the API and reports call.
+
+    Inside :func:`memoized` (one GET request: ``QueryMemoMiddleware``) an equal query is run
+    once: the fleet page's tiles, charts and tables ask for the same lost time and lifecycle
+    more than once, and each is a scan of the per-day rows. A query that cannot be hashed
+    (one holding a dict) is simply run.
+    """
+    memo = _MEMO.get()
+    if memo is None:
+        return _RUNNERS[type(query)](query).calculate()
+    try:
+        return memo[query]
+    except KeyError:
+        result = memo[query] = _RUNNERS[type(query)](query).calculate()
+        return result
+    except TypeError:  # unhashable
+        return _RUNNERS[type(query)](query).calculate()
+
+
+_MEMO: ContextVar[dict[Any, Any] | None] = ContextVar("ett_query_memo", default=None)
+
+
+@contextmanager
+def memoized() -> Iterator[None]:
+    """Equal queries share one result until the block ends. Why only in a block: results
+    are snapshots, so a memo must not outlive the one read-only request that asked."""
+    token = _MEMO.set({})
+    try:
+        yield
+    finally:
+        _MEMO.reset(token)

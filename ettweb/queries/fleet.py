@@ -580,17 +580,19 @@ class FleetHeadlineQueryRunner:
         self.query = query
 
     def calculate(self) -> FleetHeadlineResult:
+        from ettweb.queries import calculate  # the package's memo: the page asked these too
+
         q = self.query
         week = q.range.last_days(7)
-        this_week = TrendQueryRunner(TrendQuery(week, jobs=q.jobs)).calculate()
+        this_week = calculate(TrendQuery(week, jobs=q.jobs))
         earlier = week.days_before(7)
-        before = (TrendQueryRunner(TrendQuery(earlier, jobs=q.jobs)).calculate()
+        before = (calculate(TrendQuery(earlier, jobs=q.jobs))
                   if earlier is not None else None)
         change = (this_week.ett_pct - before.ett_pct
                   if before is not None and before.wall_gpu_s and this_week.wall_gpu_s else None)
-        trend = TrendQueryRunner(TrendQuery(q.range, q.interval, jobs=q.jobs)).calculate()
-        lost = LostByComponentQueryRunner(LostByComponentQuery(q.range, q.jobs)).calculate()
-        failures = LifecycleQueryRunner(LifecycleQuery(q.range, q.interval, q.jobs)).calculate()
+        trend = calculate(TrendQuery(q.range, q.interval, jobs=q.jobs))
+        lost = calculate(LostByComponentQuery(q.range, q.jobs))
+        failures = calculate(LifecycleQuery(q.range, q.interval, q.jobs))
         wall_hours = trend.wall_gpu_s / HOUR_S
         return FleetHeadlineResult(
             week=week, week_ett_pct=this_week.ett_pct if this_week.wall_gpu_s else None,

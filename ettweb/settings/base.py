@@ -95,6 +95,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last, as django-axes requires: it turns a locked-out login into the lockout page.
     "axes.middleware.AxesMiddleware",
+    "ettweb.middleware.QueryMemoMiddleware",
 ]
 
 ROOT_URLCONF = "ettweb.urls"
