@@ -22,12 +22,14 @@ from ettweb.ingest.models import QuarantinedEvent
 from ettweb.queries.base import (
     GPU_BUCKETS,
     HOUR_S,
+    LABELS,
     DateRange,
     pct,
     phase_components,
     quarantined_lines,
     validated,
 )
+from ettweb.queries.fleet import FilterChoicesQuery, FilterChoicesQueryRunner
 from ettweb.rollups.models import JobRollup
 
 #: Sort keys (a leading ``-`` sorts descending) and the column each orders by.
@@ -204,6 +206,6 @@ def _lost_by_component(rows: QuerySet[JobRollup], mapping: Mapping[str, str]) ->
 
 
 def _choices() -> dict[str, tuple[str, ...]]:
-    """The values each text filter can take (all of them: a fleet has tens of each)."""
-    return {name: tuple(v for v in JobRollup.objects.order_by(name).values_list(name, flat=True)
-                        .distinct() if v) for name in ("model", "team", "cluster")}
+    """The values each text filter can take: the fleet pages' own filter choices."""
+    found = FilterChoicesQueryRunner(FilterChoicesQuery()).calculate()
+    return {name: getattr(found, name) for name in LABELS}
