@@ -312,7 +312,7 @@ def _timelines_by_rank(rows: Sequence[_Row], start: float, end: float,
     span of the job at every refresh, hence the inlining.
 
     Idle gaps too short to take a bin on the grid of ``width`` are not kept: one shorter
-    than half a bin between two stretches of one state joins them (``rank_pieces``), and
+    than half a bin between two stretches of one state joins them, and
     one shorter than a third of a bin between two states is split at its middle (in a bin
     holding it, the two states then compare as they did, and the gap could not have
     outweighed both). Fewer boundaries to bin, and ranks that differ only by such gaps
@@ -361,8 +361,7 @@ def _timelines_by_rank(rows: Sequence[_Row], start: float, end: float,
             cursor = hi
         if overlapping:
             pieces = rank_pieces([_clamped_span(row, start, end) for row in rows[index:stop]
-                                  if min(row[2], end) > max(row[1], start)],
-                                 start, end, close_gaps_s)
+                                  if min(row[2], end) > max(row[1], start)], start, end)
         elif pieces and end > cursor:
             _extend(pieces, IDLE, cursor, end)
         if pieces:
@@ -383,24 +382,17 @@ def _clamped_span(row: _Row, start: float, end: float) -> tuple[float, float, in
 
 
 def rank_pieces(spans: Sequence[tuple[float, float, int, str]], start: float,
-                end: float, close_gaps_s: float = 0.0) -> list[Piece]:
-    """One rank's state over ``[start, end)`` as contiguous pieces (idle ones included).
+                end: float) -> list[Piece]:
+    """One rank's state over ``[start, end)`` as contiguous pieces (idle ones included),
+    for a rank whose spans overlap (``_timelines_by_rank`` chains the others in one pass).
 
     ``spans`` are ``(clamped start, clamped end, kind, name)``. At each moment the state is
     ``train`` if a train span is active, else the innermost active blocking phase, else the
     innermost background phase, else idle. Innermost as §3.3.2 reads it: the active span
     with the latest start, and of those the earliest end, contains no other active span;
     when several spans overlap without nesting it is the one that started last.
-
-    An idle gap shorter than ``close_gaps_s`` between two stretches of one state (a trainer
-    re-opening its train span a moment late) joins them: with ``close_gaps_s`` half a bin,
-    such a gap could never take a bin from the state around it, and skipping it keeps the
-    binning's cost to the rank's phases rather than its minute-long train slices.
     """
     ordered = sorted(spans)
-    sequential = _sequential_pieces(ordered, start, end, close_gaps_s)
-    if sequential is not None:
-        return sequential
     cuts = sorted({start, end, *(s[0] for s in spans), *(s[1] for s in spans)})
     active: list[tuple[float, float, int, str]] = []
     pieces: list[Piece] = []
@@ -412,38 +404,6 @@ def rank_pieces(spans: Sequence[tuple[float, float, int, str]], start: float,
                 active.append(ordered[next_span])
             next_span += 1
         _extend(pieces, _state(active), lo, hi)
-    return pieces
-
-
-def _sequential_pieces(ordered: Sequence[tuple[float, float, int, str]], start: float,
-                       end: float, close_gaps_s: float) -> list[Piece] | None:
-    """``rank_pieces`` for spans that do not overlap (most ranks: phases one after another,
-    train slices end to end): each span is a piece, the gaps between them idle. None as
-    soon as two spans overlap: the general sweep handles those."""
-    pieces: list[Piece] = []
-    cursor = start
-    last = IDLE
-    for lo, hi, _, state in ordered:
-        if lo < cursor:
-            return None
-        if lo > cursor:
-            if state == last and lo - cursor < close_gaps_s:
-                pieces[-1] = (state, pieces[-1][1], hi)
-                cursor = hi
-                continue
-            if last == IDLE and pieces:
-                pieces[-1] = (IDLE, pieces[-1][1], lo)
-            else:
-                pieces.append((IDLE, cursor, lo))
-            last = IDLE
-        if state == last and pieces:
-            pieces[-1] = (state, pieces[-1][1], hi)
-        else:
-            pieces.append((state, lo, hi))
-            last = state
-        cursor = hi
-    if end > cursor:
-        _extend(pieces, IDLE, cursor, end)
     return pieces
 
 
