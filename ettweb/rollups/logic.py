@@ -425,8 +425,13 @@ def mark_dirty(job_ids: Iterable[str], now: float, stale_after_s: float) -> list
 
     Returns the jobs that need a refresh scheduled: newly marked ones, and ones marked more
     than ``stale_after_s`` ago (their refresh task was lost, e.g. the worker died between
-    commit and publish). Rows are upserted in job order (no deadlocks between batches) and
-    stay locked until the caller commits — which ``_claim_marks`` relies on.
+    commit and publish). A stale mark is re-armed at ``now``, so only the first batch after
+    it goes stale schedules again: were the old time kept, a refresh queue backed up past
+    ``stale_after_s`` (workers down, a broker restart) would get one more whole-job refresh
+    per arriving batch, and the drain would grow quadratic (seen in the long soak: thousands
+    of refresh tasks queued for 32 jobs). Rows are upserted in job order (no deadlocks
+    between batches) and stay locked until the caller commits — which ``_claim_marks``
+    relies on.
     """
     jobs = sorted(set(job_ids))
     if not jobs:
@@ -435,10 +440,10 @@ def mark_dirty(job_ids: Iterable[str], now: float, stale_after_s: float) -> list
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {table} (job, marked_at) SELECT j, %s FROM unnest(%s::text[]) AS j "
-            f"ORDER BY j ON CONFLICT (job) DO UPDATE SET marked_at = {table}.marked_at "
-            "RETURNING job, marked_at", [now, jobs])
-        return sorted(job for job, marked_at in cursor.fetchall()
-                      if marked_at == now or marked_at < now - stale_after_s)
+            f"ORDER BY j ON CONFLICT (job) DO UPDATE SET marked_at = CASE "
+            f"WHEN {table}.marked_at < %s THEN EXCLUDED.marked_at ELSE {table}.marked_at END "
+            "RETURNING job, marked_at", [now, jobs, now - stale_after_s])
+        return sorted(job for job, marked_at in cursor.fetchall() if marked_at == now)
 
 
 def stale_marks(older_than: float) -> list[str]:

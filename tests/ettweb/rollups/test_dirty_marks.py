@@ -19,8 +19,17 @@ def test_mark_dirty_asks_for_a_refresh_once_per_mark_and_again_when_stale() -> N
     assert mark_dirty(["b", "a", "a"], now=100.0, stale_after_s=60.0) == ["a", "b"]
     assert mark_dirty(["a"], now=120.0, stale_after_s=60.0) == []  # its refresh is pending
     assert mark_dirty(["a", "c"], now=161.0, stale_after_s=60.0) == ["a", "c"]  # a: lost task
-    assert DirtyJob.objects.get(job="a").marked_at == 100.0  # the first mark time is kept
-    assert stale_marks(older_than=101.0) == ["a", "b"]
+    assert DirtyJob.objects.get(job="a").marked_at == 161.0  # re-armed by its new schedule
+    assert DirtyJob.objects.get(job="b").marked_at == 100.0  # untouched: still stale
+    assert stale_marks(older_than=101.0) == ["b"]
+
+
+@pytest.mark.django_db
+def test_a_backed_up_refresh_is_scheduled_again_once_per_stale_period_not_per_batch() -> None:
+    """The refresh queue is five minutes behind and a batch of job ``a`` arrives every
+    second: one new refresh per minute of waiting, not one per batch."""
+    scheduled = [t for t in range(300) if mark_dirty(["a"], now=float(t), stale_after_s=60.0)]
+    assert scheduled == [0, 61, 122, 183, 244]
 
 
 @pytest.mark.django_db
