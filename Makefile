@@ -47,8 +47,13 @@ install-browser:  ## Debian chromium for the UI tests (never `playwright install
 demo: install install-trainer  ## embedded Postgres+Redis, worker, collector, a real TorchRec job, dashboard on :8000
 	$(PY) -m ettweb.demo
 
-test: install install-trainer install-browser  ## the whole test suite (embedded servers unless DATABASE_URL/CELERY_BROKER_URL are set)
-	$(PY) -m pytest
+# The browser tests' full-page screenshots (one per page: tests/ettweb/test_pages_browser.py)
+# are kept as the run's artifacts; each run starts the folder afresh, so none is stale.
+SCREENSHOTS ?= $(CURDIR)/artifacts/screenshots
+
+test: install install-trainer install-browser  ## the whole test suite (embedded servers unless DATABASE_URL/CELERY_BROKER_URL are set); screenshots in artifacts/screenshots/
+	rm -rf "$(SCREENSHOTS)"
+	ETT_SCREENSHOT_DIR="$(SCREENSHOTS)" $(PY) -m pytest
 
 test-integration: install install-trainer  ## only the tests that run real processes against real servers
 	$(PY) -m pytest -m integration

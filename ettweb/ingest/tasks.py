@@ -16,6 +16,7 @@ from typing import Any
 
 from celery import shared_task
 from django.conf import settings
+from django.db import DatabaseError
 from django.db.models import Q
 from django.utils import timezone
 
@@ -24,7 +25,7 @@ from ettweb.ingest.credentials import BatchRejected, prune_nonces, verify_batch
 from ettweb.ingest.logic import IngestResult, Nonce, ingest_lines, reject_batch
 from ettweb.ingest.models import CollectorHealth
 from ettweb.retry import waits_for_database
-from ettweb.rollups.logic import refresh_jobs
+from ettweb.rollups.logic import refresh_delay_s, refresh_jobs
 from ettweb.rollups.tasks import refresh_rollups
 
 logger = logging.getLogger(__name__)
@@ -80,17 +81,25 @@ def ingest_batch(self: Any, lines: list[str], source: str = "",
 
 
 def _schedule_refresh(jobs: tuple[str, ...], queue: str | None) -> None:
-    """Send ``ett.refresh_rollups`` to the queue the batch came from, after the debounce delay.
+    """Send ``ett.refresh_rollups`` to the queue the batch came from, after the debounce delay
+    (``ETT_ROLLUP_REFRESH_DELAY_S``, stretched while many big jobs wait: ``refresh_delay_s``).
 
     The batch is already committed: if the broker refuses now, the jobs keep their marks and
     the next batch of the job, or beat's ``ett.refresh_stale_rollups``, schedules them again.
     """
+    if not jobs:
+        return
+    base = settings.ETT_ROLLUP_REFRESH_DELAY_S
+    try:
+        countdown = refresh_delay_s(base)
+    except DatabaseError:  # the events are stored; only the wait is a guess now
+        logger.warning("could not size the refresh delay; using %.1f s", base, exc_info=True)
+        countdown = base
     for at in range(0, len(jobs), REFRESH_JOBS_PER_TASK):
         chunk = list(jobs[at:at + REFRESH_JOBS_PER_TASK])
         try:
             options: dict[str, Any] = {"queue": queue} if queue else {}
-            refresh_rollups.apply_async(args=(chunk,),
-                                        countdown=settings.ETT_ROLLUP_REFRESH_DELAY_S, **options)
+            refresh_rollups.apply_async(args=(chunk,), countdown=countdown, **options)
         except Exception:  # the marks make this recoverable: never fail a stored batch
             logger.warning("could not schedule the rollup refresh of %d job(s); the stale-mark "
                            "sweep will", len(chunk), exc_info=True)

@@ -51,6 +51,9 @@ from ettweb.queries.components import (
     ComponentsIndexResult,
 )
 from ettweb.queries.fleet import (
+    DayTotalsQuery,
+    DayTotalsQueryRunner,
+    DayTotalsResult,
     FilterChoicesQuery,
     FilterChoicesQueryRunner,
     FilterChoicesResult,
@@ -121,6 +124,9 @@ __all__ = [
     "ComponentsIndexQuery",
     "ComponentsIndexResult",
     "DateRange",
+    "DayTotalsQuery",
+    "DayTotalsQueryRunner",
+    "DayTotalsResult",
     "FilterChoicesQuery",
     "FilterChoicesResult",
     "FleetHeadlineQuery",
@@ -176,7 +182,8 @@ AnyQuery = (TrendQuery | LostByComponentQuery | TopJobsQuery | LifecycleQuery | 
             | JobQuery | ImpactQuery
             | ComponentQuery | ComponentsIndexQuery | RolloutMarkersQuery | WeeklyReportQuery
             | FleetSummaryQuery | CollectorsQuery | FleetTotalsQuery | JobsQuery
-            | LostTrendQuery | FilterChoicesQuery | RolloutListQuery | FleetHeadlineQuery)
+            | LostTrendQuery | FilterChoicesQuery | RolloutListQuery | FleetHeadlineQuery
+            | DayTotalsQuery)
 
 _RUNNERS: dict[type, Any] = {
     TrendQuery: TrendQueryRunner, LostByComponentQuery: LostByComponentQueryRunner,
@@ -188,7 +195,7 @@ _RUNNERS: dict[type, Any] = {
     FleetTotalsQuery: FleetTotalsQueryRunner, JobsQuery: JobsQueryRunner,
     LostTrendQuery: LostTrendQueryRunner,
     FilterChoicesQuery: FilterChoicesQueryRunner, RolloutListQuery: RolloutListQueryRunner,
-    FleetHeadlineQuery: FleetHeadlineQueryRunner,
+    FleetHeadlineQuery: FleetHeadlineQueryRunner, DayTotalsQuery: DayTotalsQueryRunner,
 }
 
 
@@ -230,6 +237,8 @@ def calculate(query: FleetHeadlineQuery) -> FleetHeadlineResult: ...
 def calculate(query: FilterChoicesQuery) -> FilterChoicesResult: ...
 @overload
 def calculate(query: RolloutListQuery) -> RolloutListResult: ...
+@overload
+def calculate(query: DayTotalsQuery) -> DayTotalsResult: ...
 def calculate(query: AnyQuery) -> Any:
     """Run any query with its runner: what views, the API and reports call.
 

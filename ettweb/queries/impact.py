@@ -28,7 +28,9 @@ what moved the whole fleet at the same time), else the treated change's.
 
 from __future__ import annotations
 
-from collections import defaultdict
+import hashlib
+import threading
+from collections import OrderedDict, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -271,6 +273,19 @@ class _Group:
         """Σ over the group's jobs of the four sums (zeros for no job)."""
         return self.values.sum(axis=0)
 
+    @property
+    def jobs_before(self) -> int:
+        return int(self.in_before.sum())
+
+    @property
+    def jobs_after(self) -> int:
+        return int(self.in_after.sum())
+
+    @property
+    def enough_jobs(self) -> bool:
+        """Enough jobs in each window for an interval (ETT_SPEC §6)."""
+        return min(self.jobs_before, self.jobs_after) >= MIN_JOBS_FOR_INTERVAL
+
     def per_job_ett(self, after: bool) -> list[float]:
         """Each job's own ETT% in one window (jobs with wall time there)."""
         present, col = (self.in_after, 2) if after else (self.in_before, 0)
@@ -376,20 +391,62 @@ def _ratio(part: float, whole: float) -> float | None:
     return None if whole <= 0.0 else 100.0 * part / whole
 
 
-def _impact(group: _Group, rng: np.random.Generator) -> tuple[GroupImpact, np.ndarray | None]:
-    """A group's numbers and its bootstrap draws of the change (None: too few jobs)."""
+def _impact(group: _Group, draws: np.ndarray | None) -> GroupImpact:
+    """A group's numbers, its interval from its bootstrap draws (None: too few jobs)."""
     totals = group.totals
     before, after = _ratio(totals[1], totals[0]), _ratio(totals[3], totals[2])
     change = relative = None
     if before is not None and after is not None:
         change = after - before
         relative = after / before - 1.0 if before else None
-    jobs_before, jobs_after = int(group.in_before.sum()), int(group.in_after.sum())
-    draws = None
-    if min(jobs_before, jobs_after) >= MIN_JOBS_FOR_INTERVAL:
-        draws = bootstrap_changes(group.values, rng)
-    return GroupImpact(jobs_before, jobs_after, before, after, change, relative,
-                       _interval(draws)), draws
+    return GroupImpact(group.jobs_before, group.jobs_after, before, after, change, relative,
+                       _interval(draws))
+
+
+#: Bootstrap draws already computed, by their inputs (see :func:`group_draws`).
+_DRAWS: OrderedDict[tuple[int, bytes, bytes | None], tuple[np.ndarray | None, ...]] = (
+    OrderedDict())
+_DRAWS_KEPT: Final = 256
+_DRAWS_LOCK = threading.Lock()
+
+
+def _digest(group: _Group | None) -> bytes | None:
+    if group is None:
+        return None
+    h = hashlib.blake2b(digest_size=16)
+    for array in (group.values, group.in_before, group.in_after):
+        h.update(np.ascontiguousarray(array).tobytes())
+        h.update(b"|")
+    return h.digest()
+
+
+def group_draws(seed: int, treated: _Group,
+                control: _Group | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The treated and control groups' bootstrap draws: one generator seeded with ``seed``
+    (the rollout's id, ETT_SPEC §6), the treated group's draws first, then the control's;
+    None for a group with too few jobs.
+
+    The draws are a pure function of the seed and the two groups' per-job sums, so they are
+    kept by a digest of exactly those (the last 256 in this process): a page, the API, the
+    component page and the weekly report asking for the same rollout over unchanged rollups
+    reuse one bootstrap, while any changed sum, job or window gives a new digest and a new
+    bootstrap. The rollups are still read on every call; only the arithmetic is shared.
+    """
+    key = (seed, _digest(treated) or b"", _digest(control))
+    with _DRAWS_LOCK:
+        kept = _DRAWS.get(key)
+        if kept is not None:
+            _DRAWS.move_to_end(key)
+            return kept[0], kept[1]
+    rng = np.random.default_rng(seed)  # same rollout, same draws, same interval
+    treated_draws = bootstrap_changes(treated.values, rng) if treated.enough_jobs else None
+    control_draws = (bootstrap_changes(control.values, rng)
+                     if control is not None and control.enough_jobs else None)
+    with _DRAWS_LOCK:
+        _DRAWS[key] = (treated_draws, control_draws)
+        while len(_DRAWS) > _DRAWS_KEPT:
+            _DRAWS.popitem(last=False)
+    return treated_draws, control_draws
 
 
 def bootstrap_changes(values: np.ndarray, rng: np.random.Generator,
@@ -481,12 +538,13 @@ class ImpactQueryRunner:
         info = _info(rollout)
         windows = rollout_windows(info.at, self.query.window_days, last_data_day())
         jobs = _read_jobs(windows, info.scope)
-        rng = np.random.default_rng(info.id)  # same rollout, same draws, same interval
         in_scope = jobs.group(jobs.in_scope)
-        treated, treated_draws = _impact(in_scope, rng)
+        out_of_scope = None if info.scope.is_fleet else jobs.group(~jobs.in_scope)
+        treated_draws, control_draws = group_draws(info.id, in_scope, out_of_scope)
+        treated = _impact(in_scope, treated_draws)
         control, did, did_ci = None, None, None
-        if not info.scope.is_fleet:
-            control, control_draws = _impact(jobs.group(~jobs.in_scope), rng)
+        if out_of_scope is not None:
+            control = _impact(out_of_scope, control_draws)
             if treated.change_pts is not None and control.change_pts is not None:
                 did = treated.change_pts - control.change_pts
             if treated_draws is not None and control_draws is not None:

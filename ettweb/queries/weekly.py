@@ -15,17 +15,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Final
 
-from ettweb.queries.base import FIRST_DAY, LAST_DAY, DateRange, pct
+from ettweb.queries.base import FIRST_DAY, LAST_DAY, DateRange, pct, phase_components
 from ettweb.queries.fleet import (
+    DayTotalsQuery,
+    DayTotalsQueryRunner,
+    DayTotalsResult,
     LifecycleQuery,
     LifecycleQueryRunner,
-    LostByComponentQuery,
-    LostByComponentQueryRunner,
     TopJob,
     TopJobsQuery,
     TopJobsQueryRunner,
-    TrendQuery,
-    TrendQueryRunner,
+    lost_by_component_of,
+    trend_of,
 )
 from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner
 from ettweb.queries.markers import RolloutMarker, RolloutMarkersQuery, RolloutMarkersQueryRunner
@@ -266,10 +267,15 @@ class FleetSummaryQueryRunner:
         return FleetSummaryResult(q.range, period_numbers(q.range), top)
 
 
-def period_numbers(days: DateRange) -> WeekNumbers:
-    """The fleet's numbers over any days, each from the runner the dashboard uses for it."""
-    trend = TrendQueryRunner(TrendQuery(days, "week")).calculate()
-    lost = LostByComponentQueryRunner(LostByComponentQuery(days)).calculate()
+def period_numbers(days: DateRange, totals: DayTotalsResult | None = None) -> WeekNumbers:
+    """The fleet's numbers over any days, each from the fold the dashboard uses for it;
+    ``totals`` holds the day totals when the caller read them for a longer span already."""
+    if totals is None:
+        totals = DayTotalsQueryRunner(DayTotalsQuery(days)).calculate()
+    else:
+        totals = totals.within(days)
+    trend = trend_of(totals, days, "week")
+    lost = lost_by_component_of(totals, phase_components())
     lifecycle = LifecycleQueryRunner(LifecycleQuery(days, "week")).calculate()
     starts = [s for p in lifecycle.points for s in p.starts]
     recoveries = [s for p in lifecycle.points for s in p.recoveries]
@@ -307,13 +313,22 @@ def _rollouts(week: IsoWeek) -> list[RolloutWeek]:
     return rows
 
 
-def _history(week: IsoWeek, weeks: int) -> tuple[list[HistoryWeek], list[RolloutMarker]]:
+def _span(week: IsoWeek, weeks: int) -> DateRange:
+    """The ``weeks`` weeks ending with ``week`` (the chart's span; it holds the week before)."""
+    first = week
+    for _ in range(weeks - 1):
+        first = first.previous
+    return DateRange(first.monday, week.range.date_to)
+
+
+def _history(week: IsoWeek, weeks: int,
+             totals: DayTotalsResult) -> tuple[list[HistoryWeek], list[RolloutMarker]]:
     """ETT% of each of the last ``weeks`` weeks from the weekly trend, and their rollouts."""
     first = week
     for _ in range(weeks - 1):
         first = first.previous
     span = DateRange(first.monday, week.range.date_to)
-    trend = TrendQueryRunner(TrendQuery(span, "week")).calculate()
+    trend = trend_of(totals.within(span), span, "week")
     by_monday = {p.period: p.ett_pct for p in trend.points if p.wall_gpu_s > 0}
     history, current = [], first
     for _ in range(weeks):
@@ -329,9 +344,13 @@ class WeeklyReportQueryRunner:
 
     def calculate(self) -> WeeklyReportResult:
         q = self.query
-        this = FleetSummaryQueryRunner(FleetSummaryQuery(q.week.range, q.top)).calculate()
-        before = period_numbers(q.week.previous.range)
-        history, markers = _history(q.week, q.history_weeks)
+        # One read of the day rows for the chart's weeks: this week, the week before and
+        # the history are all folded from it.
+        totals = DayTotalsQueryRunner(DayTotalsQuery(_span(q.week, q.history_weeks))).calculate()
+        top = TopJobsQueryRunner(TopJobsQuery(q.week.range, q.top)).calculate().jobs
+        this = FleetSummaryResult(q.week.range, period_numbers(q.week.range, totals), top)
+        before = period_numbers(q.week.previous.range, totals)
+        history, markers = _history(q.week, q.history_weeks, totals)
         return WeeklyReportResult(week=q.week, this=this.numbers, before=before,
                                   components=_components(this.numbers, before, q.components),
                                   top_jobs=this.top_jobs, rollouts=_rollouts(q.week),

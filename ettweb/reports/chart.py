@@ -79,7 +79,10 @@ def trend_figure(history: Sequence[HistoryWeek], markers: Sequence[RolloutMarker
     if not known:
         axes.text(0.5, 0.5, "no training data in these weeks", transform=axes.transAxes,
                   ha="center", va="center", fontsize=9, color=TEXT)
-    figure.tight_layout(pad=0.6, rect=(0, 0, 1, 0.93 if markers else 1))
+    # Fixed margins (what tight_layout chose for this size, room kept for "100" on the y
+    # axis): tight_layout measured every text twice and cost half the chart's time.
+    figure.subplots_adjust(left=0.09, right=0.987, bottom=0.107,
+                           top=0.856 if markers else 0.968)
     return figure
 
 

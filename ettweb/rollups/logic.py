@@ -62,6 +62,16 @@ SAME_REL_TOL = 1e-9
 #: A dirty mark older than this has lost its refresh task (a worker died between commit and
 #: publish): the next batch of the job schedules one again, and beat sweeps the rest.
 MARK_STALE_AFTER_S = 60.0
+#: Longest a refresh waits after its job's first new batch: below ``MARK_STALE_AFTER_S``, so
+#: a waiting refresh is never taken for a lost one.
+MAX_REFRESH_DELAY_S = 45.0
+#: The share of one worker's time the refreshes of the waiting jobs may take (see
+#: :func:`refresh_delay_s`).
+REFRESH_SHARE = 0.25
+#: Seconds a refresh costs per stored event before this process has timed one (20 us: a
+#: busy two-core machine; the first refreshes measure the real figure).
+_FIRST_SECONDS_PER_EVENT = 20e-6
+_seconds_per_event = _FIRST_SECONDS_PER_EVENT
 
 _EVENT_COLUMNS = ("event_id", "job", "attempt", "kind", "phase", "mark", "start", "end", "ts",
                   "rank", "step_start", "step_end", "step", "blocking", "attrs")
@@ -403,6 +413,34 @@ def _refresh_chunk(job_ids: list[str], *, only_marked: bool = False) -> RefreshS
                         days_written=tuple(sorted(days)))
 
 
+def _note_cost(stats: RefreshStats) -> None:
+    """Fold one refresh's seconds per event into this process's running estimate."""
+    global _seconds_per_event
+    if stats.events >= 1000 and stats.elapsed_s > 0:
+        _seconds_per_event = 0.8 * _seconds_per_event + 0.2 * stats.elapsed_s / stats.events
+
+
+def refresh_delay_s(base_s: float) -> float:
+    """How long a newly marked job's refresh should wait: ``base_s`` (the debounce), or
+    longer when the jobs now waiting would otherwise keep the workers refreshing.
+
+    Why: a refresh recomputes its whole job, and a running job is marked again by its next
+    batch as soon as its refresh took the mark. With many big jobs marked at once (32 jobs of
+    tens of thousands of events in the soak, a few batches a second each), refreshing each
+    one every ``base_s`` costs more than the workers have, and ingestion starves behind it.
+    So the wait stretches until one round over every waiting job costs at most
+    ``REFRESH_SHARE`` of one worker's time: the waiting jobs' stored events times the
+    measured seconds per event, over the share; never beyond ``MAX_REFRESH_DELAY_S``.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT COALESCE(SUM(j.events), 0) FROM {DirtyJob._meta.db_table} d "
+            f"JOIN {JobRollup._meta.db_table} j ON j.job = d.job")
+        (events,) = cursor.fetchone() or (0,)
+    round_s = float(events) * _seconds_per_event
+    return min(MAX_REFRESH_DELAY_S, max(base_s, round_s / REFRESH_SHARE))
+
+
 def refresh_jobs(job_ids: Iterable[str], *, only_marked: bool = False) -> RefreshStats:
     """Recompute the rollups of ``job_ids`` from their stored events (exactly, per job).
 
@@ -417,7 +455,9 @@ def refresh_jobs(job_ids: Iterable[str], *, only_marked: bool = False) -> Refres
     for at in range(0, len(ordered), JOBS_PER_TRANSACTION):
         chunk = ordered[at:at + JOBS_PER_TRANSACTION]
         total = _merge(total, _refresh_chunk(chunk, only_marked=only_marked))
-    return _with_elapsed(total, began)
+    stats = _with_elapsed(total, began)
+    _note_cost(stats)
+    return stats
 
 
 def mark_dirty(job_ids: Iterable[str], now: float, stale_after_s: float) -> list[str]:

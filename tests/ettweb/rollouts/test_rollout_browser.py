@@ -3,8 +3,8 @@ window form reloads the numbers, and nothing is requested from outside the machi
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +13,7 @@ from playwright.sync_api import Browser
 from pytest_django.live_server_helper import LiveServer
 
 from ettweb.rollouts.models import Rollout
+from tests.ettweb.reports.test_report_browser import shoot
 from tests.ettweb.rollouts.test_rollout_impact import day_job, store
 
 PASSWORD = "pw-rollout-1"
@@ -40,7 +41,7 @@ def rollout_id(transactional_db: None) -> int:
 @pytest.mark.browser
 @pytest.mark.timeout(120)
 def test_rollout_page_draws_its_charts(rollout_id: int, live_server: LiveServer,
-                                       browser: Browser) -> None:
+                                       browser: Browser, tmp_path: Path) -> None:
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     external: list[str] = []
     page.on("request", lambda request: external.append(request.url)
@@ -61,8 +62,7 @@ def test_rollout_page_draws_its_charts(rollout_id: int, live_server: LiveServer,
     assert boxes.count() == 2  # before and after, drawn as SVG by plotly.js
     intervals = page.evaluate("document.getElementById('change-intervals').data[0].y")
     assert intervals == ["treated", "control", "DiD"]
-    if os.environ.get("ETT_SCREENSHOTS"):
-        page.screenshot(path=os.environ["ETT_SCREENSHOTS"] + "/rollout.png", full_page=True)
+    shoot(page, tmp_path, "rollout.png")  # also into ETT_SCREENSHOT_DIR when set
 
     page.fill("#id_window", "1")
     page.click("#window-form button[type=submit]")

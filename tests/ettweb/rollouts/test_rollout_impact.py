@@ -271,3 +271,28 @@ def test_verdict_reads_the_deciding_interval() -> None:
     assert verdict == "improved" and "control has too few jobs" in reason
     verdict, reason = _verdict(group(None, 4), None, None)
     assert verdict == "inconclusive" and reason.startswith("too few jobs: 4 treated")
+
+
+def test_kept_draws_are_exactly_a_fresh_bootstrap_and_follow_any_changed_sum() -> None:
+    """The draws kept by digest equal a bootstrap run from scratch with the same seed
+    (treated first, then control, from one generator); a changed sum is a new bootstrap."""
+    from ettweb.queries.impact import _Group, group_draws
+
+    def group(seed: int, jobs: int) -> _Group:
+        values = np.random.default_rng(seed).uniform(1, 10, size=(jobs, 4))
+        return _Group(values, np.ones(jobs, dtype=bool), np.ones(jobs, dtype=bool))
+
+    treated, control = group(1, 12), group(2, 9)
+    first = group_draws(99, treated, control)
+    rng = np.random.default_rng(99)
+    fresh = (bootstrap_changes(treated.values, rng), bootstrap_changes(control.values, rng))
+    assert first[0] is not None and first[1] is not None
+    assert np.array_equal(first[0], fresh[0]) and np.array_equal(first[1], fresh[1])
+    assert group_draws(99, treated, control)[0] is first[0]  # kept, not recomputed
+    changed = _Group(control.values.copy(), control.in_before, control.in_after)
+    changed.values[0, 3] += 1.0
+    again = group_draws(99, treated, changed)
+    assert again[1] is not None and not np.array_equal(again[1], first[1])
+    assert np.array_equal(again[0], first[0])  # the treated draws come first: unchanged
+    few = _Group(treated.values[:4], treated.in_before[:4], treated.in_after[:4])
+    assert group_draws(99, few, None) == (None, None)  # under 5 jobs: no interval

@@ -135,3 +135,33 @@ def test_a_batch_committing_after_the_refresh_claimed_the_mark_marks_the_job_aga
     assert not errors, errors
     assert done == [("job-000",)]  # newly marked: its own refresh gets scheduled
     assert refresh_jobs(["job-000"], only_marked=True).events == len(lines)
+
+
+@pytest.mark.django_db
+def test_the_refresh_wait_stretches_with_the_waiting_jobs_events(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One round over the waiting jobs may cost a quarter of a worker: 3 waiting jobs of
+    100,000 events at 20 us an event is 6 s of refreshing, so each waits 24 s, not 5 s."""
+    from ettweb.rollups import logic
+
+    monkeypatch.setattr(logic, "_seconds_per_event", 20e-6)
+    assert logic.refresh_delay_s(5.0) == 5.0  # nothing waits: the debounce alone
+    for job in ("a", "b", "c", "idle"):
+        JobRollup.objects.create(job=job, events=100_000)
+    mark_dirty(["a", "b", "c"], now=100.0, stale_after_s=60.0)
+    assert logic.refresh_delay_s(5.0) == pytest.approx(3 * 100_000 * 20e-6 / 0.25)
+    assert logic.refresh_delay_s(30.0) == 30.0  # never shorter than the debounce
+    monkeypatch.setattr(logic, "_seconds_per_event", 1e-3)
+    assert logic.refresh_delay_s(5.0) == logic.MAX_REFRESH_DELAY_S < logic.MARK_STALE_AFTER_S
+
+
+def test_the_cost_estimate_follows_measured_refreshes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ettweb.rollups import logic
+    from ettweb.rollups.logic import RefreshStats
+
+    monkeypatch.setattr(logic, "_seconds_per_event", 20e-6)
+    for _ in range(30):
+        logic._note_cost(RefreshStats(jobs=1, events=10_000, elapsed_s=1.0))  # 100 us/event
+    assert logic._seconds_per_event == pytest.approx(100e-6, rel=0.01)
+    logic._note_cost(RefreshStats(jobs=1, events=10, elapsed_s=5.0))  # too small to judge
+    assert logic._seconds_per_event == pytest.approx(100e-6, rel=0.01)
