@@ -13,11 +13,13 @@ from the editable :class:`PhaseComponent` table, so an owner's edit shows on the
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final, Literal
 
+from django.db import connection, transaction
 from django.db.models import F, Max, Q, Sum
 from django.db.models.functions import Coalesce, TruncWeek
 
@@ -276,3 +278,23 @@ def periods(rows: Any, interval: Interval) -> Any:
 def as_date(value: date | datetime) -> date:
     """A period value as a date (``TruncWeek`` hands back datetimes)."""
     return value.date() if isinstance(value, datetime) else value
+
+
+#: Memory one large grouped read may use before Postgres spills its sort or hash to disk.
+AGGREGATE_WORK_MEM: Final = "64MB"
+
+
+@contextmanager
+def aggregating() -> Iterator[Any]:
+    """A cursor (in a transaction of its own, or a savepoint) for one large grouped read.
+
+    Why: Postgres's default ``work_mem`` (4 MB) makes a read of a few hundred thousand day
+    rows grouped three ways sort on disk (3.5 s measured, against 1.0 s in memory on the same
+    busy machine), and JIT compiles such a query for ~60 ms it never wins back at these
+    sizes. Both are set for this transaction only (``set_config(..., true)``), so nothing
+    else on the connection changes.
+    """
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('work_mem', %s, true), set_config('jit', 'off', true)",
+                       [AGGREGATE_WORK_MEM])
+        yield cursor

@@ -25,6 +25,7 @@ from ettweb.queries.base import (
     Grouping,
     Interval,
     JobFilter,
+    aggregating,
     by_component,
     day_of,
     day_rows,
@@ -87,8 +88,10 @@ class DayTotalsQueryRunner:
         keys = ["day", "category"] + ([_GROUP_FIELDS[q.group_by]] if q.group_by != "none"
                                       else [])
         cells: dict[tuple[date, str, str], float] = defaultdict(float)
-        for row in (day_rows(q.range, q.jobs).values(*keys)
-                    .annotate(gpu_s=Sum("gpu_seconds")).order_by()):
+        with aggregating():
+            rows = list(day_rows(q.range, q.jobs).values(*keys)
+                        .annotate(gpu_s=Sum("gpu_seconds")).order_by())
+        for row in rows:
             group = _group_label(q.group_by, row.get(keys[-1]))
             cells[(row["day"], group, row["category"])] += row["gpu_s"] or 0.0
         return DayTotalsResult(dict(cells))
@@ -376,10 +379,10 @@ class TopJobsQueryRunner:
 
     def calculate(self) -> TopJobsResult:
         lost = ~Q(category=PRODUCTIVE)
-        rows = (day_rows(self.query.range, self.query.jobs).values("job_id")
-                .annotate(lost=Sum("gpu_seconds", filter=lost), wall=Sum("gpu_seconds"))
-                .filter(lost__gt=0).order_by("-lost", "job_id")[:self.query.limit])
-        rows = list(rows)
+        with aggregating():
+            rows = list(day_rows(self.query.range, self.query.jobs).values("job_id")
+                        .annotate(lost=Sum("gpu_seconds", filter=lost), wall=Sum("gpu_seconds"))
+                        .filter(lost__gt=0).order_by("-lost", "job_id")[:self.query.limit])
         meta = {r.job: r for r in JobRollup.objects.filter(job__in=[x["job_id"] for x in rows])}
         jobs = [TopJob(job=row["job_id"], lost_gpu_s=row["lost"], wall_gpu_s=row["wall"],
                        gpus=meta[row["job_id"]].gpus, status=meta[row["job_id"]].status,
@@ -593,9 +596,11 @@ class FilterChoicesQueryRunner:
         self.query = query
 
     def calculate(self) -> FilterChoicesResult:
-        values = {name: tuple(v for v in JobRollup.objects.order_by(name)
-                              .values_list(name, flat=True).distinct() if v)
-                  for name in LABELS}
+        # One pass over the job rollups for every label at once (their combinations are
+        # few), rather than one DISTINCT sort per label.
+        combos = list(JobRollup.objects.values_list(*LABELS).distinct().order_by())
+        values = {name: tuple(sorted({combo[i] for combo in combos if combo[i]}))
+                  for i, name in enumerate(LABELS)}
         return FilterChoicesResult(**values)
 
 

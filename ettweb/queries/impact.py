@@ -37,12 +37,11 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final, Literal
 
 import numpy as np
-from django.db import connection
 from django.db.models import Max
 
 from ettweb.attribution.components import PRODUCTIVE, component_of
 from ettweb.components.logic import known_components
-from ettweb.queries.base import phase_components
+from ettweb.queries.base import aggregating, phase_components
 from ettweb.rollouts.logic import iso_utc
 from ettweb.rollouts.models import Rollout
 from ettweb.rollouts.scope import Scope
@@ -303,86 +302,92 @@ def _window_filter(windows: Windows) -> tuple[str, list[Any]]:
     return sql, params
 
 
-def _read_jobs(windows: Windows, scope: Scope) -> _Jobs:
-    """One grouped read: per job and window, wall and productive GPU-s, and the job's labels.
+@dataclass
+class _WindowRead:
+    """What one scan of the windows' day rows gives: the per-job sums (the bootstrap's
+    input), the treated jobs' lost GPU-s per category in each window (key: after?), and the
+    per-day treated and control sums of the trend (when asked)."""
 
-    The day rows are summed per (job, window) first and only then joined to the jobs' labels
-    (a join per day row cost more than the sums). Jobs are sorted here, by code point, not by
-    the database's collation: the bootstrap draws job indices, so the order must not depend
-    on the server's locale for the interval to be the same everywhere.
+    jobs: _Jobs
+    lost: dict[bool, dict[str, float]]
+    trend: list[TrendDay]
+
+
+def _in_scope_jobs(scope: Scope) -> list[str] | None:
+    """Every job with a rollup that ``scope`` holds (None for the fleet: every job).
+
+    Matched here, in Python, by :meth:`Scope.matches` — the one definition of a scope — on
+    the job rollups' labels: a few tens of thousands of short rows, a fraction of the day
+    rows the windows hold.
     """
+    if scope.is_fleet:
+        return None
+    return sorted(job for job, model, team, cluster in JobRollup.objects.values_list(
+        "job", "model", "team", "cluster").iterator(chunk_size=5000)
+        if scope.matches(job, model, team, cluster))
+
+
+def _read_windows(windows: Windows, scope: Scope, *, with_trend: bool) -> _WindowRead:
+    """One scan of the day rows in both windows, summed three ways at once (GROUPING SETS):
+    per job and window, per window and category, and per day — each split treated/control.
+
+    Why one scan: a 90-day window pair covers most of a 180-day table, and reading it once
+    per question (jobs, lost time, trend) tripled the rollout page's time. Jobs are sorted
+    here, by code point, not by the database's collation: the bootstrap draws job indices,
+    so the order must not depend on the server's locale for the interval to be the same
+    everywhere. The rollout's own day is in neither window, so in no number.
+    """
+    treated = _in_scope_jobs(scope)
     where, params = _window_filter(windows)
-    sql = (f"WITH per_job AS (SELECT d.job, d.day > %s AS after, SUM(d.gpu_seconds) AS wall, "
-           f"COALESCE(SUM(d.gpu_seconds) FILTER (WHERE d.category = %s), 0) AS productive "
-           f"FROM {DailyCategoryRollup._meta.db_table} d WHERE {where} GROUP BY 1, 2) "
-           f"SELECT p.job, p.after, p.wall, p.productive, j.model, j.team, j.cluster "
-           f"FROM per_job p JOIN {JobRollup._meta.db_table} j ON j.job = p.job")
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [windows.rollout_day, PRODUCTIVE, *params])
-        rows = sorted(cursor.fetchall())
+    in_scope = "TRUE" if treated is None else "t.job IS NOT NULL"
+    join = "" if treated is None else " LEFT JOIN unnest(%s::text[]) AS t(job) ON t.job = d.job"
+    sets = ["(job, after, in_scope)", "(after, in_scope, category)"]
+    if with_trend:
+        sets.append("(day, in_scope)")
+    day = "day" if with_trend else "NULL::date"  # a column outside every set may not show
+    sql = (f"SELECT GROUPING(job), GROUPING(category), job, {day}, category, after, in_scope, "
+           f"SUM(gpu_s), COALESCE(SUM(gpu_s) FILTER (WHERE category = %s), 0) "
+           f"FROM (SELECT d.job, d.day, d.category, d.gpu_seconds AS gpu_s, "
+           f"d.day > %s AS after, {in_scope} AS in_scope "
+           f"FROM {DailyCategoryRollup._meta.db_table} d{join} WHERE {where}) AS x "
+           f"GROUP BY GROUPING SETS ({', '.join(sets)})")
+    args: list[Any] = [PRODUCTIVE, windows.rollout_day,
+                       *([] if treated is None else [treated]), *params]
+    with aggregating() as cursor:
+        cursor.execute(sql, args)
+        rows = cursor.fetchall()
+    per_job = sorted((job, bool(late), bool(scoped), float(wall), float(productive))
+                     for no_job, _, job, _, _, late, scoped, wall, productive in rows
+                     if not no_job)
+    lost: dict[bool, dict[str, float]] = {False: {}, True: {}}
+    sums: dict[date, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+    for no_job, no_category, _, day_, category, late, scoped, wall, productive in rows:
+        if no_job and not no_category and scoped and category != PRODUCTIVE:
+            lost[bool(late)][category] = float(wall)
+        elif no_job and no_category:  # the per-day set
+            offset = 0 if scoped else 2
+            sums[day_][offset] += float(wall)
+            sums[day_][offset + 1] += float(productive)
+    trend = [TrendDay(d, _ratio(v[1], v[0]), _ratio(v[3], v[2])) for d, v in sorted(sums.items())]
+    return _WindowRead(_jobs_of(per_job), lost, trend)
+
+
+def _jobs_of(per_job: Sequence[tuple[str, bool, bool, float, float]]) -> _Jobs:
+    """(job, after?, in scope?, wall, productive) rows, sorted by job, as arrays."""
     index: dict[str, int] = {}
-    labels: list[tuple[str, str, str]] = []
-    for job, _, _, _, model, team, cluster in rows:
+    scoped: list[bool] = []
+    for job, _, in_scope, _, _ in per_job:
         if job not in index:
             index[job] = len(index)
-            labels.append((model, team, cluster))
+            scoped.append(in_scope)
     values = np.zeros((len(index), 4))
     present = np.zeros((len(index), 2), dtype=bool)
-    for job, after, wall, productive, *_ in rows:
+    for job, after, _, wall, productive in per_job:
         i, col = index[job], 2 if after else 0
         values[i, col], values[i, col + 1] = wall, productive
         present[i, 1 if after else 0] = True
-    ids = list(index)
-    in_scope = np.array([scope.matches(job, *labels[i]) for i, job in enumerate(ids)],
-                        dtype=bool)
-    return _Jobs(ids, values, present[:, 0], present[:, 1], in_scope)
-
-
-def _jobs_join(jobs: Sequence[str] | None, alias: str, *, outer: bool = False) -> str:
-    """A join on a list of job ids passed as one array parameter (a hash join: a
-    ``job = ANY(%s)`` filter compares every row with every id)."""
-    if jobs is None:
-        return ""
-    kind = "LEFT JOIN" if outer else "JOIN"
-    return f" {kind} unnest(%s::text[]) AS {alias}(job) ON {alias}.job = d.job"
-
-
-def _lost_by_category(windows: Windows, jobs: Sequence[str] | None) -> dict[bool, dict[str, float]]:
-    """Lost GPU-s per category in each window (key: after?) of ``jobs`` (None: every job)."""
-    where, params = _window_filter(windows)
-    job_params = [] if jobs is None else [list(jobs)]
-    sql = (f"SELECT d.day > %s, d.category, SUM(d.gpu_seconds) "
-           f"FROM {DailyCategoryRollup._meta.db_table} d{_jobs_join(jobs, 't')} "
-           f"WHERE {where} AND d.category <> %s GROUP BY 1, 2")
-    lost: dict[bool, dict[str, float]] = {False: {}, True: {}}
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [windows.rollout_day, *job_params, *params, PRODUCTIVE])
-        for after, category, gpu_s in cursor.fetchall():
-            lost[bool(after)][category] = float(gpu_s)
-    return lost
-
-
-def _trend(windows: Windows, jobs: _Jobs) -> list[TrendDay]:
-    """Per-day ETT% of treated and control over both windows, summed in SQL.
-
-    The rollout's own day is left out, as it is from every number of the page: a day that is
-    partly before and partly after the change belongs to neither (the chart marks it).
-    """
-    treated = jobs.treated_ids
-    where, params = _window_filter(windows)
-    sql = (f"SELECT d.day, t.job IS NOT NULL, SUM(d.gpu_seconds), "
-           f"COALESCE(SUM(d.gpu_seconds) FILTER (WHERE d.category = %s), 0) "
-           f"FROM {DailyCategoryRollup._meta.db_table} d{_jobs_join(treated, 't', outer=True)} "
-           f"WHERE {where} GROUP BY 1, 2")
-    sums: dict[date, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [PRODUCTIVE, treated, *params])
-        for day, in_scope, wall, productive in cursor.fetchall():
-            offset = 0 if in_scope else 2
-            sums[day][offset] += wall
-            sums[day][offset + 1] += productive
-    return [TrendDay(day, _ratio(v[1], v[0]), _ratio(v[3], v[2]))
-            for day, v in sorted(sums.items())]
+    return _Jobs(list(index), values, present[:, 0], present[:, 1],
+                 np.array(scoped, dtype=bool))
 
 
 # --------------------------------------------------------------------------- arithmetic
@@ -537,7 +542,8 @@ class ImpactQueryRunner:
             return None
         info = _info(rollout)
         windows = rollout_windows(info.at, self.query.window_days, last_data_day())
-        jobs = _read_jobs(windows, info.scope)
+        read = _read_windows(windows, info.scope, with_trend=self.query.with_trend)
+        jobs = read.jobs
         in_scope = jobs.group(jobs.in_scope)
         out_of_scope = None if info.scope.is_fleet else jobs.group(~jobs.in_scope)
         treated_draws, control_draws = group_draws(info.id, in_scope, out_of_scope)
@@ -549,15 +555,14 @@ class ImpactQueryRunner:
                 did = treated.change_pts - control.change_pts
             if treated_draws is not None and control_draws is not None:
                 did_ci = _interval(treated_draws - control_draws)
-        lost = _lost_by_category(windows, None if info.scope.is_fleet else jobs.treated_ids)
         totals = in_scope.totals
         verdict, reason = _verdict(treated, control, did_ci)
         return ImpactResult(
             rollout=info, window_days=self.query.window_days, windows=windows,
             treated=treated, control=control, did_pts=did, did_ci95_pts=did_ci,
-            components=_components(lost, totals[0], totals[2]),
+            components=_components(read.lost, totals[0], totals[2]),
             treated_before_ett=in_scope.per_job_ett(after=False),
             treated_after_ett=in_scope.per_job_ett(after=True), verdict=verdict,
             verdict_reason=reason,
-            trend=_trend(windows, jobs) if self.query.with_trend else [],
+            trend=read.trend,
         )
