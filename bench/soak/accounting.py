@@ -191,6 +191,7 @@ def _snapshot() -> dict[str, dict[Any, Any]]:
     from ettweb.rollups.models import (
         AttemptRollup,
         DailyCategoryRollup,
+        JobLostRollup,
         JobRollup,
         RecoveryRollup,
     )
@@ -207,6 +208,8 @@ def _snapshot() -> dict[str, dict[Any, Any]]:
         "days": {(r["job_id"], r["day"], r["category"]): (r["seconds"], r["gpu_seconds"])
                  for r in DailyCategoryRollup.objects.values("job_id", "day", "category",
                                                              "seconds", "gpu_seconds")},
+        "job_lost": {(job, category): gpu_s for job, category, gpu_s in
+                     JobLostRollup.objects.values_list("job_id", "category", "gpu_seconds")},
     }
 
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from django.db import connection
 from django.db.models import Count, F, Q, QuerySet, Sum
 
 from ettweb.attribution.components import component_of
@@ -24,13 +23,14 @@ from ettweb.queries.base import (
     HOUR_S,
     LABELS,
     DateRange,
+    aggregating,
     pct,
     phase_components,
     quarantined_lines,
     validated,
 )
 from ettweb.queries.fleet import FilterChoicesQuery, FilterChoicesQueryRunner
-from ettweb.rollups.models import JobRollup
+from ettweb.rollups.models import JobLostRollup, JobRollup
 
 #: Sort keys (a leading ``-`` sorts descending) and the column each orders by.
 SORTS: Final[dict[str, str]] = {
@@ -157,9 +157,16 @@ class JobsQueryRunner:
             wall_gpu_s=float(totals["wall"] or 0.0),
             productive_gpu_s=float(totals["productive"] or 0.0),
             failures=int(totals["failures"] or 0),
-            lost_by_component_gpu_s=_lost_by_component(matching, phase_components()),
+            lost_by_component_gpu_s=_lost_by_component(matching, phase_components(),
+                                                        filtered=self._narrowed()),
             quarantined=quarantined_lines(QuarantinedEvent.objects.all()),
             choices=_choices())
+
+    def _narrowed(self) -> bool:
+        """Whether any filter leaves jobs out (else the totals need no join)."""
+        q = self.query
+        return bool(q.model or q.team or q.cluster or q.status or q.search or q.gpus
+                    or q.range is not None)
 
     def _filtered(self) -> QuerySet[JobRollup]:
         q = self.query
@@ -188,18 +195,21 @@ def _row(rollup: Any) -> JobListRow:
                       failures=rollup.failures, anomalies=rollup.anomaly_count)
 
 
-def _lost_by_component(rows: QuerySet[JobRollup], mapping: Mapping[str, str]) -> dict[str, float]:
-    """The filtered jobs' lost GPU-seconds per component, summed in Postgres from each
-    rollup's ``lost_gpu_s`` (category → GPU-seconds) without loading the rows."""
-    inner, params = rows.values("lost_gpu_s").query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT item.key, SUM(item.value::double precision) "
-            f"FROM ({inner}) AS j, jsonb_each_text(j.lost_gpu_s) AS item "
-            "GROUP BY item.key", params)
+def _lost_by_component(rows: QuerySet[JobRollup], mapping: Mapping[str, str],
+                       filtered: bool) -> dict[str, float]:
+    """The filtered jobs' lost GPU-seconds per component, summed in Postgres from their
+    :class:`JobLostRollup` rows (the same numbers as each rollup's ``lost_gpu_s``)."""
+    table = JobLostRollup._meta.db_table
+    with aggregating() as cursor:
+        if filtered:
+            inner, params = rows.values("job").query.sql_with_params()
+            cursor.execute(f"SELECT l.category, SUM(l.gpu_seconds) FROM {table} l "
+                           f"JOIN ({inner}) AS j ON j.job = l.job GROUP BY l.category", params)
+        else:  # every job: no join at all
+            cursor.execute(f"SELECT category, SUM(gpu_seconds) FROM {table} GROUP BY category")
         by_category = cursor.fetchall()
     folded: dict[str, float] = {}
-    for category, gpu_s in by_category:
+    for category, gpu_s in sorted(by_category):
         component = component_of(category, mapping)
         folded[component] = folded.get(component, 0.0) + float(gpu_s or 0.0)
     return {c: s for c, s in sorted(folded.items(), key=lambda kv: -kv[1]) if s}

@@ -16,14 +16,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Final
 
-from django.db import connection
 from django.db.models import Count, Min, Sum
 
 from collector.schema import FAILED_STATUSES
 from ettweb.attribution.components import component_of
-from ettweb.queries.base import phase_components
+from ettweb.queries.base import aggregating, phase_components
 from ettweb.queries.collectors import CollectorsQuery, CollectorsQueryRunner
-from ettweb.rollups.models import AttemptRollup, DirtyJob, JobRollup
+from ettweb.rollups.models import AttemptRollup, DirtyJob, JobLostRollup, JobRollup
 
 #: The label value of a job that never said its team or cluster.
 NONE: Final = "(none)"
@@ -72,12 +71,12 @@ class FleetTotalsResult:
 
 def _lost_by_label_and_category() -> list[tuple[str, str, str, float]]:
     """(team, cluster, category, lost GPU-seconds) over every job's whole life, summed in
-    Postgres from each job rollup's ``lost_gpu_s`` (category -> GPU-seconds)."""
-    table = JobRollup._meta.db_table
-    with connection.cursor() as cursor:
+    Postgres from the jobs' :class:`JobLostRollup` rows."""
+    with aggregating() as cursor:
         cursor.execute(
-            "SELECT j.team, j.cluster, item.key, SUM(item.value::double precision) "
-            f"FROM {table} AS j, jsonb_each_text(j.lost_gpu_s) AS item GROUP BY 1, 2, 3")
+            "SELECT j.team, j.cluster, l.category, SUM(l.gpu_seconds) "
+            f"FROM {JobLostRollup._meta.db_table} AS l "
+            f"JOIN {JobRollup._meta.db_table} AS j ON j.job = l.job GROUP BY 1, 2, 3")
         return [(team, cluster, category, float(gpu_s or 0.0))
                 for team, cluster, category, gpu_s in cursor.fetchall()]
 

@@ -48,6 +48,7 @@ from ettweb.rollups.models import (
     AttemptTimeline,
     DailyCategoryRollup,
     DirtyJob,
+    JobLostRollup,
     JobRollup,
     RecoveryRollup,
 )
@@ -325,6 +326,12 @@ def _replace_children(model: type, jobs: list[str], rows: list[Any]) -> None:
                               for row in rows])
 
 
+def _lost_rows(job: JobRollup) -> list[tuple[str, str, float]]:
+    """The job's ``lost_gpu_s`` as :class:`JobLostRollup` rows (``_copy_columns`` order)."""
+    return [(job.job, category, float(gpu_s)) for category, gpu_s in
+            sorted(job.lost_gpu_s.items()) if gpu_s]
+
+
 def _write_jobs(rows: Sequence[_JobRows], gone: Sequence[str]) -> tuple[int, int, set[date]]:
     """Upsert job rows, replace attempts and recoveries, rewrite the timeline and lanes of
     the jobs whose drawing changed, and diff the day rows."""
@@ -335,6 +342,7 @@ def _write_jobs(rows: Sequence[_JobRows], gone: Sequence[str]) -> tuple[int, int
     jobs = [r.job.job for r in rows]
     _replace_children(AttemptRollup, jobs, [a for r in rows for a in r.attempts])
     _replace_children(RecoveryRollup, jobs, [x for r in rows for x in r.recoveries])
+    _replace_children(JobLostRollup, jobs, [x for r in rows for x in _lost_rows(r.job)])
     redrawn = [r for r in rows if stored.get(r.job.job) != r.job.timeline_digest]
     if redrawn:
         _replace_children(AttemptTimeline, [r.job.job for r in redrawn],
@@ -509,7 +517,7 @@ def _with_elapsed(stats: RefreshStats, began: float) -> RefreshStats:
 
 # --------------------------------------------------------------------------- full rebuild
 
-_ROLLUP_MODELS = (AttemptLane, AttemptTimeline, RecoveryRollup, AttemptRollup,
+_ROLLUP_MODELS = (AttemptLane, AttemptTimeline, JobLostRollup, RecoveryRollup, AttemptRollup,
                   DailyCategoryRollup, JobRollup)
 
 
@@ -553,6 +561,7 @@ class _CopyWriter:
         self.rows[JobRollup].append(_values(rows.job))
         self.rows[AttemptRollup].extend(_values(a) for a in rows.attempts)
         self.rows[RecoveryRollup].extend(_values(r) for r in rows.recoveries)
+        self.rows[JobLostRollup].extend(_lost_rows(rows.job))
         self.rows[AttemptTimeline].extend(map(_json_cells, rows.timeline))
         self.rows[AttemptLane].extend(map(_json_cells, rows.lanes))
         job = rows.job.job

@@ -22,11 +22,11 @@ from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db.models import Count, Sum
+from django.db.models import Sum
 
 from ettweb.queries import phase_components
 from ettweb.rollouts.models import Rollout
-from ettweb.rollups.models import AttemptRollup, DailyCategoryRollup, JobRollup
+from ettweb.rollups.models import DailyCategoryRollup, JobRollup
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
@@ -106,10 +106,10 @@ def pages() -> list[Shot]:
     """Every page, with the most telling job, component and rollout the database holds."""
     if not JobRollup.objects.exists():
         raise CommandError("no job has rollups yet: run `make demo` (or ingest events) first")
-    restarted = (AttemptRollup.objects.values("job_id").annotate(n=Count("id"))
-                 .order_by("-n", "job_id").first())
-    job = str(restarted["job_id"]) if restarted else str(
-        JobRollup.objects.order_by("job").values_list("job", flat=True).first())
+    # The newest job that restarted (the demo's real TorchRec job): its page has the most
+    # to show — two attempts, the restart gap, what was trained again.
+    jobs = JobRollup.objects.order_by("-window_start", "job").values_list("job", flat=True)
+    job = str(jobs.filter(attempts__gte=2).first() or jobs.first())
     component = (DailyCategoryRollup.objects.exclude(category="productive")
                  .values("category").annotate(s=Sum("gpu_seconds")).order_by("-s").first())
     owner = phase_components().get(component["category"], "unknown") if component else "unknown"
