@@ -89,6 +89,10 @@ PROFILES: dict[str, Profile] = {
 }
 
 
+#: How often the soak sends the stale-rollup sweep, as ``ettweb/schedule.py``'s beat does.
+BEAT_INTERVAL_S = 60.0
+
+
 def say(text: str) -> None:
     print(f"[bench.soak {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
@@ -173,6 +177,7 @@ class Rig:
         self.mounted: list[Path] = []
         self.secret_key = secrets.token_urlsafe(32)
         self.keep_shipped_s = keep_shipped_s
+        self._last_beat = time.monotonic()
 
     def _broker(self, kind: str, rabbitmq_node: str) -> Broker:
         if kind == "redis":
@@ -315,6 +320,26 @@ class Rig:
         for node in self.nodes:
             for trainer in node.trainers:
                 trainer.start()
+
+    def beat(self) -> None:
+        """What production's ``celery beat`` does for the rollups, once a minute: send
+        ``ett.refresh_stale_rollups`` — to the soak's queue, for its workers to run.
+
+        Why the soak needs it: a refresh task published just before a broker is killed can
+        be gone with it (the batch is safe, its mark stays); the design counts on this sweep
+        to refresh such a job, and without it the soak waited 49 minutes for two marks that
+        nothing would ever take. A send that meets a broker outage is tried next minute.
+        """
+        now = time.monotonic()
+        if now - self._last_beat < BEAT_INTERVAL_S:
+            return
+        self._last_beat = now
+        from ettweb.celery import app
+
+        try:
+            app.send_task("ett.refresh_stale_rollups", queue=self.queue)
+        except Exception as exc:  # the broker is away: beat's send fails the same way
+            say(f"beat: could not send the stale-rollup sweep ({exc}); next minute")
 
     def trainers_running(self) -> int:
         return sum(t.alive() for node in self.nodes for t in node.trainers)

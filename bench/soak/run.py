@@ -60,6 +60,7 @@ def _wait(what: str, check: Callable[[], bool], timeout: float, rig: Rig,
         if check():
             return True
         died += rig.check_processes()
+        rig.beat()
         if time.monotonic() - last_say >= 5:
             say(f"waiting for {what}: {progress()}")
             last_say = time.monotonic()
@@ -178,15 +179,16 @@ def soak(args: argparse.Namespace, result: dict[str, Any]) -> None:
 
         def quiet() -> bool:
             """Every expected event stored, no rollup waiting, nothing queued — for 2 s.
-            Also True once nothing can change any more (nothing pending in the broker and
-            no new row for 20 s): missing events will not come, and the books say so."""
+            Also True once events are missing and nothing can change any more (nothing
+            pending in the broker, no mark, no new row for 20 s): they will not come, and the
+            books say so. (Every event stored and a refresh still to run is not a stall.)"""
             stored = rig.stored_events()
             now_quiet = (stored == expect and rig.dirty_jobs() == 0
                          and rig.broker.ready_messages(rig.queue) == 0)
             if stored != stall["stored"]:
                 stall.update(stored=stored, since=time.monotonic())
-            elif (time.monotonic() - stall["since"] >= 20 and rig.dirty_jobs() == 0
-                  and rig.broker.pending(rig.queue) == 0):
+            elif (stored != expect and time.monotonic() - stall["since"] >= 20
+                  and rig.dirty_jobs() == 0 and rig.broker.pending(rig.queue) == 0):
                 say(f"stalled at {stored} of {expect} stored with nothing pending")
                 stall["stalled"] = True
                 return True
