@@ -70,14 +70,6 @@ class DayTotalsResult:
         return DayTotalsResult({key: value for key, value in self.cells.items()
                                 if days.date_from <= key[0] <= days.date_to})
 
-    @property
-    def wall_gpu_s(self) -> float:
-        return sum(self.cells.values())
-
-    @property
-    def productive_gpu_s(self) -> float:
-        return sum(v for (_, _, category), v in self.cells.items() if category == PRODUCTIVE)
-
 
 class DayTotalsQueryRunner:
     def __init__(self, query: DayTotalsQuery) -> None:

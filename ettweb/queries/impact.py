@@ -254,10 +254,6 @@ class _Jobs:
     def group(self, mask: np.ndarray) -> _Group:
         return _Group(self.values[mask], self.in_before[mask], self.in_after[mask])
 
-    @property
-    def treated_ids(self) -> list[str]:
-        return [job for job, flag in zip(self.ids, self.in_scope, strict=True) if flag]
-
 
 @dataclass
 class _Group:

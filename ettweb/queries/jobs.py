@@ -158,15 +158,9 @@ class JobsQueryRunner:
             productive_gpu_s=float(totals["productive"] or 0.0),
             failures=int(totals["failures"] or 0),
             lost_by_component_gpu_s=_lost_by_component(matching, phase_components(),
-                                                        filtered=self._narrowed()),
+                                                        filtered=bool(matching.query.has_filters())),
             quarantined=quarantined_lines(QuarantinedEvent.objects.all()),
             choices=_choices())
-
-    def _narrowed(self) -> bool:
-        """Whether any filter leaves jobs out (else the totals need no join)."""
-        q = self.query
-        return bool(q.model or q.team or q.cluster or q.status or q.search or q.gpus
-                    or q.range is not None)
 
     def _filtered(self) -> QuerySet[JobRollup]:
         q = self.query

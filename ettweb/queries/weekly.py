@@ -321,17 +321,14 @@ def _span(week: IsoWeek, weeks: int) -> DateRange:
     return DateRange(first.monday, week.range.date_to)
 
 
-def _history(week: IsoWeek, weeks: int,
+def _history(span: DateRange,
              totals: DayTotalsResult) -> tuple[list[HistoryWeek], list[RolloutMarker]]:
-    """ETT% of each of the last ``weeks`` weeks from the weekly trend, and their rollouts."""
-    first = week
-    for _ in range(weeks - 1):
-        first = first.previous
-    span = DateRange(first.monday, week.range.date_to)
+    """ETT% of each week of ``span`` (whole ISO weeks, :func:`_span`) from the weekly trend,
+    and the rollouts inside it."""
     trend = trend_of(totals.within(span), span, "week")
     by_monday = {p.period: p.ett_pct for p in trend.points if p.wall_gpu_s > 0}
-    history, current = [], first
-    for _ in range(weeks):
+    history, current = [], IsoWeek.of(span.date_from)
+    while current.monday <= span.date_to:
         history.append(HistoryWeek(current, by_monday.get(current.monday)))
         current = current.next
     markers = RolloutMarkersQueryRunner(RolloutMarkersQuery(span)).calculate().markers
@@ -346,12 +343,13 @@ class WeeklyReportQueryRunner:
         q = self.query
         # One read of the day rows for the chart's weeks: this week, the week before and
         # the history are all folded from it.
-        totals = DayTotalsQueryRunner(DayTotalsQuery(_span(q.week, q.history_weeks))).calculate()
-        top = TopJobsQueryRunner(TopJobsQuery(q.week.range, q.top)).calculate().jobs
-        this = FleetSummaryResult(q.week.range, period_numbers(q.week.range, totals), top)
+        span = _span(q.week, q.history_weeks)
+        totals = DayTotalsQueryRunner(DayTotalsQuery(span)).calculate()
+        this = period_numbers(q.week.range, totals)
         before = period_numbers(q.week.previous.range, totals)
-        history, markers = _history(q.week, q.history_weeks, totals)
-        return WeeklyReportResult(week=q.week, this=this.numbers, before=before,
-                                  components=_components(this.numbers, before, q.components),
-                                  top_jobs=this.top_jobs, rollouts=_rollouts(q.week),
+        history, markers = _history(span, totals)
+        top = TopJobsQueryRunner(TopJobsQuery(q.week.range, q.top)).calculate().jobs
+        return WeeklyReportResult(week=q.week, this=this, before=before,
+                                  components=_components(this, before, q.components),
+                                  top_jobs=top, rollouts=_rollouts(q.week),
                                   history=history, history_markers=markers)

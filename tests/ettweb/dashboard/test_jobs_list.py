@@ -14,8 +14,10 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from ettweb.api.tokens import issue_token
+from ettweb.attribution.components import component_of
 from ettweb.dashboard.exports import neutralized
 from ettweb.queries import JobsQuery, calculate
+from ettweb.queries.base import phase_components
 from ettweb.rollups.models import JobRollup
 from tests.ettweb.rollouts.test_rollout_impact import day_job, store
 
@@ -52,6 +54,14 @@ def test_pages_sort_and_total_the_filtered_set(fleet: None) -> None:
     assert ads.total == 12 and ads.wall_gpu_s == pytest.approx(wall)
     assert ads.ett_pct == pytest.approx(100 * sum(r.productive_gpu_s for r in rollups) / wall)
     assert ads.lost_by_component_gpu_s == pytest.approx({"pt2_compiler": 12 * 2 * 3600.0})
+    # Unfiltered, the sum reads the lost rows without a join: the same numbers as every
+    # rollup's own lost_gpu_s, folded per owning component.
+    every: dict[str, float] = {}
+    for rollup in JobRollup.objects.all():
+        for category, gpu_s in rollup.lost_gpu_s.items():
+            owner = component_of(category, phase_components())
+            every[owner] = every.get(owner, 0.0) + gpu_s
+    assert first.lost_by_component_gpu_s == pytest.approx(every) and len(every) >= 2
     assert calculate(JobsQuery(gpus="2-8", team="feed")).total == 1
     assert calculate(JobsQuery(search="ads-1")).total == 2  # ads-10, ads-11
 

@@ -77,7 +77,7 @@ class Command(BaseCommand):
             for number, shot in enumerate(shots, start=1):
                 target = out / f"page-{shot.name}.png"
                 _photograph(context, base, shot, target)
-                self.stdout.write(f"[{number}/{len(shots)}] {shot.path} -> {target}")
+                self.stdout.write(f"[{number}/{len(shots)}] {shot.what}: {shot.path} -> {target}")
             browser.close()
 
 
