@@ -197,8 +197,8 @@ def _fleet_csv(table: str, data: dict[str, Any]) -> HttpResponse:
     points = calculate(LifecycleQuery(days, data["interval"], jobs)).points
     return csv_response(name, ("period", "jobs_started", "mean_time_to_start_s", "recoveries",
                                "mean_time_to_recover_s", "restart_tax_gpu_hours", "failures"), (
-        [p.period.isoformat(), len(p.starts), _blank(p.mean_time_to_start_s),
-         len(p.recoveries), _blank(p.mean_time_to_recover_s), p.restart_tax_gpu_hours,
+        [p.period.isoformat(), p.jobs_started, _blank(p.mean_time_to_start_s),
+         p.recoveries, _blank(p.mean_time_to_recover_s), p.restart_tax_gpu_hours,
          p.failures] for p in points))
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, datetime
 from typing import Any, Final
 
-from django.db.models import Q, Sum
+from django.db.models import Count, DateField, F, Func, Q, Sum
+from django.db.models.functions import Cast, TruncWeek
 
 from collector.schema import FAILED_STATUSES
 from ettweb.attribution.components import PRODUCTIVE, component_of
@@ -26,8 +27,8 @@ from ettweb.queries.base import (
     Interval,
     JobFilter,
     aggregating,
+    as_date,
     by_component,
-    day_of,
     day_rows,
     gpu_bucket,
     pct,
@@ -397,6 +398,9 @@ class LifecycleQuery:
     range: DateRange
     interval: Interval = "day"
     jobs: JobFilter = ANY_JOB
+    #: False skips the restart tax per category (the weekly numbers and the summary do not
+    #: show it, and summing every recovery's parts is most of this query's cost).
+    with_restart_tax: bool = True
 
     def __post_init__(self) -> None:
         validated("interval", self.interval, INTERVALS)
@@ -404,21 +408,24 @@ class LifecycleQuery:
 
 @dataclass
 class LifecyclePoint:
-    """One period's sub-metrics (ETT_SPEC §3.7) across the fleet."""
+    """One period's sub-metrics (ETT_SPEC §3.7) across the fleet: counts and sums, so the
+    means of any periods folded together stay exact."""
 
     period: date
-    starts: list[float] = field(default_factory=list)
-    recoveries: list[float] = field(default_factory=list)
+    jobs_started: int = 0
+    start_s_total: float = 0.0
+    recoveries: int = 0
+    recover_s_total: float = 0.0
     failures: int = 0
     restart_tax_gpu_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def mean_time_to_start_s(self) -> float | None:
-        return sum(self.starts) / len(self.starts) if self.starts else None
+        return self.start_s_total / self.jobs_started if self.jobs_started else None
 
     @property
     def mean_time_to_recover_s(self) -> float | None:
-        return sum(self.recoveries) / len(self.recoveries) if self.recoveries else None
+        return self.recover_s_total / self.recoveries if self.recoveries else None
 
     @property
     def restart_tax_gpu_hours(self) -> float:
@@ -436,7 +443,21 @@ class LifecycleResult:
 
     @property
     def recoveries(self) -> int:
-        return sum(len(p.recoveries) for p in self.points)
+        return sum(p.recoveries for p in self.points)
+
+    @property
+    def jobs_started(self) -> int:
+        return sum(p.jobs_started for p in self.points)
+
+    @property
+    def mean_time_to_start_s(self) -> float | None:
+        started = self.jobs_started
+        return sum(p.start_s_total for p in self.points) / started if started else None
+
+    @property
+    def mean_time_to_recover_s(self) -> float | None:
+        count = self.recoveries
+        return sum(p.recover_s_total for p in self.points) / count if count else None
 
     @property
     def restart_tax_gpu_s(self) -> dict[str, float]:
@@ -449,46 +470,80 @@ class LifecycleResult:
     def as_api(self) -> dict[str, Any]:
         return {"failures": self.failures, "recoveries": self.recoveries,
                 "restart_tax_gpu_s": self.restart_tax_gpu_s, "categories": self.categories,
-                "points": [{"period": p.period.isoformat(), "jobs_started": len(p.starts),
+                "points": [{"period": p.period.isoformat(), "jobs_started": p.jobs_started,
                             "mean_time_to_start_s": p.mean_time_to_start_s,
-                            "recoveries": len(p.recoveries),
+                            "recoveries": p.recoveries,
                             "mean_time_to_recover_s": p.mean_time_to_recover_s,
                             "failures": p.failures, "restart_tax_gpu_s": p.restart_tax_gpu_s}
                            for p in self.points]}
 
 
+class _EpochDay(Func):
+    """The UTC day of an epoch-seconds column, in SQL (so rows are grouped by Postgres)."""
+
+    template = "((to_timestamp(%(expressions)s) AT TIME ZONE 'UTC')::date)"
+    output_field = DateField()
+
+
+def _period(day: Any, interval: Interval) -> Any:
+    """``day`` (a date expression) as its period: itself, or the Monday of its ISO week."""
+    return Cast(TruncWeek(day), DateField()) if interval == "week" else day
+
+
 class LifecycleQueryRunner:
+    """Sums per period in Postgres: a 180-day fleet holds tens of thousands of attempts and
+    recoveries, and reading them row by row (each recovery's JSON parts decoded in Python)
+    cost most of the overview's time at fleet scale."""
+
     def __init__(self, query: LifecycleQuery) -> None:
         self.query = query
         self.points: dict[date, LifecyclePoint] = {}
 
-    def _point(self, day: date) -> LifecyclePoint:
-        period = self.query.range.period_of(day, self.query.interval)
-        return self.points.setdefault(period, LifecyclePoint(period))
+    def _point(self, period: date | datetime) -> LifecyclePoint:
+        key = as_date(period)
+        return self.points.setdefault(key, LifecyclePoint(key))
 
     def calculate(self) -> LifecycleResult:
-        low, high = self.query.range.epoch_bounds
-        jobs = self.query.jobs
-        started = jobs.narrow(JobRollup.objects.filter(
+        q = self.query
+        low, high = q.range.epoch_bounds
+        started = q.jobs.narrow(JobRollup.objects.filter(
             window_start__gte=low, window_start__lt=high, time_to_start_s__isnull=False), "")
-        for start, seconds in started.values_list("window_start", "time_to_start_s"):
-            if start is not None and seconds is not None:  # both filtered, for the type
-                self._point(day_of(start)).starts.append(seconds)
-        failed = jobs.narrow(AttemptRollup.objects.filter(end__gte=low, end__lt=high,
-                                                          status__in=FAILED_STATUSES))
-        for (end,) in failed.values_list("end"):
-            self._point(day_of(end)).failures += 1
-        rows = jobs.narrow(RecoveryRollup.objects.filter(day__gte=self.query.range.date_from,
-                                                         day__lte=self.query.range.date_to))
-        for day, seconds, parts in rows.values_list("day", "seconds", "by_category_gpu"):
-            point = self._point(day)
-            point.recoveries.append(seconds)
-            for category, value in parts.items():
-                tax = point.restart_tax_gpu_s
-                tax[category] = tax.get(category, 0.0) + value
+        for row in (started.annotate(period=_period(_EpochDay("window_start"), q.interval))
+                    .values("period").annotate(n=Count("id"), s=Sum("time_to_start_s"))
+                    .order_by()):
+            point = self._point(row["period"])
+            point.jobs_started, point.start_s_total = row["n"], row["s"] or 0.0
+        failed = q.jobs.narrow(AttemptRollup.objects.filter(end__gte=low, end__lt=high,
+                                                            status__in=FAILED_STATUSES))
+        for row in (failed.annotate(period=_period(_EpochDay("end"), q.interval))
+                    .values("period").annotate(n=Count("id")).order_by()):
+            self._point(row["period"]).failures = row["n"]
+        recovered = q.jobs.narrow(RecoveryRollup.objects.filter(day__gte=q.range.date_from,
+                                                                day__lte=q.range.date_to))
+        for row in (recovered.annotate(period=_period(F("day"), q.interval)).values("period")
+                    .annotate(n=Count("id"), s=Sum("seconds")).order_by()):
+            point = self._point(row["period"])
+            point.recoveries, point.recover_s_total = row["n"], row["s"] or 0.0
+        for period, category, gpu_s in (_restart_tax(recovered, q.interval)
+                                        if q.with_restart_tax else []):
+            self._point(period).restart_tax_gpu_s[category] = gpu_s
         points = sorted(self.points.values(), key=lambda p: p.period)
         categories = sorted({c for p in points for c in p.restart_tax_gpu_s})
         return LifecycleResult(points, categories)
+
+
+def _restart_tax(recovered: Any, interval: Interval) -> list[tuple[date, str, float]]:
+    """GPU-seconds per (period, category) of the recoveries' parts, summed by Postgres
+    (``jsonb_each_text`` over each recovery's ``by_category_gpu``): the ORM cannot group by a
+    JSON object's keys, so the filtered queryset's SQL is wrapped."""
+    rows = recovered.annotate(period=_period(F("day"), interval)).values("period",
+                                                                         "by_category_gpu")
+    sql, params = rows.query.sql_with_params()
+    with aggregating() as cursor:
+        cursor.execute(f"SELECT r.period, e.key, SUM(e.value::float8) FROM ({sql}) AS r "
+                       f"CROSS JOIN jsonb_each_text(r.by_category_gpu) AS e "
+                       f"GROUP BY r.period, e.key", params)
+        return [(as_date(period), key, float(gpu_s)) for period, key, gpu_s in cursor.fetchall()]
 
 
 # --------------------------------------------------------------------------- jobs list

@@ -276,15 +276,14 @@ def period_numbers(days: DateRange, totals: DayTotalsResult | None = None) -> We
         totals = totals.within(days)
     trend = trend_of(totals, days, "week")
     lost = lost_by_component_of(totals, phase_components())
-    lifecycle = LifecycleQueryRunner(LifecycleQuery(days, "week")).calculate()
-    starts = [s for p in lifecycle.points for s in p.starts]
-    recoveries = [s for p in lifecycle.points for s in p.recoveries]
+    lifecycle = LifecycleQueryRunner(
+        LifecycleQuery(days, "week", with_restart_tax=False)).calculate()
     return WeekNumbers(
         wall_gpu_s=trend.wall_gpu_s, productive_gpu_s=trend.productive_gpu_s,
         lost_by_component_gpu_s={c.component: c.gpu_s for c in lost.components},
         failures=lifecycle.failures,
-        mean_time_to_start_s=sum(starts) / len(starts) if starts else None,
-        mean_time_to_recover_s=sum(recoveries) / len(recoveries) if recoveries else None)
+        mean_time_to_start_s=lifecycle.mean_time_to_start_s,
+        mean_time_to_recover_s=lifecycle.mean_time_to_recover_s)
 
 
 def _components(this: WeekNumbers, before: WeekNumbers,

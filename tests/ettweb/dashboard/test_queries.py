@@ -159,14 +159,17 @@ def test_lifecycle_time_to_start_recover_and_failures_per_day() -> None:
     assert by_day[date(2026, 3, 1)].mean_time_to_start_s == H  # a: compile first
     assert by_day[date(2026, 3, 3)].mean_time_to_start_s == 0.0
     mar2 = by_day[date(2026, 3, 2)]
-    assert (mar2.failures, mar2.recoveries) == (1, [4 * H])
+    assert (mar2.failures, mar2.recoveries, mar2.mean_time_to_recover_s) == (1, 1, 4 * H)
     assert mar2.restart_tax_gpu_s == pytest.approx({"restart_gap": 16 * H,
                                                     "repeated_training": 48 * H})
     assert mar2.restart_tax_gpu_hours == pytest.approx(64.0)
     assert (result.failures, result.recoveries) == (1, 1)
     assert result.categories == ["repeated_training", "restart_gap"]
+    untaxed = calculate(LifecycleQuery(WHOLE, with_restart_tax=False))
+    assert (untaxed.failures, untaxed.recoveries, untaxed.categories) == (1, 1, [])
+    assert untaxed.mean_time_to_recover_s == result.mean_time_to_recover_s == 4 * H
     weekly = calculate(LifecycleQuery(WHOLE, interval="week"))
-    assert [(p.period, len(p.starts)) for p in weekly.points] == [
+    assert [(p.period, p.jobs_started) for p in weekly.points] == [
         (date(2026, 2, 23), 1), (date(2026, 3, 2), 2)]
 
 
