@@ -3,6 +3,12 @@
 Queries return plain numbers; only views call these builders, so a future JSON API or an
 export can reuse the queries without dragging plotly along. Every figure is rendered as an
 HTML fragment without plotly.js: the page loads our own static copy (no CDN).
+
+Built as plain figure JSON (plotly's own schema: ``data`` traces and a ``layout``), not as
+``go.Figure`` objects: validating the objects (property setters, validators, deep copies)
+cost 150-200 ms per fleet page at fleet scale (profiled), for a figure that renders the
+same. ``tests/ettweb/dashboard/test_dashboard_figures_schema.py`` validates each against
+plotly's schema instead, once per test run.
 """
 
 from __future__ import annotations
@@ -14,10 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-import plotly.graph_objects as go
 import plotly.io as pio
 from django.urls import reverse
 from plotly.colors import qualitative
@@ -27,12 +32,29 @@ from ettweb.colours import category_order, colour_of, ink_on
 from ettweb.queries.base import ALL
 from ettweb.queries.markers import RolloutMarker
 
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+#: A figure as plotly's JSON: ``{"data": [traces], "layout": {...}}``.
+Figure = dict[str, Any]
+
 MARGIN = {"l": 10, "r": 10, "t": 30, "b": 40}
 #: No ``template`` here: ``to_fragment`` adds it as plain JSON. Why: assigning a template
 #: makes plotly validate the whole of it, 20-50 ms per figure (measured), a third of a
 #: rollout page's server time; a figure rendered with the same template JSON is identical.
 LAYOUT = {"margin": MARGIN, "font": {"family": "system-ui, sans-serif", "size": 12}}
 TEMPLATE = "plotly_white"
+
+
+def _layout(**extra: Any) -> dict[str, Any]:
+    """The common layout with this figure's own settings (a fresh dict: callers amend it)."""
+    return {**LAYOUT, **extra}
+
+
+def _title(text: str) -> dict[str, str]:
+    """A title as plotly itself writes one (``title.text``): the plain JSON stays exactly what
+    a validated ``go.Figure`` would give the page."""
+    return {"text": text}
 
 
 @dataclass(frozen=True)
@@ -64,13 +86,14 @@ def to_fragment(fig: go.Figure | Mapping[str, Any], div_id: str) -> str:
     No inline script: the Content-Security-Policy allows scripts only from our static
     files, so the figure travels as a ``<script type="application/json">`` block (data, not
     code; ``<`` and ``>`` are escaped, so no string in it can close the block) naming its
-    div. The figure was validated as it was built; its JSON gets the template and is
-    rendered without validating again (see ``LAYOUT``). The outer div has the figure's own
-    height, as plotly's ``to_html`` gives it, so the page does not jump while it draws.
+    div. A ``go.Figure`` (the job page's waterfall and recoveries) was validated as it was
+    built; plain figure JSON (every other figure, validated in its tests) is taken as it
+    is. Either gets the template and is rendered without validating again (see ``LAYOUT``).
+    The outer div has the figure's own height, as plotly's ``to_html`` gives it, so the
+    page does not jump while it draws.
     """
-    # A go.Figure's JSON holds plotly's default template: replaced by ours. Plain figure
-    # JSON (a hot path's, validated in its tests) is taken as it is.
-    data: dict[str, Any] = (fig.to_plotly_json() if isinstance(fig, go.Figure) else dict(fig))
+    # A go.Figure's JSON holds plotly's default template: replaced by ours.
+    data: dict[str, Any] = dict(fig) if isinstance(fig, Mapping) else fig.to_plotly_json()
     layout: dict[str, Any] = dict(data.get("layout") or {})
     layout["template"] = _template_json()
     figure = {"data": list(data.get("data", [])), "layout": layout,
@@ -85,35 +108,32 @@ def to_fragment(fig: go.Figure | Mapping[str, Any], div_id: str) -> str:
             f'{payload}</script></div>')
 
 
-def lost_by_component_bar(lost_s: Mapping[str, float]) -> go.Figure:
+def lost_by_component_bar(lost_s: Mapping[str, float]) -> Figure:
     """One job's lost time per owning component, largest first."""
     items = sorted(((c, s) for c, s in lost_s.items() if s > 0), key=lambda kv: -kv[1])
     unit = unit_for(max((s for _, s in items), default=0.0))
     names = [c for c, _ in items]
-    fig = go.Figure(go.Bar(
-        x=[s / unit.seconds for _, s in items], y=names, orientation="h",
-        marker_color=[colour_of(c) for c in names],
-        hovertemplate="%{y}: %{x:.2f} " + unit.name + "<extra></extra>",
-    ))
-    fig.update_layout(**LAYOUT, height=80 + 28 * max(len(items), 1),
-                      xaxis_title=f"lost time ({unit.name})", yaxis={"autorange": "reversed"})
-    return fig
+    bar = {"type": "bar", "x": [s / unit.seconds for _, s in items], "y": names,
+           "orientation": "h", "marker": {"color": [colour_of(c) for c in names]},
+           "hovertemplate": "%{y}: %{x:.2f} " + unit.name + "<extra></extra>"}
+    return {"data": [bar], "layout": _layout(
+        height=80 + 28 * max(len(items), 1), xaxis={"title": _title(f"lost time ({unit.name})")},
+        yaxis={"autorange": "reversed"})}
 
 
 def fleet_lost_stacked(jobs: Sequence[str], lost: Sequence[Mapping[str, float]],
-                       components: Sequence[str]) -> go.Figure:
+                       components: Sequence[str]) -> Figure:
     """Lost time per component per job, stacked: which owner costs each job the most."""
     unit = unit_for(max((sum(row.values()) for row in lost), default=0.0))
-    fig = go.Figure([
-        go.Bar(name=component, x=list(jobs), y=[row.get(component, 0.0) / unit.seconds
-                                                for row in lost],
-               marker_color=colour_of(component),
-               hovertemplate="%{x}: %{y:.2f} " + unit.name + "<extra>" + component + "</extra>")
-        for component in components
-    ])
-    fig.update_layout(**LAYOUT, barmode="stack", height=360,
-                      yaxis_title=f"lost time ({unit.name})", legend_title="component")
-    return fig
+    bars = [{"type": "bar", "name": component, "x": list(jobs),
+             "y": [row.get(component, 0.0) / unit.seconds for row in lost],
+             "marker": {"color": colour_of(component)},
+             "hovertemplate": ("%{x}: %{y:.2f} " + unit.name + "<extra>" + component
+                               + "</extra>")}
+            for component in components]
+    return {"data": bars, "layout": _layout(
+        barmode="stack", height=360, yaxis={"title": _title(f"lost time ({unit.name})")},
+        legend={"title": _title("component")})}
 
 
 def _piece_order(category: str) -> tuple[int, str]:
@@ -162,7 +182,7 @@ def category_legend(count: int) -> tuple[dict[str, Any], int]:
     return legend, rows * LEGEND_ROW_PX + 10
 
 
-def phase_timeline(segments: Sequence[Segment], job_start: float) -> go.Figure:
+def phase_timeline(segments: Sequence[Segment], job_start: float) -> Figure:
     """Horizontal bars per segment, one row per attempt, coloured by category.
 
     Restart gaps show as grey bars (or blank space when a gap was not attributed). The
@@ -175,22 +195,20 @@ def phase_timeline(segments: Sequence[Segment], job_start: float) -> go.Figure:
         for category, start, seconds in _pieces(segment):
             _append_merged(by_category.setdefault(category, []), row,
                            (start - job_start) / unit.seconds, seconds / unit.seconds)
-    fig = go.Figure([
-        go.Bar(name=category, orientation="h", y=[p[0] for p in pieces],
-               base=[p[1] for p in pieces], x=[p[2] for p in pieces],
-               marker_color=colour_of(category),
-               hovertemplate=(f"{category}<br>from %{{base:.2f}} for %{{x:.2f}} {unit.name}"
-                              "<extra>%{y}</extra>"))
-        for category, pieces in sorted(by_category.items(), key=lambda kv: category_order(kv[0]))
-    ])
+    bars = [{"type": "bar", "name": category, "orientation": "h", "y": [p[0] for p in pieces],
+             "base": [p[1] for p in pieces], "x": [p[2] for p in pieces],
+             "marker": {"color": colour_of(category)},
+             "hovertemplate": (f"{category}<br>from %{{base:.2f}} for %{{x:.2f}} {unit.name}"
+                               "<extra>%{y}</extra>")}
+            for category, pieces in sorted(by_category.items(),
+                                           key=lambda kv: category_order(kv[0]))]
     rows = sorted({f"attempt {s.attempt}" for s in segments}, key=lambda r: int(r.split()[1]))
     legend, legend_px = category_legend(len(by_category))
-    fig.update_layout(**{**LAYOUT, "margin": {**MARGIN, "b": MARGIN["b"] + legend_px}},
-                      barmode="overlay", height=120 + 40 * len(rows) + legend_px,
-                      xaxis_title=f"{unit.name} since the job started",
-                      yaxis={"categoryorder": "array", "categoryarray": rows[::-1]},
-                      legend=legend)
-    return fig
+    return {"data": bars, "layout": _layout(
+        margin={**MARGIN, "b": MARGIN["b"] + legend_px}, barmode="overlay",
+        height=120 + 40 * len(rows) + legend_px,
+        xaxis={"title": _title(f"{unit.name} since the job started")},
+        yaxis={"categoryorder": "array", "categoryarray": rows[::-1]}, legend=legend)}
 
 
 DAY_MS = 86_400_000
@@ -200,7 +218,7 @@ MONDAY = "2000-01-03"
 EDGE_PAD = 0.02
 
 
-def _period_axis(fig: go.Figure, periods: Sequence[str], interval: str = "day",
+def _period_axis(fig: Figure, periods: Sequence[str], interval: str = "day",
                  moments: Sequence[datetime] = ()) -> tuple[datetime, datetime] | None:
     """Days (or weeks) on the x axis as whole periods: with one or two points plotly would
     otherwise zoom into milliseconds around them and label ticks 23:59:59.999.
@@ -209,26 +227,33 @@ def _period_axis(fig: go.Figure, periods: Sequence[str], interval: str = "day",
     that period and tick labels sit under the period they name: a rollout at 09:00 then
     falls inside its day's bar, not after it. ``moments`` (rollout times) widen the range
     so every marker is on the chart; the range is returned because marker clustering is
-    relative to what is visible.
+    relative to what is visible. Sets ``fig``'s x axis and its traces so far in place.
     """
     days = sorted({date.fromisoformat(p) for p in periods})
-    fig.update_xaxes(type="date", tickformat="%b %d", hoverformat="%Y-%m-%d",
-                     ticklabelmode="period")
+    layout = fig["layout"]
+    xaxis = {**layout.get("xaxis", {}), "type": "date", "tickformat": "%b %d",
+             "hoverformat": "%Y-%m-%d", "ticklabelmode": "period"}
+    layout["xaxis"] = xaxis
     if not days:
         return None
     week = interval == "week"
     period_ms = (7 if week else 1) * DAY_MS
-    fig.update_traces(xperiod=period_ms, xperiodalignment="middle",
-                      xperiod0=MONDAY if week else None)
+    period: dict[str, Any] = {"xperiod": period_ms, "xperiodalignment": "middle"}
+    if week:
+        period["xperiod0"] = MONDAY
     # Bars on a date axis are as wide as their data says: one bar would be a hairline.
-    fig.update_traces(width=0.8 * period_ms, selector={"type": "bar"})
+    fig["data"] = [{**trace, **period, **({"width": 0.8 * period_ms}
+                                          if trace["type"] == "bar" else {})}
+                   for trace in fig["data"]]
     low = min([_midnight(days[0]), *moments])
     high = max([_midnight(days[-1]) + timedelta(milliseconds=period_ms), *moments])
     pad = (high - low) * EDGE_PAD
     low, high = low - pad, high + pad
-    fig.update_xaxes(range=[_plotly_time(low), _plotly_time(high)])
+    xaxis["range"] = [_plotly_time(low), _plotly_time(high)]
     if (high - low) <= timedelta(milliseconds=31 * period_ms):
-        fig.update_xaxes(dtick=period_ms, tick0=MONDAY if week else None)
+        xaxis["dtick"] = period_ms
+        if week:
+            xaxis["tick0"] = MONDAY
     return low, high
 
 
@@ -273,144 +298,146 @@ def _period_label(period: date, interval: str) -> str:
 
 
 def _previous_traces(previous: PreviousPeriod, colours: Mapping[str, str],
-                     interval: str) -> list[go.Scatter]:
+                     interval: str) -> list[dict[str, Any]]:
     """Dashed lines of the previous period, at the shifted positions; the hover names the
     actual day or week (``customdata``), never the shifted one."""
     traces = []
     for group, points in previous.series.items():
         label = "previous period" if group == ALL else f"{_text(group)} (previous)"
-        traces.append(go.Scatter(
-            name=label, legendgroup=_text(group), meta="previous",
-            x=[(p + previous.shift).isoformat() for p, _ in points], y=[v for _, v in points],
-            customdata=[_period_label(p, interval) for p, _ in points], mode="lines+markers",
-            line={"dash": "dash", "width": 1.5, "color": colours.get(group, "#9aa3ad")},
-            marker={"size": 4}, opacity=0.8,
-            hovertemplate="%{customdata}: %{y:.2f}%<extra>" + label + "</extra>"))
+        traces.append({
+            "type": "scatter", "name": label, "legendgroup": _text(group), "meta": "previous",
+            "x": [(p + previous.shift).isoformat() for p, _ in points],
+            "y": [v for _, v in points],
+            "customdata": [_period_label(p, interval) for p, _ in points],
+            "mode": "lines+markers",
+            "line": {"dash": "dash", "width": 1.5, "color": colours.get(group, "#9aa3ad")},
+            "marker": {"size": 4}, "opacity": 0.8,
+            "hovertemplate": "%{customdata}: %{y:.2f}%<extra>" + label + "</extra>"})
     return traces
 
 
 def ett_trend(series: Mapping[str, Sequence[tuple[date, float]]], interval: str,
               markers: Sequence[RolloutMarker] = (), previous: PreviousPeriod | None = None,
-              filters: Mapping[str, str] | None = None) -> go.Figure:
+              filters: Mapping[str, str] | None = None) -> Figure:
     """ETT% per day or week, one line per group (GPU-weighted within each point), with a
     lane of rollout markers per component above it and, when given, the previous period
     dashed beneath. ``filters`` travel with a marker cluster's link to the rollouts list."""
     groups = list(dict.fromkeys([*series, *(previous.series if previous else {})]))
     colours = {g: GROUP_COLOURS[i % len(GROUP_COLOURS)] for i, g in enumerate(groups)}
-    fig = go.Figure([
-        go.Scatter(name=_text(group), legendgroup=_text(group),
-                   x=[p.isoformat() for p, _ in points], y=[v for _, v in points],
-                   mode="lines+markers", line={"color": colours[group]},
-                   hovertemplate="%{x}: %{y:.2f}%<extra>" + _text(group) + "</extra>")
-        for group, points in series.items()
-    ])
+    traces = [{"type": "scatter", "name": _text(group), "legendgroup": _text(group),
+               "x": [p.isoformat() for p, _ in points], "y": [v for _, v in points],
+               "mode": "lines+markers", "line": {"color": colours[group]},
+               "hovertemplate": "%{x}: %{y:.2f}%<extra>" + _text(group) + "</extra>"}
+              for group, points in series.items()]
     periods = [p.isoformat() for points in series.values() for p, _ in points]
     if previous is not None:  # the axis spans the shifted points too, so none is cut off
-        fig.add_traces(_previous_traces(previous, colours, interval))
+        traces += _previous_traces(previous, colours, interval)
         periods += [(p + previous.shift).isoformat() for points in previous.series.values()
                     for p, _ in points]
-    fig.update_layout(**LAYOUT, height=340, yaxis={"title": "ETT%", "range": [0, 100]},
-                      xaxis_title=f"{interval} (UTC)", legend_title="group")
+    fig = {"data": traces, "layout": _layout(
+        height=340, yaxis={"title": _title("ETT%"), "range": [0, 100]},
+        xaxis={"title": _title(f"{interval} (UTC)")}, legend={"title": _title("group")})}
     _with_markers(fig, periods, interval, markers, filters)
     return fig
 
 
 def component_lost_chart(points: Sequence[tuple[date, float]], component: str, interval: str,
                          markers: Sequence[RolloutMarker] = (),
-                         filters: Mapping[str, str] | None = None) -> go.Figure:
+                         filters: Mapping[str, str] | None = None) -> Figure:
     """One component's lost GPU-hours per day or week, its rollouts in a lane above."""
     x = [p.isoformat() for p, _ in points]
-    fig = go.Figure(go.Bar(name="lost GPU-hours", x=x, y=[v for _, v in points],
-                           marker_color=colour_of(component),
-                           hovertemplate="%{x}: %{y:.2f} GPU-hours<extra></extra>"))
-    fig.update_layout(**LAYOUT, height=300, yaxis={"title": "lost GPU-hours",
-                                                   "rangemode": "tozero"},
-                      xaxis_title=f"{interval} (UTC)", showlegend=False)
+    bar = {"type": "bar", "name": "lost GPU-hours", "x": x, "y": [v for _, v in points],
+           "marker": {"color": colour_of(component)},
+           "hovertemplate": "%{x}: %{y:.2f} GPU-hours<extra></extra>"}
+    fig = {"data": [bar], "layout": _layout(
+        height=300, yaxis={"title": _title("lost GPU-hours"), "rangemode": "tozero"},
+        xaxis={"title": _title(f"{interval} (UTC)")}, showlegend=False)}
     _with_markers(fig, x, interval, markers, filters)
     return fig
 
 
 def component_share_chart(points: Sequence[tuple[date, float]], component: str, interval: str,
                           markers: Sequence[RolloutMarker] = (),
-                          filters: Mapping[str, str] | None = None) -> go.Figure:
+                          filters: Mapping[str, str] | None = None) -> Figure:
     """One component's lost share: points of the fleet's wall time per day or week (a
     growing fleet does not look worse), its rollouts in a lane above."""
     x = [p.isoformat() for p, _ in points]
-    fig = go.Figure(go.Scatter(name="lost share", x=x, y=[v for _, v in points],
-                               mode="lines+markers", line_color=colour_of(component),
-                               hovertemplate="%{x}: %{y:.2f} pts of wall time<extra></extra>"))
-    fig.update_layout(**LAYOUT, height=300,
-                      yaxis={"title": "pts of fleet wall time", "rangemode": "tozero"},
-                      xaxis_title=f"{interval} (UTC)", showlegend=False)
+    line = {"type": "scatter", "name": "lost share", "x": x, "y": [v for _, v in points],
+            "mode": "lines+markers", "line": {"color": colour_of(component)},
+            "hovertemplate": "%{x}: %{y:.2f} pts of wall time<extra></extra>"}
+    fig = {"data": [line], "layout": _layout(
+        height=300, yaxis={"title": _title("pts of fleet wall time"), "rangemode": "tozero"},
+        xaxis={"title": _title(f"{interval} (UTC)")}, showlegend=False)}
     _with_markers(fig, x, interval, markers, filters)
     return fig
 
 
-def lost_gpu_hours_bar(gpu_hours: Mapping[str, float]) -> go.Figure:
+def lost_gpu_hours_bar(gpu_hours: Mapping[str, float]) -> Figure:
     """The fleet's lost GPU-hours per owning component, largest first."""
     items = sorted(((c, h) for c, h in gpu_hours.items() if h > 0), key=lambda kv: -kv[1])
     names = [c for c, _ in items]
-    fig = go.Figure(go.Bar(
-        x=[h for _, h in items], y=names, orientation="h",
-        marker_color=[colour_of(c) for c in names],
-        hovertemplate="%{y}: %{x:.2f} GPU-hours<extra></extra>",
-    ))
-    fig.update_layout(**LAYOUT, height=80 + 28 * max(len(items), 1),
-                      xaxis_title="lost GPU-hours", yaxis={"autorange": "reversed"})
-    return fig
+    bar = {"type": "bar", "x": [h for _, h in items], "y": names, "orientation": "h",
+           "marker": {"color": [colour_of(c) for c in names]},
+           "hovertemplate": "%{y}: %{x:.2f} GPU-hours<extra></extra>"}
+    return {"data": [bar], "layout": _layout(
+        height=80 + 28 * max(len(items), 1), xaxis={"title": _title("lost GPU-hours")},
+        yaxis={"autorange": "reversed"})}
 
 
 def lost_over_time_stacked(periods: Sequence[date], gpu_hours: Mapping[str, Sequence[float]],
-                           interval: str = "day") -> go.Figure:
+                           interval: str = "day") -> Figure:
     """Lost GPU-hours per period, stacked by owning component (the largest loser at the
     bottom, as ``gpu_hours`` is ordered)."""
     x = [p.isoformat() for p in periods]
-    fig = go.Figure([
-        go.Bar(name=component, x=x, y=list(values), marker_color=colour_of(component),
-               hovertemplate="%{x}: %{y:.2f} GPU-hours<extra>" + _text(component) + "</extra>")
-        for component, values in gpu_hours.items()])
-    fig.update_layout(**LAYOUT, barmode="stack", height=340, yaxis_title="lost GPU-hours",
-                      legend_title="component")
+    bars = [{"type": "bar", "name": component, "x": x, "y": list(values),
+             "marker": {"color": colour_of(component)},
+             "hovertemplate": ("%{x}: %{y:.2f} GPU-hours<extra>" + _text(component)
+                               + "</extra>")}
+            for component, values in gpu_hours.items()]
+    fig = {"data": bars, "layout": _layout(
+        barmode="stack", height=340, yaxis={"title": _title("lost GPU-hours")},
+        legend={"title": _title("component")})}
     _period_axis(fig, x, interval)
     return fig
 
 
 def restart_tax_stacked(periods: Sequence[date], by_category: Sequence[Mapping[str, float]],
-                        categories: Sequence[str], interval: str = "day") -> go.Figure:
+                        categories: Sequence[str], interval: str = "day") -> Figure:
     """GPU-hours spent recovering from failures per period, stacked by what they went to."""
-    fig = go.Figure([
-        go.Bar(name=category, x=[p.isoformat() for p in periods],
-               y=[row.get(category, 0.0) for row in by_category],
-               marker_color=colour_of(category),
-               hovertemplate="%{x}: %{y:.2f} GPU-hours<extra>" + category + "</extra>")
-        for category in sorted(categories, key=category_order)
-    ])
-    fig.update_layout(**LAYOUT, barmode="stack", height=320, yaxis_title="GPU-hours",
-                      legend_title="category")
-    _period_axis(fig, [p.isoformat() for p in periods], interval)
+    x = [p.isoformat() for p in periods]
+    bars = [{"type": "bar", "name": category, "x": x,
+             "y": [row.get(category, 0.0) for row in by_category],
+             "marker": {"color": colour_of(category)},
+             "hovertemplate": "%{x}: %{y:.2f} GPU-hours<extra>" + category + "</extra>"}
+            for category in sorted(categories, key=category_order)]
+    fig = {"data": bars, "layout": _layout(
+        barmode="stack", height=320, yaxis={"title": _title("GPU-hours")},
+        legend={"title": _title("category")})}
+    _period_axis(fig, x, interval)
     return fig
 
 
 def lifecycle_chart(periods: Sequence[date], time_to_start_s: Sequence[float | None],
                     time_to_recover_s: Sequence[float | None],
-                    failures: Sequence[int], interval: str = "day") -> go.Figure:
+                    failures: Sequence[int], interval: str = "day") -> Figure:
     """Mean time to start and to recover (minutes, lines) and failures (bars, right axis)."""
     x = [p.isoformat() for p in periods]
 
     def minutes(values: Sequence[float | None]) -> list[float | None]:
         return [None if v is None else v / 60.0 for v in values]
 
-    fig = go.Figure([
-        go.Bar(name="failures", x=x, y=list(failures), yaxis="y2", opacity=0.35,
-               marker_color=colour_of("failure")),
-        go.Scatter(name="time to start", x=x, y=minutes(time_to_start_s),
-                   mode="lines+markers", connectgaps=True),
-        go.Scatter(name="time to recover", x=x, y=minutes(time_to_recover_s),
-                   mode="lines+markers", connectgaps=True),
-    ])
-    fig.update_layout(**LAYOUT, height=320, yaxis_title="mean minutes",
-                      yaxis2={"title": "failures", "overlaying": "y", "side": "right",
-                              **count_axis(max(failures, default=0))})
+    traces = [
+        {"type": "bar", "name": "failures", "x": x, "y": list(failures), "yaxis": "y2",
+         "opacity": 0.35, "marker": {"color": colour_of("failure")}},
+        {"type": "scatter", "name": "time to start", "x": x, "y": minutes(time_to_start_s),
+         "mode": "lines+markers", "connectgaps": True},
+        {"type": "scatter", "name": "time to recover", "x": x,
+         "y": minutes(time_to_recover_s), "mode": "lines+markers", "connectgaps": True},
+    ]
+    fig = {"data": traces, "layout": _layout(
+        height=320, yaxis={"title": _title("mean minutes")},
+        yaxis2={"title": _title("failures"), "overlaying": "y", "side": "right",
+                **count_axis(max(failures, default=0))})}
     _period_axis(fig, x, interval)
     return fig
 
@@ -551,21 +578,22 @@ def cluster_url(cluster: MarkerCluster, filters: Mapping[str, str] | None = None
 
 
 def _lane_trace(index: int, component: str, lane: Sequence[MarkerCluster],
-                axis: str, filters: Mapping[str, str] | None = None) -> go.Scatter:
+                axis: str, filters: Mapping[str, str] | None = None) -> dict[str, Any]:
     """One lane: diamonds for single rollouts, numbered circles for clusters."""
     single = [c.count == 1 for c in lane]
     colour = colour_of(component)
-    return go.Scatter(
-        name=f"rollouts · {_text(component)}", meta="rollouts", yaxis=axis, showlegend=False,
-        x=[_plotly_time(c.at) for c in lane], y=[index] * len(lane), mode="markers+text",
-        marker={"symbol": ["diamond" if s else "circle" for s in single],
-                "size": [13 if s else 19 for s in single], "color": colour,
-                "line": {"color": "#ffffff", "width": 1}},
-        text=["" if s else str(c.count) for s, c in zip(single, lane, strict=True)],
-        textposition="middle center", textfont={"color": ink_on(colour), "size": 10},
-        hovertext=[marker_hover(c) for c in lane], hoverinfo="text",
-        hoverlabel={"align": "left"}, customdata=[cluster_url(c, filters) for c in lane],
-    )
+    return {
+        "type": "scatter", "name": f"rollouts · {_text(component)}", "meta": "rollouts",
+        "yaxis": axis, "showlegend": False, "x": [_plotly_time(c.at) for c in lane],
+        "y": [index] * len(lane), "mode": "markers+text",
+        "marker": {"symbol": ["diamond" if s else "circle" for s in single],
+                   "size": [13 if s else 19 for s in single], "color": colour,
+                   "line": {"color": "#ffffff", "width": 1}},
+        "text": ["" if s else str(c.count) for s, c in zip(single, lane, strict=True)],
+        "textposition": "middle center", "textfont": {"color": ink_on(colour), "size": 10},
+        "hovertext": [marker_hover(c) for c in lane], "hoverinfo": "text",
+        "hoverlabel": {"align": "left"}, "customdata": [cluster_url(c, filters) for c in lane],
+    }
 
 
 def _guides(lanes: Mapping[str, Sequence[MarkerCluster]]) -> list[dict[str, object]]:
@@ -586,31 +614,35 @@ def _guides(lanes: Mapping[str, Sequence[MarkerCluster]]) -> list[dict[str, obje
     return shapes
 
 
-def add_rollout_lanes(fig: go.Figure, lanes: Mapping[str, Sequence[MarkerCluster]],
+def add_rollout_lanes(fig: Figure, lanes: Mapping[str, Sequence[MarkerCluster]],
                       axis: str = "y2", filters: Mapping[str, str] | None = None) -> None:
     """A strip of lanes above the figure's plot, one per component, on its own y axis.
 
     Lanes sit on a separate axis domain (not on the plot) so markers never hide data and
     the lane label (the component) reads like an axis label. Lane positions are numbers with
     escaped tick text: a component name is user text and never becomes a plotly category.
+    The figure grows by the strip's height; changed in place.
     """
     if not lanes:
         return
     names = list(lanes)
     lanes_px = LANE_PX * len(names) + LANES_GAP_PX
-    height = int(fig.layout.height or 340) + lanes_px
+    layout = fig["layout"]
+    height = int(layout.get("height") or 340) + lanes_px
     split = 1.0 - lanes_px / (height - PLOT_MARGIN_PX)
-    fig.update_layout(height=height, yaxis={"domain": [0.0, split]}, shapes=_guides(lanes))
-    fig.update_layout({f"yaxis{axis[1:]}": {
+    layout["height"] = height
+    layout["yaxis"] = {**layout.get("yaxis", {}), "domain": [0.0, split]}
+    layout["shapes"] = _guides(lanes)
+    layout[f"yaxis{axis[1:]}"] = {
         "domain": [split + LANES_GAP_PX / (height - PLOT_MARGIN_PX), 1.0], "fixedrange": True,
         "range": [len(names) - 0.5, -0.5], "tickvals": list(range(len(names))),
         "ticktext": [_text(n, 32) for n in names], "showgrid": False, "zeroline": False,
-        "ticks": "", "title": {"text": ""}}})
-    for index, name in enumerate(names):
-        fig.add_trace(_lane_trace(index, name, lanes[name], axis, filters))
+        "ticks": "", "title": {"text": ""}}
+    fig["data"] = [*fig["data"], *(_lane_trace(index, name, lanes[name], axis, filters)
+                                   for index, name in enumerate(names))]
 
 
-def _with_markers(fig: go.Figure, periods: Sequence[str], interval: str,
+def _with_markers(fig: Figure, periods: Sequence[str], interval: str,
                   markers: Sequence[RolloutMarker],
                   filters: Mapping[str, str] | None = None) -> None:
     """Set the period axis (widened to the markers) and draw the marker lanes on it."""

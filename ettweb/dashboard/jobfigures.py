@@ -21,6 +21,7 @@ from ettweb.colours import category_order, colour_of
 from ettweb.dashboard.figures import (
     LAYOUT,
     MARGIN,
+    Figure,
     Unit,
     category_legend,
     phase_timeline,
@@ -45,7 +46,7 @@ def unit_of(headline: JobHeadline) -> Unit:
     return unit_for(headline.wall_s)
 
 
-def category_timeline(rows: Sequence[TimelineRow], job_start: float) -> go.Figure:
+def category_timeline(rows: Sequence[TimelineRow], job_start: float) -> Figure:
     """The stored timeline drawn as the phase timeline: one row per attempt, a bar per
     piece coloured by category (the restart gap on the row of the attempt after it)."""
     segments = [Segment(start, end, row.attempt, 0, {category: end - start})

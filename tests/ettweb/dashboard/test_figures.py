@@ -7,6 +7,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
+import plotly.graph_objects as go
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
@@ -43,7 +44,7 @@ def every_category_segments() -> list[Segment]:
 # ------------------------------------------------------------------ 1. the timeline legend
 
 def test_timeline_legend_is_horizontal_under_the_plot_with_productive_first() -> None:
-    fig = figures.phase_timeline(every_category_segments(), 0.0)
+    fig = go.Figure(figures.phase_timeline(every_category_segments(), 0.0))
     names = [trace.name for trace in fig.data]
     assert names[:4] == [PRODUCTIVE, "repeated_training", "failure", "restart_gap"]
     assert sorted(names) == KNOWN_CATEGORIES  # one entry each
@@ -109,15 +110,15 @@ def test_colour_of_is_the_single_source() -> None:
 
 
 def test_dashboard_charts_use_the_fixed_colours() -> None:
-    stacked = figures.fleet_lost_stacked(["j1"], [{"checkpointing": 5.0, "pt2_compiler": 3.0}],
-                                         ["checkpointing", "pt2_compiler"])
+    stacked = go.Figure(figures.fleet_lost_stacked(
+        ["j1"], [{"checkpointing": 5.0, "pt2_compiler": 3.0}], ["checkpointing", "pt2_compiler"]))
     assert {t.name: t.marker.color for t in stacked.data} == {
         "checkpointing": colours.COMPONENT_COLOURS["checkpointing"],
         "pt2_compiler": colours.COMPONENT_COLOURS["pt2_compiler"]}
-    tax = figures.restart_tax_stacked([date(2026, 3, 2)], [{"checkpoint_load": 1.0}],
-                                      ["checkpoint_load"])
+    tax = go.Figure(figures.restart_tax_stacked([date(2026, 3, 2)], [{"checkpoint_load": 1.0}],
+                                                ["checkpoint_load"]))
     assert tax.data[0].marker.color == colours.CATEGORY_COLOURS["checkpoint_load"]
-    timeline = figures.phase_timeline(every_category_segments(), 0.0)
+    timeline = go.Figure(figures.phase_timeline(every_category_segments(), 0.0))
     assert {t.name: t.marker.color for t in timeline.data} == {
         name: colours.CATEGORY_COLOURS[name] for name in KNOWN_CATEGORIES}
 
@@ -149,8 +150,8 @@ def test_ink_is_dark_on_light_colours() -> None:
 @pytest.mark.parametrize(("largest", "step"), [(0, 1), (1, 1), (5, 1), (6, 2), (11, 5),
                                                (37, 10), (250, 50)])
 def test_the_failures_axis_ticks_whole_numbers(largest: int, step: int) -> None:
-    fig = figures.lifecycle_chart([date(2026, 3, 1), date(2026, 3, 2)], [60.0, None],
-                                  [None, 120.0], [largest, 0])
+    fig = go.Figure(figures.lifecycle_chart([date(2026, 3, 1), date(2026, 3, 2)], [60.0, None],
+                                            [None, 120.0], [largest, 0]))
     axis = fig.layout.yaxis2
     assert axis.tickformat == ",d"
     assert (axis.tick0, axis.dtick, axis.rangemode) == (0, step, "tozero")

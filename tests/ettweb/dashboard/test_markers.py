@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from datetime import UTC, date, datetime, timedelta
 
+import plotly.graph_objects as go
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -140,7 +141,7 @@ def test_trend_draws_a_lane_per_component_above_the_plot() -> None:
     markers = [_marker(i, MAR1 + timedelta(seconds=rng.uniform(0, 29 * 86400)),
                        rng.choice(["checkpointing", "pt2_compiler", "<i>x</i>"]))
                for i in range(50)]
-    fig = figures.ett_trend(series, "day", markers)
+    fig = go.Figure(figures.ett_trend(series, "day", markers))
     lanes = [t for t in fig.data if t.meta == "rollouts"]
     assert [t.name for t in lanes] == ["rollouts · &lt;i&gt;x&lt;/i&gt;",
                                        "rollouts · checkpointing", "rollouts · pt2_compiler"]
@@ -155,24 +156,25 @@ def test_trend_draws_a_lane_per_component_above_the_plot() -> None:
 
 
 def test_trend_without_markers_has_no_lanes() -> None:
-    fig = figures.ett_trend({"all": [(date(2026, 3, 1), 80.0)]}, "day")
+    fig = go.Figure(figures.ett_trend({"all": [(date(2026, 3, 1), 80.0)]}, "day"))
     assert [t for t in fig.data if t.meta == "rollouts"] == []
     assert "yaxis2" not in fig.layout.to_plotly_json()
 
 
 def test_markers_outside_the_data_widen_the_axis() -> None:
     late = datetime(2026, 3, 9, 12, tzinfo=UTC)
-    fig = figures.ett_trend({"all": [(date(2026, 3, 1), 80.0)]}, "day", [_marker(1, late)])
+    fig = go.Figure(figures.ett_trend({"all": [(date(2026, 3, 1), 80.0)]}, "day",
+                                      [_marker(1, late)]))
     pad = (late - MAR1) * figures.EDGE_PAD  # the data's day starts at MAR1
     assert fig.layout.xaxis.range == (f"{MAR1 - pad:%Y-%m-%d %H:%M:%S}",
                                       f"{late + pad:%Y-%m-%d %H:%M:%S}")
 
 
 def test_periods_are_drawn_across_their_whole_day_or_week() -> None:
-    day = figures.ett_trend({"all": [(date(2026, 3, 2), 80.0)]}, "day")
+    day = go.Figure(figures.ett_trend({"all": [(date(2026, 3, 2), 80.0)]}, "day"))
     assert (day.data[0].xperiod, day.data[0].xperiodalignment) == (figures.DAY_MS, "middle")
-    week = figures.component_lost_chart([(date(2026, 3, 2), 1.0)], "c", "week",
-                                        [_marker(1, datetime(2026, 3, 5, tzinfo=UTC))])
+    week = go.Figure(figures.component_lost_chart(
+        [(date(2026, 3, 2), 1.0)], "c", "week", [_marker(1, datetime(2026, 3, 5, tzinfo=UTC))]))
     bars, lane = week.data
     assert (bars.xperiod, bars.xperiod0) == (7 * figures.DAY_MS, figures.MONDAY)
     assert lane.xperiod is None  # a rollout is drawn at its own moment
