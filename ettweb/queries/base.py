@@ -24,7 +24,7 @@ from django.db.models import F, Max, Q, Sum
 from django.db.models.functions import Coalesce, TruncWeek
 
 from ettweb.attribution.components import DEFAULT_PHASE_COMPONENTS, component_of
-from ettweb.rollups.models import DailyCategoryRollup, PhaseComponent
+from ettweb.rollups.models import DailyCategoryRollup, FleetDayRollup, PhaseComponent
 from ettweb.text import unstorable
 
 HOUR_S: Final = 3600.0
@@ -268,6 +268,20 @@ def day_rows(query_range: DateRange, jobs: JobFilter = ANY_JOB) -> Any:
     rows = DailyCategoryRollup.objects.filter(day__gte=query_range.date_from,
                                               day__lte=query_range.date_to)
     return jobs.narrow(rows)
+
+
+def category_rows(query_range: DateRange, jobs: JobFilter = ANY_JOB) -> Any:
+    """Rows of ``day``, ``category``, ``seconds`` and ``gpu_seconds`` inside ``query_range``
+    whose sums are the kept jobs' sums (a queryset to aggregate by day and category).
+
+    Every job kept: the fleet's day sums (``FleetDayRollup``, ~16 rows a day, exactly the
+    day rows' sums). A filter: the kept jobs' own day rows, since the sums are not split by
+    label. Grouping by a job's label needs :func:`day_rows` itself.
+    """
+    if jobs.is_any:
+        return FleetDayRollup.objects.filter(day__gte=query_range.date_from,
+                                             day__lte=query_range.date_to)
+    return day_rows(query_range, jobs)
 
 
 def periods(rows: Any, interval: Interval) -> Any:

@@ -28,6 +28,7 @@ from ettweb.queries.base import (
     Interval,
     JobFilter,
     as_date,
+    category_rows,
     day_rows,
     pct,
     periods,
@@ -249,7 +250,7 @@ def _period_category_sums(query_range: DateRange, interval: Interval,
                           jobs: JobFilter) -> dict[tuple[date, str], float]:
     """The (filtered) fleet's GPU-s per (period, category), productive included: one grouped
     read."""
-    rows = (periods(day_rows(query_range, jobs), interval).values("period", "category")
+    rows = (periods(category_rows(query_range, jobs), interval).values("period", "category")
             .annotate(gpu_s=Sum("gpu_seconds")))
     sums: dict[tuple[date, str], float] = defaultdict(float)
     for row in rows:
@@ -365,7 +366,7 @@ class ComponentsIndexQueryRunner:
 
     def calculate(self) -> ComponentsIndexResult:
         mapping = phase_components()
-        sums = dict(day_rows(self.query.range, self.query.jobs).values("category")
+        sums = dict(category_rows(self.query.range, self.query.jobs).values("category")
                     .annotate(gpu_s=Sum("gpu_seconds")).values_list("category", "gpu_s"))
         lost: dict[str, float] = defaultdict(float)
         for category, gpu_s in sums.items():

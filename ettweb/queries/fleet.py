@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, Final
 
-from django.db.models import Count, DateField, F, Func, Q, Sum
+from django.db.models import Count, DateField, F, Func, Sum
 from django.db.models.functions import Cast, TruncWeek
 
 from collector.schema import FAILED_STATUSES
@@ -29,6 +29,7 @@ from ettweb.queries.base import (
     aggregating,
     as_date,
     by_component,
+    category_rows,
     day_rows,
     gpu_bucket,
     pct,
@@ -36,7 +37,7 @@ from ettweb.queries.base import (
     quarantined_lines,
     validated,
 )
-from ettweb.rollups.models import AttemptRollup, JobRollup, RecoveryRollup
+from ettweb.rollups.models import AttemptRollup, JobDayRollup, JobRollup, RecoveryRollup
 
 # --------------------------------------------------------------------------- day totals
 
@@ -81,9 +82,10 @@ class DayTotalsQueryRunner:
         keys = ["day", "category"] + ([_GROUP_FIELDS[q.group_by]] if q.group_by != "none"
                                       else [])
         cells: dict[tuple[date, str, str], float] = defaultdict(float)
+        source = (category_rows(q.range, q.jobs) if q.group_by == "none"
+                  else day_rows(q.range, q.jobs))
         with aggregating():
-            rows = list(day_rows(q.range, q.jobs).values(*keys)
-                        .annotate(gpu_s=Sum("gpu_seconds")).order_by())
+            rows = list(source.values(*keys).annotate(gpu_s=Sum("gpu_seconds")).order_by())
         for row in rows:
             group = _group_label(q.group_by, row.get(keys[-1]))
             cells[(row["day"], group, row["category"])] += row["gpu_s"] or 0.0
@@ -371,11 +373,15 @@ class TopJobsQueryRunner:
         self.query = query
 
     def calculate(self) -> TopJobsResult:
-        lost = ~Q(category=PRODUCTIVE)
+        q = self.query
+        job_days = q.jobs.narrow(JobDayRollup.objects.filter(day__gte=q.range.date_from,
+                                                             day__lte=q.range.date_to))
         with aggregating():
-            rows = list(day_rows(self.query.range, self.query.jobs).values("job_id")
-                        .annotate(lost=Sum("gpu_seconds", filter=lost), wall=Sum("gpu_seconds"))
-                        .filter(lost__gt=0).order_by("-lost", "job_id")[:self.query.limit])
+            rows = list(job_days.values("job_id")
+                        .annotate(wall=Sum("wall_gpu_seconds"),
+                                  productive=Sum("productive_gpu_seconds"))
+                        .annotate(lost=F("wall") - F("productive"))
+                        .filter(lost__gt=0).order_by("-lost", "job_id")[:q.limit])
         meta = {r.job: r for r in JobRollup.objects.filter(job__in=[x["job_id"] for x in rows])}
         jobs = [TopJob(job=row["job_id"], lost_gpu_s=row["lost"], wall_gpu_s=row["wall"],
                        gpus=meta[row["job_id"]].gpus, status=meta[row["job_id"]].status,

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import operator
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
@@ -32,6 +34,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
+from ettweb.attribution.components import PRODUCTIVE
 from ettweb.attribution.engine import (
     DAY_S,
     Event,
@@ -48,6 +51,8 @@ from ettweb.rollups.models import (
     AttemptTimeline,
     DailyCategoryRollup,
     DirtyJob,
+    FleetDayRollup,
+    JobDayRollup,
     JobLostRollup,
     JobRollup,
     RecoveryRollup,
@@ -334,7 +339,9 @@ def _lost_rows(job: JobRollup) -> list[tuple[str, str, float]]:
 
 def _write_jobs(rows: Sequence[_JobRows], gone: Sequence[str]) -> tuple[int, int, set[date]]:
     """Upsert job rows, replace attempts and recoveries, rewrite the timeline and lanes of
-    the jobs whose drawing changed, and diff the day rows."""
+    the jobs whose drawing changed, and diff the day rows (a gone job's day rows go first,
+    so the fleet's day sums lose them before the cascade deletes them)."""
+    gone_written, gone_deleted, gone_days = _write_days({job: {} for job in gone})
     JobRollup.objects.filter(job__in=gone).delete()
     stored = dict(JobRollup.objects.filter(job__in=[r.job.job for r in rows])
                   .values_list("job", "timeline_digest"))
@@ -349,11 +356,23 @@ def _write_jobs(rows: Sequence[_JobRows], gone: Sequence[str]) -> tuple[int, int
                           [t for r in redrawn for t in r.timeline])
         _replace_children(AttemptLane, [r.job.job for r in redrawn],
                           [lane for r in redrawn for lane in r.lanes])
-    return _write_days({r.job.job: r.days for r in rows})
+    written, deleted, days = _write_days({r.job.job: r.days for r in rows})
+    return written + gone_written, deleted + gone_deleted, days | gone_days
+
+
+#: One change to the fleet's day sums: (day, category, seconds, GPU-seconds, +1 or -1).
+_FleetChange = tuple[date, str, float, float, int]
 
 
 def _write_days(wanted: dict[str, dict[DayKey, DayValues]]) -> tuple[int, int, set[date]]:
-    """Write only the day rows whose numbers changed; returns (written, deleted, days)."""
+    """Write only the day rows whose numbers changed; returns (written, deleted, days).
+
+    The fleet's day sums (:class:`FleetDayRollup`) get each written row's new value and lose
+    its old one, and the touched job-days (:class:`JobDayRollup`) are summed again, in this
+    same transaction: no reader ever sees the three tables disagree.
+    """
+    if not wanted:
+        return 0, 0, set()
     stored: dict[tuple[str, date, str], tuple[int, DayValues]] = {
         (str(job), day, category): (pk, (seconds, gpu_seconds))
         for pk, job, day, category, seconds, gpu_seconds in DailyCategoryRollup.objects
@@ -363,7 +382,8 @@ def _write_days(wanted: dict[str, dict[DayKey, DayValues]]) -> tuple[int, int, s
     now = timezone.now()
     inserts: list[tuple[date, str, str, float, float, Any]] = []  # _copy_columns order
     updates: list[tuple[float, float, Any, int]] = []
-    days: set[date] = set()
+    changes: list[_FleetChange] = []
+    touched: set[tuple[str, date]] = set()
     for job, values in wanted.items():
         for (day, category), new in values.items():
             old = stored.pop((job, day, category), None)
@@ -371,10 +391,14 @@ def _write_days(wanted: dict[str, dict[DayKey, DayValues]]) -> tuple[int, int, s
                 inserts.append((day, job, category, new[0], new[1], now))
             elif not _same(old[1], new):
                 updates.append((new[0], new[1], now, old[0]))
+                changes.append((day, category, old[1][0], old[1][1], -1))
             else:
                 continue
-            days.add(day)
-    days.update(day for (_, day, _) in stored)
+            changes.append((day, category, new[0], new[1], 1))
+            touched.add((job, day))
+    for (job, day, category), (_, (seconds, gpu_seconds)) in stored.items():
+        changes.append((day, category, seconds, gpu_seconds, -1))
+        touched.add((job, day))
     raw = connection.connection
     assert raw is not None
     with raw.cursor() as copy_cursor:
@@ -387,7 +411,64 @@ def _write_days(wanted: dict[str, dict[DayKey, DayValues]]) -> tuple[int, int, s
         if stored:
             cursor.execute(f"DELETE FROM {DailyCategoryRollup._meta.db_table} "
                            "WHERE id = ANY(%s)", [[pk for pk, _ in stored.values()]])
-    return len(inserts) + len(updates), len(stored), days
+        _change_fleet_days(cursor, changes)
+        _rewrite_job_days(cursor, wanted, touched)
+    return len(inserts) + len(updates), len(stored), {day for _, day in touched}
+
+
+def _change_fleet_days(cursor: Any, changes: Sequence[_FleetChange]) -> None:
+    """Add ``changes`` to the fleet's day sums in one statement, cells in key order.
+
+    Exact: each value enters as ``float8::numeric``, the same conversion the backfill and
+    :func:`fleet_days_drift` apply to the stored rows. Key order: concurrent refreshes
+    that share cells (today's, above all) lock them in the same order, so never deadlock;
+    the locks last from here to the commit that follows. A cell that reaches exactly zero
+    (its last row gone) is deleted.
+    """
+    if not changes:
+        return
+    table = FleetDayRollup._meta.db_table
+    days, categories, seconds, gpu_seconds, signs = (list(column) for column in zip(*changes,
+                                                                                    strict=True))
+    cursor.execute(
+        f"INSERT INTO {table} AS f (day, category, seconds, gpu_seconds) "
+        "SELECT day, category, SUM(sign * s::numeric), SUM(sign * g::numeric) "
+        "FROM unnest(%s::date[], %s::text[], %s::float8[], %s::float8[], %s::int[]) "
+        "AS c(day, category, s, g, sign) GROUP BY day, category ORDER BY day, category "
+        "ON CONFLICT (day, category) DO UPDATE SET seconds = f.seconds + EXCLUDED.seconds, "
+        "gpu_seconds = f.gpu_seconds + EXCLUDED.gpu_seconds",
+        [days, categories, seconds, gpu_seconds, signs])
+    cursor.execute(
+        f"DELETE FROM {table} f USING unnest(%s::date[], %s::text[]) AS c(day, category) "
+        "WHERE f.day = c.day AND f.category = c.category AND f.seconds = 0 "
+        "AND f.gpu_seconds = 0", [days, categories])
+
+
+def _rewrite_job_days(cursor: Any, wanted: Mapping[str, Mapping[DayKey, DayValues]],
+                      touched: set[tuple[str, date]]) -> None:
+    """Replace the job-day sums of the ``touched`` (job, day) pairs from the wanted rows
+    (``math.fsum``: the same sum whatever order the categories come in)."""
+    if not touched:
+        return
+    pairs = sorted(touched)
+    cursor.execute(
+        f"DELETE FROM {JobDayRollup._meta.db_table} d USING unnest(%s::text[], %s::date[]) "
+        "AS t(job, day) WHERE d.job = t.job AND d.day = t.day",
+        [[job for job, _ in pairs], [day for _, day in pairs]])
+    walls: dict[tuple[str, date], list[float]] = defaultdict(list)
+    productive: dict[tuple[str, date], float] = defaultdict(float)
+    for job in {job for job, _ in pairs}:
+        for (day, category), (_, gpu_seconds) in wanted.get(job, {}).items():
+            if (job, day) in touched:
+                walls[(job, day)].append(gpu_seconds)
+                if category == PRODUCTIVE:
+                    productive[(job, day)] += gpu_seconds
+    rows = [(job, day, math.fsum(walls[(job, day)]), productive[(job, day)])
+            for job, day in pairs if (job, day) in walls]
+    raw = connection.connection
+    assert raw is not None
+    with raw.cursor() as copy_cursor:
+        _copy(copy_cursor, JobDayRollup, rows)
 
 
 def _claim_marks(job_ids: Sequence[str]) -> set[str]:
@@ -519,6 +600,8 @@ def _with_elapsed(stats: RefreshStats, began: float) -> RefreshStats:
 
 _ROLLUP_MODELS = (AttemptLane, AttemptTimeline, JobLostRollup, RecoveryRollup, AttemptRollup,
                   DailyCategoryRollup, JobRollup)
+#: Sums of the day rows, filled from them after a rebuild (``_sum_day_rows``).
+_DAY_SUM_MODELS = (FleetDayRollup, JobDayRollup)
 
 
 def rebuild_all() -> RefreshStats:
@@ -531,7 +614,8 @@ def rebuild_all() -> RefreshStats:
     with transaction.atomic():
         # Dirty marks go too: every job is recomputed here; a batch that commits later waits
         # for this TRUNCATE's lock, then marks its job again.
-        tables = ", ".join(model._meta.db_table for model in (*_ROLLUP_MODELS, DirtyJob))
+        tables = ", ".join(model._meta.db_table
+                           for model in (*_DAY_SUM_MODELS, *_ROLLUP_MODELS, DirtyJob))
         with connection.cursor() as cursor:
             # Django's FKs are deferred: checks still pending from earlier statements of an
             # enclosing transaction would make TRUNCATE fail, so run them now.
@@ -544,9 +628,87 @@ def rebuild_all() -> RefreshStats:
             writer.add(_attributed_rows(job_events))
             jobs, events = jobs + 1, events + len(job_events)
         day_rows, days = writer.flush()
+        _sum_day_rows()
     stats = RefreshStats(jobs=jobs, events=events, day_rows_written=day_rows,
                          days_written=tuple(sorted(days)))
     return _with_elapsed(stats, began)
+
+
+#: The day rows' sums, as the migration that added the sum tables first filled them.
+_FLEET_DAY_SUMS = (
+    "INSERT INTO {fleet} (day, category, seconds, gpu_seconds) "
+    "SELECT day, category, SUM(seconds::numeric), SUM(gpu_seconds::numeric) FROM {days} "
+    "GROUP BY day, category")
+_JOB_DAY_SUMS = (
+    "INSERT INTO {job_days} (job, day, wall_gpu_seconds, productive_gpu_seconds) "
+    "SELECT job, day, SUM(gpu_seconds), COALESCE(SUM(gpu_seconds) FILTER "
+    "(WHERE category = %s), 0) FROM {days} GROUP BY job, day")
+
+
+def _tables() -> dict[str, str]:
+    return {"fleet": FleetDayRollup._meta.db_table, "job_days": JobDayRollup._meta.db_table,
+            "days": DailyCategoryRollup._meta.db_table}
+
+
+def _sum_day_rows() -> None:
+    """Fill the (emptied) sum tables from every day row: one grouped pass each."""
+    with connection.cursor() as cursor:
+        cursor.execute(_FLEET_DAY_SUMS.format(**_tables()))
+        cursor.execute(_JOB_DAY_SUMS.format(**_tables()), [PRODUCTIVE])
+
+
+@dataclass(frozen=True)
+class SumDrift:
+    """Cells of the sum tables that differ from a fresh sum of the day rows (missing or
+    extra cells included): zero and zero when the incremental upkeep is right."""
+
+    fleet_days: int
+    job_days: int
+
+
+def day_sum_drift(rel_tol: float = 1e-9) -> SumDrift:
+    """Compare the sum tables with the day rows summed now (the soak's and the tests'
+    check). Fleet cells must be equal exactly (their upkeep is exact); a job-day may
+    differ by ``rel_tol`` (it is a float sum, in the engine's order or in Postgres's)."""
+    t = _tables()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT COUNT(*) FROM (SELECT day, category, SUM(seconds::numeric) AS s, "
+            f"SUM(gpu_seconds::numeric) AS g FROM {t['days']} GROUP BY day, category) fresh "
+            f"FULL JOIN {t['fleet']} f USING (day, category) "
+            f"WHERE f.seconds IS DISTINCT FROM fresh.s "
+            f"OR f.gpu_seconds IS DISTINCT FROM fresh.g")
+        (fleet,) = cursor.fetchone() or (0,)
+        cursor.execute(
+            f"SELECT COUNT(*) FROM (SELECT job, day, SUM(gpu_seconds) AS w, "
+            f"COALESCE(SUM(gpu_seconds) FILTER (WHERE category = %s), 0) AS p "
+            f"FROM {t['days']} GROUP BY job, day) fresh "
+            f"FULL JOIN {t['job_days']} j USING (job, day) "
+            f"WHERE j.job IS NULL OR fresh.w IS NULL "
+            f"OR ABS(j.wall_gpu_seconds - fresh.w) > %s * GREATEST(1, ABS(fresh.w)) "
+            f"OR ABS(j.productive_gpu_seconds - fresh.p) > %s * GREATEST(1, ABS(fresh.p))",
+            [PRODUCTIVE, rel_tol, rel_tol])
+        (job_days,) = cursor.fetchone() or (0,)
+    return SumDrift(int(fleet), int(job_days))
+
+
+def remove_jobs(job_ids: Iterable[str]) -> int:
+    """Forget the rollups of ``job_ids`` (their events are the caller's): the fleet's day
+    sums lose their day rows first, under the jobs' refresh locks. Returns jobs removed.
+
+    The one way rollups leave apart from a refresh: a bare ``JobRollup`` delete would
+    cascade to the day rows behind the fleet's sums and leave them counting ghosts.
+    """
+    ordered = sorted(set(job_ids))
+    removed = 0
+    for at in range(0, len(ordered), JOBS_PER_TRANSACTION):
+        chunk = ordered[at:at + JOBS_PER_TRANSACTION]
+        with transaction.atomic():
+            _lock_jobs(chunk)
+            _write_days({job: {} for job in chunk})
+            removed += JobRollup.objects.filter(job__in=chunk).delete()[1].get(
+                JobRollup._meta.label, 0)
+    return removed
 
 
 class _CopyWriter:

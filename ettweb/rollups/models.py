@@ -10,6 +10,8 @@ id is the join key everywhere, exactly as events carry it.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 
 from ettweb.attribution.components import UNKNOWN_COMPONENT
@@ -176,6 +178,73 @@ class DailyCategoryRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} {self.job_id} {self.category}: {self.gpu_seconds:.1f} GPU-s"
+
+
+class ExactSumField(models.Field):
+    """A Postgres ``numeric`` of unbounded precision, read back as a float.
+
+    Why: :class:`FleetDayRollup` is kept by adding each refresh's changes (new value minus
+    old) rather than by summing the fleet again; in ``numeric`` those additions are exact,
+    so a cell is always the exact sum of its rows and a category that vanished is exactly 0
+    (in floats, a long-lived cell would drift and leave 1e-9 GPU-second ghosts).
+    """
+
+    def db_type(self, connection: Any) -> str:
+        return "numeric"
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> float | None:
+        return None if value is None else float(value)
+
+    def to_python(self, value: Any) -> float | None:
+        return None if value is None else float(value)
+
+
+class FleetDayRollup(models.Model):
+    """The whole fleet's seconds and GPU-seconds in one category on one UTC day: the sum of
+    every job's :class:`DailyCategoryRollup` rows of that day and category.
+
+    Why: an unfiltered fleet page or report over 180 days read and grouped ~450,000 day rows
+    (20,000 jobs); these ~16 rows a day answer the same sums. Kept exact (see
+    :class:`ExactSumField`) by ``ettweb.rollups.logic`` in the transaction that writes the
+    day rows; ``rollups.logic.fleet_days_drift`` compares it with a fresh sum.
+    """
+
+    day = models.DateField()
+    category = models.CharField(max_length=64)
+    seconds = ExactSumField()
+    gpu_seconds = ExactSumField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["day", "category"],
+                                               name="fleetdayrollup_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.category}: {self.gpu_seconds:.1f} GPU-s"
+
+
+class JobDayRollup(models.Model):
+    """One job's wall and productive GPU-seconds on one UTC day (its day rows summed over
+    categories).
+
+    Why: rollout impact sums each job's wall and productive time over two windows of up to
+    90 days, and the top jobs rank jobs by lost time over a range; both read ~9 category
+    rows per job-day from :class:`DailyCategoryRollup` (250,000 rows for two 90-day
+    windows at fleet scale) where one row per job-day holds what they need.
+    """
+
+    job = models.ForeignKey(JobRollup, to_field="job", db_column="job", on_delete=models.CASCADE,
+                            related_name="job_days")
+    day = models.DateField()
+    wall_gpu_seconds = models.FloatField()
+    productive_gpu_seconds = models.FloatField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["day", "job"],
+                                               name="jobdayrollup_unique")]
+        indexes = [models.Index(fields=["job", "day"], name="jobdayrollup_job_day")]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.job_id}: {self.wall_gpu_seconds:.1f} GPU-s"
 
 
 class JobLostRollup(models.Model):

@@ -21,8 +21,8 @@ from ettweb.ingest.imports import ImportSummary, import_lines, refresh_imported
 from ettweb.ingest.models import Event, EventId, Job, QuarantinedEvent
 from ettweb.queries import DateRange, TrendQuery, calculate
 from ettweb.rollouts.models import Rollout
-from ettweb.rollups.logic import RefreshStats
-from ettweb.rollups.models import DirtyJob, JobRollup
+from ettweb.rollups.logic import RefreshStats, remove_jobs
+from ettweb.rollups.models import DirtyJob
 from ettweb.simulate.fleet import FleetPlan, PlannedRollout, fleet_events
 
 #: The import's ``source``: quarantined lines of a simulation carry it.
@@ -114,7 +114,7 @@ def clear_simulation() -> Cleared:
         jobs = simulated_jobs()
         events = _delete_events(jobs)
         Job.objects.filter(job_id__in=jobs).delete()
-        JobRollup.objects.filter(job__in=jobs).delete()  # attempts, days, recoveries cascade
+        remove_jobs(jobs)  # the fleet's day sums lose them too; attempts and days cascade
         DirtyJob.objects.filter(job__in=jobs).delete()
         QuarantinedEvent.objects.filter(job__in=jobs).delete()
         QuarantinedEvent.objects.filter(source=SOURCE).delete()

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from ettweb.ingest.tasks import ingest_batch
 from ettweb.queries import DateRange
+from ettweb.rollups.logic import remove_jobs
 from ettweb.rollups.models import JobRollup
 from tests.conftest import mark, span
 
@@ -91,4 +92,4 @@ def matching(team: str = "", model: str = "", cluster: str = "", gpus: str = "")
 def keep_only(jobs: set[str]) -> None:
     """Delete every other job's rollups (their day, attempt and recovery rows go with them):
     what the unfiltered queries then answer is the filtered subset's truth."""
-    JobRollup.objects.exclude(job__in=jobs).delete()
+    remove_jobs(set(JobRollup.objects.values_list("job", flat=True)) - jobs)
