@@ -29,6 +29,12 @@ such a fleet and times everything a person or a program can GET.
    ranges) and its same-page links (sorts, pages), read from its HTML, so filters added
    later are exercised too. A route the bench cannot fill, or one that refuses GET, is
    listed under ``unmeasured`` with the reason, never skipped silently.
+   Before timing, beat's warm pass runs once (``ettweb.rollouts.warm``: every rollout's
+   impact at the windows the rollout page links to, its bootstrap draws stored) and this
+   process forgets its own draws, so requests find them where a web server would: in the
+   table. After timing, ``cold_impacts`` prices the other case: every rollout's impact at
+   windows no warm pass computes, drawn afresh (reported beside the pages, not in the
+   target).
 3. **The raw path**: for one representative request per page (the last 30 data days where
    it takes a range, the job with the most events, a mid-period rollout with its default
    window, the last complete week with its 8-week history), the same numbers computed from
@@ -1145,6 +1151,56 @@ def _raw_paths(measurer: Measurer, targets: Sequence[Target],
                         else None)
 
 
+#: Windows no warm pass computes (ettweb.rollouts.warm.WARM_WINDOWS are 7, 14, 28, 60, 90).
+COLD_WINDOWS: Final = (21, 45)
+
+
+def warm_as_beat_does() -> dict[str, Any]:
+    """Run beat's warm pass (``ett.warm_rollout_impacts``) once, then forget this process's
+    own draws: the measured requests find them where a web server would, in the table."""
+    from ettweb.queries import impact
+    from ettweb.rollouts.warm import WARM_WINDOWS, warm_impacts
+
+    stats = warm_impacts()
+    impact._DRAWS.clear()
+    _say(f"warm pass (as beat runs it): {stats.impacts} impacts in {stats.seconds:.1f} s")
+    return {"impacts": stats.impacts, "seconds": round(stats.seconds, 1),
+            "windows": list(WARM_WINDOWS)}
+
+
+def cold_impacts() -> dict[str, Any]:
+    """What a window nobody computed ahead costs: every rollout's impact at
+    ``COLD_WINDOWS`` through the API (server time), with the stored draws neither read nor
+    written and this process's emptied before each request, so every one draws afresh.
+    Reported beside the pages, not part of their target: it is the first request's price
+    for a window the page does not link to."""
+    from ettweb.queries import impact
+    from ettweb.rollouts.models import Rollout
+
+    client, _, token = _bench_client()
+    samples: list[float] = []
+    stored, store = impact._stored_draws, impact._store_draws
+    impact._stored_draws, impact._store_draws = (lambda key: None), (lambda key, draws: None)
+    try:
+        for rollout_id in Rollout.objects.order_by("id").values_list("id", flat=True):
+            for window in COLD_WINDOWS:
+                impact._DRAWS.clear()
+                url = f"/api/v1/rollouts/{rollout_id}/impact?window={window}"
+                began = time.perf_counter()
+                response = client.get(url, HTTP_AUTHORIZATION=f"Bearer {token}")
+                samples.append((time.perf_counter() - began) * 1000)
+                if response.status_code != 200:
+                    raise RuntimeError(f"{url}: HTTP {response.status_code}")
+    finally:
+        impact._stored_draws, impact._store_draws = stored, store
+    row = {"windows": list(COLD_WINDOWS), "requests": len(samples),
+           "p50_ms": round(percentile(samples, 50), 1),
+           "p95_ms": round(percentile(samples, 95), 1)}
+    _say(f"cold impacts (windows {COLD_WINDOWS}, drawn afresh): p50 {row['p50_ms']} ms, "
+         f"p95 {row['p95_ms']} ms")
+    return row
+
+
 def _table(result: dict[str, Any]) -> str:
     lines = [f"{'target':<44} {'n':>4} {'err':>3} {'p50 ms':>8} {'p95 ms':>8} "
              f"{'raw ms':>10} {'ratio':>8}  ok"]
@@ -1170,10 +1226,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     size = FleetSize(seed=args.seed, jobs=args.jobs, days=args.days, events=args.events)
     with fleet_database(args.database, size, rebuild=args.rebuild, drop=args.drop) as info:
         collectors = store_collectors(size)
+        warm = warm_as_beat_does()
         _say(f"timing every page and endpoint, {args.repeats} requests each…")
         began = time.perf_counter()
         measured = measure_all(args.repeats, args.seed)
         measure_s = time.perf_counter() - began
+        cold = cold_impacts()
     rows = [*measured["pages"].values(), *measured["endpoints"].values()]
     return {
         "benchmark": "dashboard", "seed": args.seed, "database": args.database,
@@ -1187,6 +1245,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "repeats": args.repeats, "timing": "in-process django.test.Client, perf_counter "
                                            "around each request (server time, no network)",
         "measure_s": round(measure_s, 1), "target_p95_ms": TARGET_P95_MS, **measured,
+        "warm_pass": warm, "cold_impacts": cold,
         "meets_target": bool(rows) and all(row["meets_target"] for row in rows)
         and not measured["unmeasured"] and info.jobs >= args.jobs
         and info.events >= args.events,

@@ -30,6 +30,7 @@ from ettweb.rollouts.forms import (
 )
 from ettweb.rollouts.logic import save_rollout
 from ettweb.rollouts.models import Rollout
+from ettweb.rollouts.warm import WARM_WINDOWS
 
 
 @login_required
@@ -108,6 +109,7 @@ def rollout_detail(request: HttpRequest, rollout_id: int) -> HttpResponse:
         raise Http404(f"no rollout {rollout_id}")
     return render(request, "rollouts/detail.html", {
         "r": result, "form": form, "window": result.window_days,
+        "standard_windows": WARM_WINDOWS,
         "moved": result.moved_components(), "charts": _charts(result)})
 
 

@@ -273,10 +273,15 @@ def test_verdict_reads_the_deciding_interval() -> None:
     assert verdict == "inconclusive" and reason.startswith("too few jobs: 4 treated")
 
 
-def test_kept_draws_are_exactly_a_fresh_bootstrap_and_follow_any_changed_sum() -> None:
+@pytest.mark.django_db
+def test_kept_draws_are_exactly_a_fresh_bootstrap_and_follow_any_changed_sum(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The draws kept by digest equal a bootstrap run from scratch with the same seed
-    (treated first, then control, from one generator); a changed sum is a new bootstrap."""
+    (treated first, then control, from one generator); a changed sum is a new bootstrap;
+    another process (memory emptied) reads the stored draws instead of drawing again."""
+    from ettweb.queries import impact
     from ettweb.queries.impact import _Group, group_draws
+    from ettweb.rollouts.models import BootstrapDraws
 
     def group(seed: int, jobs: int) -> _Group:
         values = np.random.default_rng(seed).uniform(1, 10, size=(jobs, 4))
@@ -296,3 +301,14 @@ def test_kept_draws_are_exactly_a_fresh_bootstrap_and_follow_any_changed_sum() -
     assert np.array_equal(again[0], first[0])  # the treated draws come first: unchanged
     few = _Group(treated.values[:4], treated.in_before[:4], treated.in_after[:4])
     assert group_draws(99, few, None) == (None, None)  # under 5 jobs: no interval
+    assert BootstrapDraws.objects.count() == 3
+
+    def no_bootstrap(*args: object, **kwargs: object) -> None:
+        raise AssertionError("drew again instead of reading the stored draws")
+
+    monkeypatch.setattr(impact, "_DRAWS", type(impact._DRAWS)())
+    monkeypatch.setattr(impact, "bootstrap_changes", no_bootstrap)
+    stored = group_draws(99, treated, control)
+    assert stored[0] is not None and stored[1] is not None
+    assert np.array_equal(stored[0], first[0]) and np.array_equal(stored[1], first[1])
+    assert group_draws(99, few, None) == (None, None)
