@@ -24,7 +24,15 @@ from django.db.models import F, Max, Q, Sum
 from django.db.models.functions import Coalesce, TruncWeek
 
 from ettweb.attribution.components import DEFAULT_PHASE_COMPONENTS, component_of
-from ettweb.rollups.models import DailyCategoryRollup, FleetDayRollup, PhaseComponent
+from ettweb.rollups.buckets import GPU_BUCKET_LABELS as GPU_BUCKET_LABELS
+from ettweb.rollups.buckets import GPU_BUCKETS as GPU_BUCKETS
+from ettweb.rollups.buckets import gpu_bucket as gpu_bucket
+from ettweb.rollups.models import (
+    DailyCategoryRollup,
+    FleetDayRollup,
+    LabelDayRollup,
+    PhaseComponent,
+)
 from ettweb.text import unstorable
 
 HOUR_S: Final = 3600.0
@@ -33,11 +41,6 @@ Interval = Literal["day", "week"]
 Grouping = Literal["none", "model", "team", "cluster", "gpus"]
 INTERVALS: Final[tuple[Interval, ...]] = ("day", "week")
 GROUPINGS: Final[tuple[Grouping, ...]] = ("none", "model", "team", "cluster", "gpus")
-#: GPU-size buckets (lowest, highest or None, label): jobs of similar size fail and restart
-#: alike, so owners compare like with like.
-GPU_BUCKETS: Final = ((1, 1, "1"), (2, 8, "2-8"), (9, 64, "9-64"), (65, 512, "65-512"),
-                      (513, None, "513+"))
-GPU_BUCKET_LABELS: Final = tuple(label for _, _, label in GPU_BUCKETS)
 #: The label of the single series when nothing is grouped.
 ALL: Final = "all"
 #: Longest range a query accepts: bounds the rows a page can ask Postgres for.
@@ -46,14 +49,6 @@ MAX_RANGE_DAYS: Final = 3 * 366
 DEFAULT_DAYS: Final = 30
 #: Longest model, team or cluster a filter names: job labels are stored in 200 characters.
 MAX_LABEL_CHARS: Final = 200
-
-
-def gpu_bucket(gpus: int) -> str:
-    """The GPU-size bucket label of a job holding ``gpus`` accelerators."""
-    for low, high, label in GPU_BUCKETS:
-        if gpus >= low and (high is None or gpus <= high):
-            return label
-    return GPU_BUCKETS[0][2]
 
 
 def phase_components() -> dict[str, str]:
@@ -220,6 +215,12 @@ class JobFilter:
                 condition &= Q(**{f"{prefix}gpus__lte": high})
         return condition
 
+    def label_q(self) -> Q:
+        """The same condition on a :class:`LabelDayRollup` row (its own label fields, and
+        its GPU-size bucket by label)."""
+        condition = Q(**{name: getattr(self, name) for name in LABELS if getattr(self, name)})
+        return condition & Q(gpus=self.gpus) if self.gpus else condition
+
     def narrow(self, rows: Any, prefix: str = "job__") -> Any:
         """``rows`` kept to the filtered jobs (untouched, so unjoined, for any job)."""
         return rows if self.is_any else rows.filter(self.q(prefix))
@@ -274,14 +275,23 @@ def category_rows(query_range: DateRange, jobs: JobFilter = ANY_JOB) -> Any:
     """Rows of ``day``, ``category``, ``seconds`` and ``gpu_seconds`` inside ``query_range``
     whose sums are the kept jobs' sums (a queryset to aggregate by day and category).
 
-    Every job kept: the fleet's day sums (``FleetDayRollup``, ~16 rows a day, exactly the
-    day rows' sums). A filter: the kept jobs' own day rows, since the sums are not split by
-    label. Grouping by a job's label needs :func:`day_rows` itself.
+    Every job kept: the fleet's day sums (``FleetDayRollup``, ~16 rows a day). A filter:
+    the label sums (``LabelDayRollup``) of the label combinations it keeps, which also carry
+    ``model``, ``team``, ``cluster`` and ``gpus`` (the bucket) to group by. Both are exactly
+    the day rows' sums (``ettweb.rollups.logic`` keeps them so), a few rows a day where the
+    day rows hold one per job and category.
     """
     if jobs.is_any:
         return FleetDayRollup.objects.filter(day__gte=query_range.date_from,
                                              day__lte=query_range.date_to)
-    return day_rows(query_range, jobs)
+    return label_rows(query_range, jobs)
+
+
+def label_rows(query_range: DateRange, jobs: JobFilter = ANY_JOB) -> Any:
+    """The label sums inside ``query_range`` of the label combinations ``jobs`` keeps."""
+    rows = LabelDayRollup.objects.filter(day__gte=query_range.date_from,
+                                         day__lte=query_range.date_to)
+    return rows if jobs.is_any else rows.filter(jobs.label_q())
 
 
 def periods(rows: Any, interval: Interval) -> Any:

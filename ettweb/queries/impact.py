@@ -37,6 +37,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final, Literal
 
 import numpy as np
+from django.db import connection
 from django.db.models import Max
 
 from ettweb.attribution.components import PRODUCTIVE, component_of
@@ -312,15 +313,38 @@ class _WindowRead:
 def _in_scope_jobs(scope: Scope) -> list[str] | None:
     """Every job with a rollup that ``scope`` holds (None for the fleet: every job).
 
-    Matched here, in Python, by :meth:`Scope.matches` — the one definition of a scope — on
-    the job rollups' labels: a few tens of thousands of short rows, a fraction of the day
-    rows the windows hold.
+    Matched by :meth:`Scope.matches` — the one definition of a scope — on the job rollups'
+    labels. Postgres first keeps the rows whose labels the scope's lists name (the same
+    exact equality), so a team's rollout reads that team's jobs rather than the fleet's.
     """
     if scope.is_fleet:
         return None
-    return sorted(job for job, model, team, cluster in JobRollup.objects.values_list(
-        "job", "model", "team", "cluster").iterator(chunk_size=5000)
-        if scope.matches(job, model, team, cluster))
+    rows = JobRollup.objects.all()
+    for values, label in ((scope.models, "model"), (scope.teams, "team"),
+                          (scope.clusters, "cluster")):
+        if values is not None:
+            rows = rows.filter(**{f"{label}__in": list(values)})
+    return sorted(job for job, model, team, cluster in rows.values_list(
+        "job", "model", "team", "cluster") if scope.matches(job, model, team, cluster))
+
+
+#: Temporary table the treated jobs are copied into for one impact's reads (dropped at
+#: commit): sending thousands of job ids as an array parameter cost more to quote than the
+#: read itself, and Postgres plans a join against an analyzed table better.
+_TREATED_TABLE = "impact_treated_jobs"
+
+
+def _load_treated(cursor: Any, treated: list[str]) -> None:
+    cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {_TREATED_TABLE} (job text PRIMARY KEY) "
+                   f"ON COMMIT DROP")
+    cursor.execute(f"TRUNCATE {_TREATED_TABLE}")  # a savepoint's commit drops nothing
+    raw = connection.connection
+    assert raw is not None  # aggregating() holds the connection
+    with raw.cursor() as copy_cursor, copy_cursor.copy(
+            f"COPY {_TREATED_TABLE} (job) FROM STDIN") as copy:
+        for job in treated:
+            copy.write_row((job,))
+    cursor.execute(f"ANALYZE {_TREATED_TABLE}")
 
 
 def _read_windows(windows: Windows, scope: Scope, *, with_trend: bool) -> _WindowRead:
@@ -329,15 +353,19 @@ def _read_windows(windows: Windows, scope: Scope, *, with_trend: bool) -> _Windo
 
     Why job-days: each job's wall and productive GPU-s per window is all the bootstrap
     needs, and the job-day sums hold it in one row per job and day where the category rows
-    hold ~9 (two 90-day windows: ~25,000 rows instead of ~250,000 at fleet scale). Jobs are
-    sorted here, by code point, not by the database's collation: the bootstrap draws job
-    indices, so the order must not depend on the server's locale for the interval to be
-    the same everywhere. The rollout's own day is in neither window, so in no number.
+    hold ~9 (two 90-day windows: ~25,000 rows instead of ~250,000 at fleet scale). The read
+    runs without parallel workers: two of them on a two-core server only compete with the
+    request, and a split scan adds a job's rows in a different order on every run (the
+    draws' digest reads the sums to 9 significant digits, see :func:`_significant`, so
+    that costs no bootstrap, but the page's numbers should not flicker). Jobs are sorted
+    here, by code point, not by the database's collation: the bootstrap draws job indices,
+    so the order must not depend on the server's locale for the interval to be the same
+    everywhere. The rollout's own day is in neither window, so in no number.
     """
     treated = _in_scope_jobs(scope)
     where, params = _window_filter(windows)
     in_scope = "TRUE" if treated is None else "t.job IS NOT NULL"
-    join = "" if treated is None else " LEFT JOIN unnest(%s::text[]) AS t(job) ON t.job = d.job"
+    join = "" if treated is None else f" LEFT JOIN {_TREATED_TABLE} AS t ON t.job = d.job"
     sets = ["(job, after, in_scope)"] + (["(day, in_scope)"] if with_trend else [])
     day = "day" if with_trend else "NULL::date"  # a column outside every set may not show
     sql = (f"SELECT GROUPING(job), job, {day}, after, in_scope, SUM(wall), SUM(productive) "
@@ -345,8 +373,11 @@ def _read_windows(windows: Windows, scope: Scope, *, with_trend: bool) -> _Windo
            f"d.productive_gpu_seconds AS productive, d.day > %s AS after, "
            f"{in_scope} AS in_scope FROM {JobDayRollup._meta.db_table} d{join} "
            f"WHERE {where}) AS x GROUP BY GROUPING SETS ({', '.join(sets)})")
-    args: list[Any] = [windows.rollout_day, *([] if treated is None else [treated]), *params]
+    args: list[Any] = [windows.rollout_day, *params]
     with aggregating() as cursor:
+        cursor.execute("SELECT set_config('max_parallel_workers_per_gather', '0', true)")
+        if treated is not None:
+            _load_treated(cursor, treated)
         cursor.execute(sql, args)
         rows = cursor.fetchall()
         lost = _treated_lost(cursor, windows, treated)
@@ -365,14 +396,15 @@ def _read_windows(windows: Windows, scope: Scope, *, with_trend: bool) -> _Windo
 def _treated_lost(cursor: Any, windows: Windows,
                   treated: list[str] | None) -> dict[bool, dict[str, float]]:
     """The treated jobs' lost GPU-s per category in each window (key: after?): from the
-    fleet's day sums for a fleet-wide rollout, else from the treated jobs' day rows."""
+    fleet's day sums for a fleet-wide rollout, else from the treated jobs' day rows (the
+    treated table :func:`_load_treated` filled)."""
     where, params = _window_filter(windows)
     if treated is None:
         source, args = FleetDayRollup._meta.db_table + " d", [windows.rollout_day, *params]
     else:
         source = (f"{DailyCategoryRollup._meta.db_table} d "
-                  f"JOIN unnest(%s::text[]) AS t(job) ON t.job = d.job")
-        args = [windows.rollout_day, treated, *params]
+                  f"JOIN {_TREATED_TABLE} AS t ON t.job = d.job")
+        args = [windows.rollout_day, *params]
     cursor.execute(f"SELECT d.day > %s, d.category, SUM(d.gpu_seconds) FROM {source} "
                    f"WHERE {where} AND d.category <> %s GROUP BY 1, 2", [*args, PRODUCTIVE])
     lost: dict[bool, dict[str, float]] = {False: {}, True: {}}
@@ -423,11 +455,33 @@ _DRAWS_KEPT: Final = 256
 _DRAWS_LOCK = threading.Lock()
 
 
+#: Significant digits of the per-job sums a digest tells apart (see :func:`_significant`).
+DIGEST_DIGITS: Final = 9
+
+
+def _significant(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``values`` to ``DIGEST_DIGITS`` significant digits, exactly: (mantissa, exponent)
+    integer arrays with value ~= mantissa x 10^exponent.
+
+    Why: Postgres adds a job's rows in whatever order its plan meets them (a grouping-set
+    plan with the trend's extra set, say, sorts where the API's hashes), so the same rollups
+    can give sums a last bit apart. The draws such sums select differ by ~1e-13 points, so
+    they are one bootstrap; any real change moves a sum by far more than 1e-9.
+    """
+    magnitude = np.abs(values)
+    exponent = np.zeros(values.shape, dtype=np.int64)
+    nonzero = magnitude > 0
+    exponent[nonzero] = np.floor(np.log10(magnitude[nonzero])).astype(np.int64) - (
+        DIGEST_DIGITS - 1)
+    mantissa = np.rint(values / np.power(10.0, exponent)).astype(np.int64)
+    return mantissa, exponent
+
+
 def _digest(group: _Group | None) -> bytes | None:
     if group is None:
         return None
     h = hashlib.blake2b(digest_size=16)
-    for array in (group.values, group.in_before, group.in_after):
+    for array in (*_significant(group.values), group.in_before, group.in_after):
         h.update(np.ascontiguousarray(array).tobytes())
         h.update(b"|")
     return h.digest()

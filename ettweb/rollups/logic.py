@@ -45,6 +45,7 @@ from ettweb.attribution.engine import (
 )
 from ettweb.attribution.lanes import category_timeline, job_lanes
 from ettweb.ingest.models import Event as StoredEvent
+from ettweb.rollups.buckets import bucket_sql, gpu_bucket
 from ettweb.rollups.models import (
     AttemptLane,
     AttemptRollup,
@@ -55,6 +56,8 @@ from ettweb.rollups.models import (
     JobDayRollup,
     JobLostRollup,
     JobRollup,
+    LabelDayRollup,
+    RecoveryPartRollup,
     RecoveryRollup,
 )
 
@@ -337,6 +340,14 @@ def _lost_rows(job: JobRollup) -> list[tuple[str, str, float]]:
             sorted(job.lost_gpu_s.items()) if gpu_s]
 
 
+def _part_rows(rows: _JobRows) -> list[tuple[str, int, date, str, float]]:
+    """The job's recoveries' parts as :class:`RecoveryPartRollup` rows (``_copy_columns``
+    order: job, attempt, day, category, GPU-seconds)."""
+    return [(r.job_id, r.attempt, r.day, category, float(gpu_s))
+            for r in rows.recoveries for category, gpu_s in sorted(r.by_category_gpu.items())
+            if gpu_s]
+
+
 def _write_jobs(rows: Sequence[_JobRows], gone: Sequence[str]) -> tuple[int, int, set[date]]:
     """Upsert job rows, replace attempts and recoveries, rewrite the timeline and lanes of
     the jobs whose drawing changed, and diff the day rows (a gone job's day rows go first,
@@ -345,10 +356,12 @@ def _write_jobs(rows: Sequence[_JobRows], gone: Sequence[str]) -> tuple[int, int
     JobRollup.objects.filter(job__in=gone).delete()
     stored = dict(JobRollup.objects.filter(job__in=[r.job.job for r in rows])
                   .values_list("job", "timeline_digest"))
+    labels_before = _labels([r.job.job for r in rows])
     _upsert_jobs([r.job for r in rows])
     jobs = [r.job.job for r in rows]
     _replace_children(AttemptRollup, jobs, [a for r in rows for a in r.attempts])
     _replace_children(RecoveryRollup, jobs, [x for r in rows for x in r.recoveries])
+    _replace_children(RecoveryPartRollup, jobs, [x for r in rows for x in _part_rows(r)])
     _replace_children(JobLostRollup, jobs, [x for r in rows for x in _lost_rows(r.job)])
     redrawn = [r for r in rows if stored.get(r.job.job) != r.job.timeline_digest]
     if redrawn:
@@ -356,33 +369,51 @@ def _write_jobs(rows: Sequence[_JobRows], gone: Sequence[str]) -> tuple[int, int
                           [t for r in redrawn for t in r.timeline])
         _replace_children(AttemptLane, [r.job.job for r in redrawn],
                           [lane for r in redrawn for lane in r.lanes])
-    written, deleted, days = _write_days({r.job.job: r.days for r in rows})
+    written, deleted, days = _write_days({r.job.job: r.days for r in rows}, labels_before)
     return written + gone_written, deleted + gone_deleted, days | gone_days
 
 
 #: One change to the fleet's day sums: (day, category, seconds, GPU-seconds, +1 or -1).
 _FleetChange = tuple[date, str, float, float, int]
+#: A job's (model, team, cluster, GPU-size bucket): the key of its label sums.
+Labels = tuple[str, str, str, str]
 
 
-def _write_days(wanted: dict[str, dict[DayKey, DayValues]]) -> tuple[int, int, set[date]]:
+def _labels(job_ids: Sequence[str]) -> dict[str, Labels]:
+    """The jobs' label keys as their rollups hold them now (jobs without one left out)."""
+    return {job: (model, team, cluster, gpu_bucket(gpus)) for job, model, team, cluster, gpus
+            in JobRollup.objects.filter(job__in=list(job_ids))
+            .values_list("job", "model", "team", "cluster", "gpus")}
+
+
+def _write_days(wanted: dict[str, dict[DayKey, DayValues]],
+                labels_before: Mapping[str, Labels] | None = None,
+                ) -> tuple[int, int, set[date]]:
     """Write only the day rows whose numbers changed; returns (written, deleted, days).
 
-    The fleet's day sums (:class:`FleetDayRollup`) get each written row's new value and lose
-    its old one, and the touched job-days (:class:`JobDayRollup`) are summed again, in this
-    same transaction: no reader ever sees the three tables disagree.
+    The fleet's day sums (:class:`FleetDayRollup`) and the label sums
+    (:class:`LabelDayRollup`) get each written row's new value and lose its old one, and
+    the touched job-days (:class:`JobDayRollup`) are summed again, in this same
+    transaction: no reader ever sees the tables disagree. ``labels_before`` holds the jobs'
+    label keys before this refresh rewrote their rollups (default: unchanged); a job whose
+    key changed moves every one of its rows from the old key's sums to the new one's.
     """
     if not wanted:
         return 0, 0, set()
+    labels = _labels(list(wanted))
+    before = labels if labels_before is None else labels_before
     stored: dict[tuple[str, date, str], tuple[int, DayValues]] = {
         (str(job), day, category): (pk, (seconds, gpu_seconds))
         for pk, job, day, category, seconds, gpu_seconds in DailyCategoryRollup.objects
         .filter(job_id__in=list(wanted))
         .values_list("id", "job_id", "day", "category", "seconds", "gpu_seconds")
     }
+    moved = {job for job in wanted if job in before and before[job] != labels.get(job)}
+    label_changes = _moved_label_changes(stored, wanted, moved, before, labels)
     now = timezone.now()
     inserts: list[tuple[date, str, str, float, float, Any]] = []  # _copy_columns order
     updates: list[tuple[float, float, Any, int]] = []
-    changes: list[_FleetChange] = []
+    changes: list[tuple[str, date, str, float, float, int]] = []
     touched: set[tuple[str, date]] = set()
     for job, values in wanted.items():
         for (day, category), new in values.items():
@@ -391,14 +422,17 @@ def _write_days(wanted: dict[str, dict[DayKey, DayValues]]) -> tuple[int, int, s
                 inserts.append((day, job, category, new[0], new[1], now))
             elif not _same(old[1], new):
                 updates.append((new[0], new[1], now, old[0]))
-                changes.append((day, category, old[1][0], old[1][1], -1))
+                changes.append((job, day, category, old[1][0], old[1][1], -1))
             else:
                 continue
-            changes.append((day, category, new[0], new[1], 1))
+            changes.append((job, day, category, new[0], new[1], 1))
             touched.add((job, day))
     for (job, day, category), (_, (seconds, gpu_seconds)) in stored.items():
-        changes.append((day, category, seconds, gpu_seconds, -1))
+        changes.append((job, day, category, seconds, gpu_seconds, -1))
         touched.add((job, day))
+    label_changes += [(*labels[job], day, category, s, g, sign)
+                      for job, day, category, s, g, sign in changes
+                      if job not in moved and job in labels]
     raw = connection.connection
     assert raw is not None
     with raw.cursor() as copy_cursor:
@@ -411,9 +445,56 @@ def _write_days(wanted: dict[str, dict[DayKey, DayValues]]) -> tuple[int, int, s
         if stored:
             cursor.execute(f"DELETE FROM {DailyCategoryRollup._meta.db_table} "
                            "WHERE id = ANY(%s)", [[pk for pk, _ in stored.values()]])
-        _change_fleet_days(cursor, changes)
+        _change_fleet_days(cursor, [change[1:] for change in changes])
+        _change_label_days(cursor, label_changes)
         _rewrite_job_days(cursor, wanted, touched)
     return len(inserts) + len(updates), len(stored), {day for _, day in touched}
+
+
+_LabelChange = tuple[str, str, str, str, date, str, float, float, int]
+
+
+def _moved_label_changes(stored: Mapping[tuple[str, date, str], tuple[int, DayValues]],
+                         wanted: Mapping[str, Mapping[DayKey, DayValues]], moved: set[str],
+                         before: Mapping[str, Labels],
+                         labels: Mapping[str, Labels]) -> list[_LabelChange]:
+    """For jobs whose label key changed: every stored row out of the old key's sums, every
+    wanted row into the new key's."""
+    changes: list[_LabelChange] = []
+    for (job, day, category), (_, (seconds, gpu_seconds)) in stored.items():
+        if job in moved:
+            changes.append((*before[job], day, category, seconds, gpu_seconds, -1))
+    for job in moved:
+        if job in labels:
+            changes += [(*labels[job], day, category, seconds, gpu_seconds, 1)
+                        for (day, category), (seconds, gpu_seconds) in wanted[job].items()]
+    return changes
+
+
+def _change_label_days(cursor: Any, changes: Sequence[_LabelChange]) -> None:
+    """Add ``changes`` to the label sums: one statement, cells in key order, exact, zero
+    cells deleted (as :func:`_change_fleet_days`)."""
+    if not changes:
+        return
+    table = LabelDayRollup._meta.db_table
+    columns = [list(column) for column in zip(*changes, strict=True)]
+    keys = "model, team, cluster, gpus, day, category"
+    cursor.execute(
+        f"INSERT INTO {table} AS f (model, team, cluster, gpus, day, category, seconds, "
+        f"gpu_seconds) SELECT {keys}, SUM(sign * s::numeric), SUM(sign * g::numeric) "
+        "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::date[], %s::text[], "
+        "%s::float8[], %s::float8[], %s::int[]) "
+        f"AS c(model, team, cluster, gpus, day, category, s, g, sign) GROUP BY {keys} "
+        f"ORDER BY day, category, model, team, cluster, gpus "
+        "ON CONFLICT (day, category, model, team, cluster, gpus) DO UPDATE SET "
+        "seconds = f.seconds + EXCLUDED.seconds, gpu_seconds = f.gpu_seconds + "
+        "EXCLUDED.gpu_seconds", columns)
+    cursor.execute(
+        f"DELETE FROM {table} f USING unnest(%s::text[], %s::text[], %s::text[], %s::text[], "
+        "%s::date[], %s::text[]) AS c(model, team, cluster, gpus, day, category) "
+        "WHERE (f.model, f.team, f.cluster, f.gpus, f.day, f.category) = "
+        "(c.model, c.team, c.cluster, c.gpus, c.day, c.category) "
+        "AND f.seconds = 0 AND f.gpu_seconds = 0", columns[:6])
 
 
 def _change_fleet_days(cursor: Any, changes: Sequence[_FleetChange]) -> None:
@@ -598,10 +679,10 @@ def _with_elapsed(stats: RefreshStats, began: float) -> RefreshStats:
 
 # --------------------------------------------------------------------------- full rebuild
 
-_ROLLUP_MODELS = (AttemptLane, AttemptTimeline, JobLostRollup, RecoveryRollup, AttemptRollup,
-                  DailyCategoryRollup, JobRollup)
+_ROLLUP_MODELS = (AttemptLane, AttemptTimeline, JobLostRollup, RecoveryPartRollup,
+                  RecoveryRollup, AttemptRollup, DailyCategoryRollup, JobRollup)
 #: Sums of the day rows, filled from them after a rebuild (``_sum_day_rows``).
-_DAY_SUM_MODELS = (FleetDayRollup, JobDayRollup)
+_DAY_SUM_MODELS = (FleetDayRollup, LabelDayRollup, JobDayRollup)
 
 
 def rebuild_all() -> RefreshStats:
@@ -639,6 +720,11 @@ _FLEET_DAY_SUMS = (
     "INSERT INTO {fleet} (day, category, seconds, gpu_seconds) "
     "SELECT day, category, SUM(seconds::numeric), SUM(gpu_seconds::numeric) FROM {days} "
     "GROUP BY day, category")
+_LABEL_DAY_SUMS = (
+    "INSERT INTO {labels} (day, category, model, team, cluster, gpus, seconds, gpu_seconds) "
+    "SELECT d.day, d.category, j.model, j.team, j.cluster, {bucket}, "
+    "SUM(d.seconds::numeric), SUM(d.gpu_seconds::numeric) FROM {days} d "
+    "JOIN {jobs} j ON j.job = d.job GROUP BY 1, 2, 3, 4, 5, 6")
 _JOB_DAY_SUMS = (
     "INSERT INTO {job_days} (job, day, wall_gpu_seconds, productive_gpu_seconds) "
     "SELECT job, day, SUM(gpu_seconds), COALESCE(SUM(gpu_seconds) FILTER "
@@ -647,13 +733,15 @@ _JOB_DAY_SUMS = (
 
 def _tables() -> dict[str, str]:
     return {"fleet": FleetDayRollup._meta.db_table, "job_days": JobDayRollup._meta.db_table,
-            "days": DailyCategoryRollup._meta.db_table}
+            "labels": LabelDayRollup._meta.db_table, "jobs": JobRollup._meta.db_table,
+            "days": DailyCategoryRollup._meta.db_table, "bucket": bucket_sql("j.gpus")}
 
 
 def _sum_day_rows() -> None:
     """Fill the (emptied) sum tables from every day row: one grouped pass each."""
     with connection.cursor() as cursor:
         cursor.execute(_FLEET_DAY_SUMS.format(**_tables()))
+        cursor.execute(_LABEL_DAY_SUMS.format(**_tables()))
         cursor.execute(_JOB_DAY_SUMS.format(**_tables()), [PRODUCTIVE])
 
 
@@ -664,6 +752,7 @@ class SumDrift:
 
     fleet_days: int
     job_days: int
+    label_days: int = 0
 
 
 def day_sum_drift(rel_tol: float = 1e-9) -> SumDrift:
@@ -689,7 +778,16 @@ def day_sum_drift(rel_tol: float = 1e-9) -> SumDrift:
             f"OR ABS(j.productive_gpu_seconds - fresh.p) > %s * GREATEST(1, ABS(fresh.p))",
             [PRODUCTIVE, rel_tol, rel_tol])
         (job_days,) = cursor.fetchone() or (0,)
-    return SumDrift(int(fleet), int(job_days))
+        cursor.execute(
+            f"SELECT COUNT(*) FROM (SELECT d.day, d.category, j.model, j.team, j.cluster, "
+            f"{t['bucket']} AS gpus, SUM(d.seconds::numeric) AS s, "
+            f"SUM(d.gpu_seconds::numeric) AS g FROM {t['days']} d JOIN {t['jobs']} j "
+            f"ON j.job = d.job GROUP BY 1, 2, 3, 4, 5, 6) fresh "
+            f"FULL JOIN {t['labels']} f USING (day, category, model, team, cluster, gpus) "
+            f"WHERE f.seconds IS DISTINCT FROM fresh.s "
+            f"OR f.gpu_seconds IS DISTINCT FROM fresh.g")
+        (label_days,) = cursor.fetchone() or (0,)
+    return SumDrift(int(fleet), int(job_days), int(label_days))
 
 
 def remove_jobs(job_ids: Iterable[str]) -> int:
@@ -723,6 +821,7 @@ class _CopyWriter:
         self.rows[JobRollup].append(_values(rows.job))
         self.rows[AttemptRollup].extend(_values(a) for a in rows.attempts)
         self.rows[RecoveryRollup].extend(_values(r) for r in rows.recoveries)
+        self.rows[RecoveryPartRollup].extend(_part_rows(rows))
         self.rows[JobLostRollup].extend(_lost_rows(rows.job))
         self.rows[AttemptTimeline].extend(map(_json_cells, rows.timeline))
         self.rows[AttemptLane].extend(map(_json_cells, rows.lanes))

@@ -312,3 +312,27 @@ def test_kept_draws_are_exactly_a_fresh_bootstrap_and_follow_any_changed_sum(
     assert stored[0] is not None and stored[1] is not None
     assert np.array_equal(stored[0], first[0]) and np.array_equal(stored[1], first[1])
     assert group_draws(99, few, None) == (None, None)
+
+
+def test_the_draws_digest_ignores_summation_order_but_not_a_change() -> None:
+    """Sums a few bits apart (rows added in another order) select the same draws; a sum
+    changed in its 9th significant digit, or zero against tiny, selects others."""
+    from ettweb.queries.impact import _digest, _Group
+
+    rng = np.random.default_rng(4)
+    values = rng.uniform(1e3, 1e9, size=(50, 4))
+    values[3, 1] = 0.0
+    flags = np.ones(50, dtype=bool)
+    base = _digest(_Group(values, flags, flags))
+    nudged = values * (1 + 4e-16)  # a last-bit difference, as another plan's order gives
+    assert not np.array_equal(nudged, values)
+    assert _digest(_Group(nudged, flags, flags)) == base
+    changed = values.copy()
+    changed[7, 2] *= 1 + 3e-8
+    assert _digest(_Group(changed, flags, flags)) != base
+    tiny = values.copy()
+    tiny[3, 1] = 1e-3
+    assert _digest(_Group(tiny, flags, flags)) != base
+    fewer = flags.copy()
+    fewer[0] = False
+    assert _digest(_Group(values, fewer, flags)) != base

@@ -9,12 +9,14 @@ import random
 import threading
 from collections import defaultdict
 from datetime import date
+from typing import Any
 
 import pytest
 from django.db import connections
 from rollup_fleet import EPOCH, FleetBuilder, fleet
 
 from ettweb.ingest.logic import ingest_lines
+from ettweb.rollups.buckets import bucket_sql, gpu_bucket
 from ettweb.rollups.logic import (
     SumDrift,
     day_sum_drift,
@@ -27,6 +29,7 @@ from ettweb.rollups.models import (
     FleetDayRollup,
     JobDayRollup,
     JobRollup,
+    LabelDayRollup,
 )
 
 HOUR = 3600.0
@@ -52,8 +55,28 @@ def _summed_day_rows() -> dict[tuple[date, str], float]:
     return dict(sums)
 
 
+def _label_cells() -> dict[tuple[Any, ...], float]:
+    return {(r.day, r.category, r.model, r.team, r.cluster, r.gpus): r.gpu_seconds
+            for r in LabelDayRollup.objects.all()}
+
+
+def _summed_by_labels() -> dict[tuple[Any, ...], float]:
+    """The day rows grouped by their job's labels and GPU bucket, worked out here."""
+    jobs = {r.job: (r.model, r.team, r.cluster, gpu_bucket(r.gpus))
+            for r in JobRollup.objects.all()}
+    sums: dict[tuple[Any, ...], float] = defaultdict(float)
+    for job, day, category, gpu_s in DailyCategoryRollup.objects.values_list(
+            "job_id", "day", "category", "gpu_seconds"):
+        sums[(day, category, *jobs[job])] += gpu_s
+    return dict(sums)
+
+
 def _assert_sums_exact() -> None:
-    assert day_sum_drift() == SumDrift(0, 0)
+    assert day_sum_drift() == SumDrift(0, 0, 0)
+    labels, by_labels = _label_cells(), _summed_by_labels()
+    assert set(labels) == set(by_labels)
+    for key, value in by_labels.items():
+        assert labels[key] == pytest.approx(value, rel=1e-12)
     cells, fresh = _fleet_cells(), _summed_day_rows()
     assert set(cells) == set(fresh)
     for key, value in fresh.items():
@@ -78,7 +101,7 @@ def test_sums_follow_refreshes_late_events_and_removals() -> None:
     row = DailyCategoryRollup.objects.filter(category="productive").first()
     assert row is not None
     DailyCategoryRollup.objects.filter(pk=row.pk).update(gpu_seconds=row.gpu_seconds + 1.0)
-    assert day_sum_drift() == SumDrift(1, 1)
+    assert day_sum_drift() == SumDrift(1, 1, 1)
     DailyCategoryRollup.objects.filter(pk=row.pk).update(gpu_seconds=row.gpu_seconds)
     _assert_sums_exact()
 
@@ -88,6 +111,40 @@ def test_sums_follow_refreshes_late_events_and_removals() -> None:
     remove_jobs(_jobs())
     # Exact upkeep: every cell reached exactly zero and was deleted, no float ghosts left.
     assert not FleetDayRollup.objects.exists() and not JobDayRollup.objects.exists()
+    assert not LabelDayRollup.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_job_whose_labels_change_moves_all_its_sums() -> None:
+    """A job's labels and GPUs are its last attempt's: a second attempt on another team and
+    size moves the first attempt's days too, out of the old key's sums."""
+    b = FleetBuilder()
+    b.mark("mover", 0, "attempt_start", EPOCH, attrs={"gpus": 4, "team": "ads", "model": "m"})
+    b.span("mover", 0, "train", EPOCH, EPOCH + 2 * HOUR, step_start=0, step_end=10)
+    b.mark("stay", 0, "attempt_start", EPOCH, attrs={"gpus": 4, "team": "ads", "model": "m"})
+    b.span("stay", 0, "train", EPOCH, EPOCH + HOUR, step_start=0, step_end=10)
+    ingest_lines(b.lines())
+    refresh_jobs(["mover", "stay"])
+    day = date(2026, 3, 1)
+    assert _label_cells() == {(day, "productive", "m", "ads", "", "2-8"): 12 * HOUR}
+    later = FleetBuilder()
+    later.mark("mover", 0, "attempt_end", EPOCH + 2 * HOUR, attrs={"status": "failed"})
+    later.mark("mover", 1, "attempt_start", EPOCH + 3 * HOUR,
+               attrs={"gpus": 16, "team": "feed", "model": "m"})
+    later.span("mover", 1, "train", EPOCH + 3 * HOUR, EPOCH + 4 * HOUR, step_start=10,
+               step_end=20)
+    for n, event in enumerate(later.events):
+        event["id"] = f"later-{n}"
+    ingest_lines(later.lines())
+    refresh_jobs(["mover"])
+    _assert_sums_exact()
+    cells = _label_cells()
+    assert cells[(day, "productive", "m", "ads", "", "2-8")] == 4 * HOUR  # stay alone
+    moved = {key: v for key, v in cells.items() if key[3] == "feed"}
+    assert {key[5] for key in moved} == {"9-64"}
+    assert sum(moved.values()) == pytest.approx(
+        sum(DailyCategoryRollup.objects.filter(job_id="mover").values_list("gpu_seconds",
+                                                                            flat=True)))
 
 
 @pytest.mark.django_db
@@ -167,3 +224,12 @@ def test_concurrent_refreshes_sharing_days_keep_the_sums_exact() -> None:
         thread.join(timeout=120)
     assert not errors, errors
     _assert_sums_exact()
+
+
+def test_the_migration_buckets_gpus_as_the_code_does() -> None:
+    """Migration 0008 filled the label sums with the buckets frozen in its SQL: they must be
+    the buckets the upkeep and the rebuild use."""
+    import importlib
+
+    migration = importlib.import_module("ettweb.rollups.migrations.0008_label_day_sums")
+    assert bucket_sql("j.gpus") in migration.LABEL_DAY_SUMS
