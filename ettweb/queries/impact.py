@@ -46,7 +46,13 @@ from ettweb.queries.base import aggregating, phase_components
 from ettweb.rollouts.logic import iso_utc
 from ettweb.rollouts.models import BootstrapDraws, Rollout
 from ettweb.rollouts.scope import Scope
-from ettweb.rollups.models import DailyCategoryRollup, FleetDayRollup, JobDayRollup, JobRollup
+from ettweb.rollups.models import (
+    DailyCategoryRollup,
+    FleetDayRollup,
+    JobDayRollup,
+    JobRollup,
+    LabelDayRollup,
+)
 
 DEFAULT_WINDOW_DAYS: Final = 14
 MIN_WINDOW_DAYS: Final = 1
@@ -380,7 +386,7 @@ def _read_windows(windows: Windows, scope: Scope, *, with_trend: bool) -> _Windo
             _load_treated(cursor, treated)
         cursor.execute(sql, args)
         rows = cursor.fetchall()
-        lost = _treated_lost(cursor, windows, treated)
+        lost = _treated_lost(cursor, windows, scope, treated)
     per_job = sorted((job, bool(late), bool(scoped), float(wall), float(productive))
                      for no_job, job, _, late, scoped, wall, productive in rows if not no_job)
     sums: dict[date, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
@@ -393,20 +399,34 @@ def _read_windows(windows: Windows, scope: Scope, *, with_trend: bool) -> _Windo
     return _WindowRead(_jobs_of(per_job), lost, trend)
 
 
-def _treated_lost(cursor: Any, windows: Windows,
+def _treated_lost(cursor: Any, windows: Windows, scope: Scope,
                   treated: list[str] | None) -> dict[bool, dict[str, float]]:
-    """The treated jobs' lost GPU-s per category in each window (key: after?): from the
-    fleet's day sums for a fleet-wide rollout, else from the treated jobs' day rows (the
-    treated table :func:`_load_treated` filled)."""
+    """The treated jobs' lost GPU-s per category in each window (key: after?).
+
+    From the sums that hold exactly those jobs: the fleet's day sums for a fleet-wide
+    rollout; the label sums of the scope's models, teams and clusters for a scope of labels
+    alone (a scope matches a job's rollup labels exactly, as the label sums are kept); the
+    treated jobs' own day rows (the table :func:`_load_treated` filled) when the scope names
+    a job pattern.
+    """
     where, params = _window_filter(windows)
+    labels: list[str] = []
+    label_params: list[Any] = []
     if treated is None:
-        source, args = FleetDayRollup._meta.db_table + " d", [windows.rollout_day, *params]
+        source = FleetDayRollup._meta.db_table + " d"
+    elif scope.job_pattern is None:
+        source = LabelDayRollup._meta.db_table + " d"
+        for values, column in ((scope.models, "model"), (scope.teams, "team"),
+                               (scope.clusters, "cluster")):
+            if values is not None:
+                labels.append(f" AND d.{column} = ANY(%s)")
+                label_params.append(list(values))
     else:
         source = (f"{DailyCategoryRollup._meta.db_table} d "
                   f"JOIN {_TREATED_TABLE} AS t ON t.job = d.job")
-        args = [windows.rollout_day, *params]
     cursor.execute(f"SELECT d.day > %s, d.category, SUM(d.gpu_seconds) FROM {source} "
-                   f"WHERE {where} AND d.category <> %s GROUP BY 1, 2", [*args, PRODUCTIVE])
+                   f"WHERE {where} AND d.category <> %s{''.join(labels)} GROUP BY 1, 2",
+                   [windows.rollout_day, *params, PRODUCTIVE, *label_params])
     lost: dict[bool, dict[str, float]] = {False: {}, True: {}}
     for late, category, gpu_s in cursor.fetchall():
         lost[bool(late)][category] = float(gpu_s)

@@ -334,6 +334,14 @@ def _history(span: DateRange,
     return history, markers
 
 
+def report_history(week: IsoWeek, weeks: int = HISTORY_WEEKS,
+                   ) -> tuple[list[HistoryWeek], list[RolloutMarker]]:
+    """The chart part of ``week``'s report alone (its weeks' ETT% and their rollouts): the
+    same fold :class:`WeeklyReportQueryRunner` makes, without the rest of the report."""
+    span = _span(week, weeks)
+    return _history(span, DayTotalsQueryRunner(DayTotalsQuery(span)).calculate())
+
+
 class WeeklyReportQueryRunner:
     def __init__(self, query: WeeklyReportQuery) -> None:
         self.query = query

@@ -106,15 +106,18 @@ def render(report: WeeklyReportResult, *, fleet: bool, chart_png: bytes, chart_s
 
 
 def render_for(subscription: Subscription | None, week: IsoWeek, cache: ReportCache,
-               chart_src: str = f"cid:{CHART_CID}") -> RenderedReport:
-    """A subscriber's report (``None``: the fleet report, as ``--to`` previews send)."""
+               chart_src: str = f"cid:{CHART_CID}", *, with_chart: bool = True,
+               ) -> RenderedReport:
+    """A subscriber's report (``None``: the fleet report, as ``--to`` previews send).
+    ``with_chart=False`` leaves ``chart_png`` empty: the preview page's HTML links the chart
+    (``chart_src``) instead of carrying it."""
     components = followed_components(subscription) if subscription else ()
     report = cache.report(week, components)
     unsubscribe = (absolute(reverse("reports:unsubscribe", args=[make_token(subscription.pk)]))
                    if subscription and subscription.pk else "")
     return render(report, fleet=subscription.fleet if subscription else True,
-                  chart_png=cache.chart(week, report), chart_src=chart_src,
-                  unsubscribe_url=unsubscribe)
+                  chart_png=cache.chart(week, report) if with_chart else b"",
+                  chart_src=chart_src, unsubscribe_url=unsubscribe)
 
 
 def _mail_domain() -> str:

@@ -116,7 +116,7 @@ def test_report_pages_in_a_browser(scene: Scene, live_server: LiveServer,
     page.wait_for_url(f"**/reports/preview/?week={week}")
     assert page.text_content("b.subject") == subject
     frame = page.frame_locator("iframe.email-preview")
-    chart = frame.locator("img[src^='data:image/png;base64,']")
+    chart = frame.locator("img[src*='/reports/preview/chart.png?week=']")
     chart.wait_for()
     width = chart.evaluate("img => img.decode().then(() => img.naturalWidth)")
     assert width > 300  # the PNG decoded, not a broken-image icon

@@ -7,7 +7,6 @@ which 64 productive (91.4%), W10 has 30 of which 21 (70.0%); so W11's subject re
 
 from __future__ import annotations
 
-import base64
 import html
 import re
 import time
@@ -196,9 +195,11 @@ def test_preview_shows_the_report_with_its_chart(fleet: None, viewer: Client) ->
     assert "<script" not in srcdoc(raw)
     report = srcdoc(raw)
     assert f"<title>{W11_SUBJECT}</title>" in report
-    chart = re.search(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', report)
+    chart = re.search(r'<img src="(/reports/preview/chart\.png\?week=2026-W11)"', report)
     assert chart is not None
-    assert base64.b64decode(chart.group(1)).startswith(b"\x89PNG\r\n\x1a\n")
+    png = viewer.get(chart.group(1))
+    assert png.status_code == 200 and png["Content-Type"] == "image/png"
+    assert png.content.startswith(b"\x89PNG\r\n\x1a\n")
     assert "cid:" not in report  # the mail's inline reference is replaced on the page
     assert '<a href="?week=2026-W10">← 2026-W10</a>' in page
     assert '<a href="?week=2026-W12">2026-W12 →</a>' in page
@@ -267,3 +268,19 @@ def test_anonymous_preview_is_sent_to_log_in(client: Client) -> None:
     """Fleet numbers are for logged-in users only."""
     response = client.get("/reports/preview/?week=2026-W11")
     assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+
+
+def test_the_preview_chart_is_the_mails_chart_and_refuses_bad_weeks(fleet: None,
+                                                                    viewer: Client) -> None:
+    """The page's chart URL answers the very PNG the week's mail attaches; a bad week is a
+    400 naming the parameter; it is behind the login like the page."""
+    from ettweb.queries import IsoWeek
+    from ettweb.reports.content import ReportCache, render_for
+
+    week = IsoWeek.parse("2026-W11")
+    mailed = render_for(None, week, ReportCache()).chart_png
+    assert viewer.get("/reports/preview/chart.png?week=2026-W11").content == mailed
+    bad = viewer.get("/reports/preview/chart.png?week=2026-W99")
+    assert bad.status_code == 400 and "week" in bad.content.decode()
+    anonymous = Client().get("/reports/preview/chart.png?week=2026-W11")
+    assert anonymous.status_code == 302 and "/accounts/login/" in anonymous["Location"]
