@@ -191,8 +191,12 @@ def _snapshot() -> dict[str, dict[Any, Any]]:
     from ettweb.rollups.models import (
         AttemptRollup,
         DailyCategoryRollup,
+        FleetDayRollup,
+        JobDayRollup,
         JobLostRollup,
         JobRollup,
+        LabelDayRollup,
+        RecoveryPartRollup,
         RecoveryRollup,
     )
 
@@ -210,6 +214,15 @@ def _snapshot() -> dict[str, dict[Any, Any]]:
                                                              "seconds", "gpu_seconds")},
         "job_lost": {(job, category): gpu_s for job, category, gpu_s in
                      JobLostRollup.objects.values_list("job_id", "category", "gpu_seconds")},
+        # The sums kept incrementally beside the rows: a recompute refills them from scratch.
+        "fleet_days": {(r[0], r[1]): r[2:] for r in FleetDayRollup.objects.values_list(
+            "day", "category", "seconds", "gpu_seconds")},
+        "label_days": {r[:6]: r[6:] for r in LabelDayRollup.objects.values_list(
+            "day", "category", "model", "team", "cluster", "gpus", "seconds", "gpu_seconds")},
+        "job_days": {(r[0], r[1]): r[2:] for r in JobDayRollup.objects.values_list(
+            "job_id", "day", "wall_gpu_seconds", "productive_gpu_seconds")},
+        "recovery_parts": {r[:3]: r[3] for r in RecoveryPartRollup.objects.values_list(
+            "job_id", "attempt", "category", "gpu_seconds")},
     }
 
 
