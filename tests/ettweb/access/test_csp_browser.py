@@ -102,10 +102,12 @@ def test_chart_pages_draw_under_the_policy(fleet: dict[str, Any], live_server: L
         charts[f"/components/pt2_compiler/?{RANGE}"])
     assert "impact-trend" in charts[f"/rollouts/{fleet['rollout']}/?window=2"]
 
-    # The report preview: the mail (an iframe under the same policy) with its data: chart,
+    # The report preview: the mail (an iframe under the same policy) with its chart (a
+    # same-origin image URL),
     # the frame fitted to it by static JS (no inline handler).
     page.goto(f"{live_server.url}/reports/preview/?week=2026-W11")
-    chart = page.frame_locator("iframe.email-preview").locator("img[src^='data:image/png']")
+    chart = page.frame_locator("iframe.email-preview").locator(
+        "img[src*='/reports/preview/chart.png']")
     assert chart.evaluate("img => img.decode().then(() => img.naturalWidth)") > 300
     page.wait_for_function(
         "() => { const f = document.querySelector('iframe.email-preview');"

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 import random
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from collector.schema import dump_event, validate_event
@@ -102,3 +104,30 @@ def fleet(seed: int = 7, jobs: int = 12) -> FleetBuilder:
                                  last=attempt == attempts - 1)
             t = end + rng.uniform(30, 1800)  # restart gap
     return b
+
+
+def in_lockstep(bodies: Sequence[Callable[[threading.Barrier], None]],
+                timeout_s: float = 120.0) -> list[BaseException]:
+    """Run each body in its own thread with a shared barrier (the bodies meet at it between
+    rounds); returns what they raised. A body that fails aborts the barrier, so the others
+    stop instead of waiting; each thread closes its database connections."""
+    from django.db import connections
+
+    barrier = threading.Barrier(len(bodies))
+    errors: list[BaseException] = []
+
+    def run(body: Callable[[threading.Barrier], None]) -> None:
+        try:
+            body(barrier)
+        except BaseException as exc:  # collected and re-raised in the test thread
+            errors.append(exc)
+            barrier.abort()
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(body,)) for body in bodies]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout_s)
+    return errors

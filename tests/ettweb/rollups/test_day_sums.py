@@ -8,12 +8,12 @@ import json
 import random
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import date
 from typing import Any
 
 import pytest
-from django.db import connections
-from rollup_fleet import EPOCH, FleetBuilder, fleet
+from rollup_fleet import EPOCH, FleetBuilder, fleet, in_lockstep
 
 from ettweb.ingest.logic import ingest_lines
 from ettweb.rollups.buckets import bucket_sql, gpu_bucket
@@ -200,28 +200,18 @@ def test_concurrent_refreshes_sharing_days_keep_the_sums_exact() -> None:
     jobs = sorted(by_job)
     halves = [jobs[0::2], jobs[1::2]]
     rounds = 6
-    barrier = threading.Barrier(2)
-    errors: list[BaseException] = []
 
-    def worker(mine: list[str]) -> None:
-        try:
+    def worker(mine: list[str]) -> Callable[[threading.Barrier], None]:
+        def body(barrier: threading.Barrier) -> None:
             mine_lines = [line for job in mine for line in by_job[job]]
             chunk = -(-len(mine_lines) // rounds)
             for at in range(0, len(mine_lines), chunk):
                 ingest_lines(mine_lines[at:at + chunk])
                 barrier.wait(timeout=30)
                 refresh_jobs(mine)
-        except BaseException as exc:  # collected and re-raised in the test thread
-            errors.append(exc)
-            barrier.abort()
-        finally:
-            connections.close_all()
+        return body
 
-    threads = [threading.Thread(target=worker, args=(half,)) for half in halves]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    errors = in_lockstep([worker(half) for half in halves])
     assert not errors, errors
     _assert_sums_exact()
 

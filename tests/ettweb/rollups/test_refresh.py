@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import date, timedelta
 from typing import Any
 
 import pytest
 from django.db import connection, connections
-from rollup_fleet import EPOCH, FleetBuilder, fleet
+from rollup_fleet import EPOCH, FleetBuilder, fleet, in_lockstep
 
 from collector.schema import dump_event
 from ettweb.attribution.engine import attribute_job
@@ -168,27 +169,17 @@ def test_concurrent_refreshes_of_one_job_are_safe_and_end_exact() -> None:
     lines = builder.lines()
     halves = [lines[0::2], lines[1::2]]
     rounds = 8
-    barrier = threading.Barrier(2)
-    errors: list[BaseException] = []
 
-    def worker(mine: list[str]) -> None:
-        try:
+    def worker(mine: list[str]) -> Callable[[threading.Barrier], None]:
+        def body(barrier: threading.Barrier) -> None:
             chunk = -(-len(mine) // rounds)
             for at in range(0, len(mine), chunk):
                 ingest_lines(mine[at:at + chunk])
                 barrier.wait(timeout=30)
                 refresh_jobs(["job-000"])
-        except BaseException as exc:  # collected and re-raised in the test thread
-            errors.append(exc)
-            barrier.abort()
-        finally:
-            connections.close_all()
+        return body
 
-    threads = [threading.Thread(target=worker, args=(half,)) for half in halves]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    errors = in_lockstep([worker(half) for half in halves])
     assert not errors, errors
     expected = attribute_job(load_events(["job-000"])["job-000"])
     row = JobRollup.objects.get(job="job-000")
