@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
+from math import floor
 from typing import Any
 
 import pytest
@@ -285,3 +286,65 @@ def test_independent_of_splitting_a_span_into_two_of_the_same_phase(
     assert halves.time_to_start_s == whole.time_to_start_s
     assert halves.time_to_recover_s == pytest.approx(whole.time_to_recover_s, abs=1e-9)
     assert halves.failures == whole.failures
+
+
+def _training_as_one(parts: dict[str, float]) -> dict[str, float]:
+    merged = {k: v for k, v in parts.items() if k not in ("repeated_training", "productive")}
+    merged["training"] = parts.get("repeated_training", 0.0) + parts.get("productive", 0.0)
+    return merged
+
+
+def _near(a: dict[str, float], b: dict[str, float]) -> bool:
+    keys = {k for k, v in {**a, **b}.items() if abs(a.get(k, 0.0)) > 1e-9
+            or abs(b.get(k, 0.0)) > 1e-9}
+    return all(a.get(k, 0.0) == pytest.approx(b.get(k, 0.0), abs=1e-9) for k in keys)
+
+
+@settings(max_examples=300, deadline=None)
+@given(job_events(), st.sampled_from([0.25, 1.0, 3.75, 10.0, 40.0, 1000.0]))
+def test_a_sweep_in_time_chunks_gives_the_whole_sweeps_numbers(
+        events: list[dict[str, Any]], chunk_s: float) -> None:
+    """Each chunk sees only the spans overlapping it (issue 15's unit of recomputation),
+    and the chunks' sums are the whole job's: every category, GPU-weighted or not, every
+    UTC day, every recovery interval; only the segments are cut at chunk boundaries (and,
+    inside a recovery, where a cut piece's repeated seconds lie)."""
+    whole = attribute_job(events)
+    chunked = attribute_job(events, chunk_s=chunk_s)
+    assert chunked.attempts == whole.attempts
+    assert chunked.wall_s == whole.wall_s
+    assert chunked.productive_s == pytest.approx(whole.productive_s, abs=1e-9)
+    assert chunked.productive_gpu_s == pytest.approx(whole.productive_gpu_s, abs=1e-9)
+    assert chunked.wall_gpu_s == pytest.approx(whole.wall_gpu_s, abs=1e-9)
+    assert _near(chunked.lost_s, whole.lost_s)
+    assert _near(chunked.lost_gpu_s, whole.lost_gpu_s)
+    for gpu_weighted in (True, False):
+        days = per_day(whole.segments, gpu_weighted=gpu_weighted)
+        chunk_days = per_day(chunked.segments, gpu_weighted=gpu_weighted)
+        assert set(chunk_days) == set(days)
+        assert all(_near(chunk_days[day], days[day]) for day in days)
+    assert (chunked.repeated_steps, chunked.failures, chunked.time_to_start_s) == (
+        whole.repeated_steps, whole.failures, whole.time_to_start_s)
+    assert chunked.time_to_recover_s == whole.time_to_recover_s
+    assert len(chunked.recoveries) == len(whole.recoveries)
+    for mine, theirs in zip(chunked.recoveries, whole.recoveries, strict=True):
+        assert (mine.attempt, mine.start, mine.end) == (theirs.attempt, theirs.start,
+                                                        theirs.end)
+        # Inside a recovery, a partly repeated training piece puts its repeated seconds
+        # first; a chunk boundary cutting such a piece puts them first in each part, so the
+        # split between the two may move. Everything else, and their sum, may not.
+        assert _near(_training_as_one(mine.by_category_gpu_s),
+                     _training_as_one(theirs.by_category_gpu_s))
+    for segment in chunked.segments:  # no swept piece crosses a chunk boundary
+        if set(segment.shares) == {"restart_gap"}:
+            continue  # the gap between two attempts is no attempt's: one piece, unswept
+        first = floor(segment.start / chunk_s)
+        inside = [k * chunk_s for k in range(first, floor(segment.end / chunk_s) + 2)
+                  if segment.start < k * chunk_s < segment.end]
+        assert inside == [], (segment, chunk_s)
+
+
+def test_chunk_s_must_be_positive() -> None:
+    events = [validate_event({"v": 1, "id": "m", "job": "j", "kind": "mark", "attempt": 0,
+                              "mark": "attempt_start", "ts": 0.0})]
+    with pytest.raises(ValueError, match="chunk_s must be positive"):
+        attribute_job(events, chunk_s=0.0)
