@@ -48,27 +48,24 @@ from ettweb.rollups.models import (
 
 @dataclass(frozen=True)
 class DayTotalsQuery:
-    """GPU-seconds per (UTC day, group, category) of the jobs ``jobs`` keeps over a range:
-    the one scan of the per-day rows that the trend, the lost time by component and the
-    lost time over time are all folded from.
+    """GPU-seconds per (UTC day, category) of the jobs ``jobs`` keeps over a range: the one
+    read of the per-day sums that the ungrouped trend, the lost time by component, the lost
+    time over time and the headline tiles are all folded from.
 
-    Why one query under three: the overview asks all three (and the headline tiles ask the
-    trend again) for the same days and filter; each used to be its own pass over the range's
-    day rows, tens of thousands of rows a month at fleet scale. Inside one request
-    (``ettweb.queries.memoized``) this runs once and the folds cost microseconds.
+    Why one query under several: the overview asks all of them for the same days and
+    filter; each used to be its own pass over the range's day rows. Inside one request
+    (``ettweb.queries.memoized``) this runs once and the folds cost microseconds. A grouped
+    trend reads its own sums (:func:`_group_sums`): it needs no category.
     """
 
     range: DateRange
     jobs: JobFilter = ANY_JOB
-    group_by: Grouping = "none"
-
-    def __post_init__(self) -> None:
-        validated("group_by", self.group_by, GROUPINGS)
 
 
 @dataclass(frozen=True)
 class DayTotalsResult:
-    """``cells[(day, group, category)]`` = GPU-seconds (``group`` is ``ALL`` ungrouped)."""
+    """``cells[(day, group, category)]`` = GPU-seconds; ``group`` is always ``ALL`` (the
+    key has the trend's shape, so one fold serves grouped and ungrouped sums)."""
 
     cells: dict[tuple[date, str, str], float]
 
@@ -84,31 +81,25 @@ class DayTotalsQueryRunner:
 
     def calculate(self) -> DayTotalsResult:
         q = self.query
-        keys = ["day", "category"] + ([_GROUP_FIELDS[q.group_by]] if q.group_by != "none"
-                                      else [])
-        cells: dict[tuple[date, str, str], float] = defaultdict(float)
-        source = (category_rows(q.range, q.jobs) if q.group_by == "none"
-                  else label_rows(q.range, q.jobs))
-        # Summed as float8: the stored sums are exact numerics, but adding a few thousand of
-        # them for a chart needs no exactness and numeric addition costs 2-3x. Fetched as
-        # plain tuples: a grouped 180-day read is ~25,000 rows, and the ORM's row dicts
-        # cost more than the read.
-        sql, params = (source.values(*keys).annotate(gpu_s=Sum(Cast("gpu_seconds",
-                                                                    FloatField())))
+        # Summed as float8: the stored sums are exact numerics, but adding them for a chart
+        # needs no exactness and numeric addition costs 2-3x. Fetched as plain tuples: the
+        # ORM's row dicts cost more than the read.
+        sql, params = (category_rows(q.range, q.jobs).values("day", "category")
+                       .annotate(gpu_s=Sum(Cast("gpu_seconds", FloatField())))
                        .order_by().query.sql_with_params())
         with aggregating() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
-        for row in rows:
-            group = _group_label(q.group_by, row[2] if q.group_by != "none" else None)
-            cells[(row[0], group, row[1])] += row[-1] or 0.0
+        cells: dict[tuple[date, str, str], float] = defaultdict(float)
+        for day, category, gpu_s in rows:
+            cells[(day, ALL, category)] += gpu_s or 0.0
         return DayTotalsResult(dict(cells))
 
 
-def _day_totals(days: DateRange, jobs: JobFilter, group_by: Grouping = "none") -> DayTotalsResult:
+def _day_totals(days: DateRange, jobs: JobFilter) -> DayTotalsResult:
     from ettweb.queries import calculate  # the package's memo: shared by the page's queries
 
-    return calculate(DayTotalsQuery(days, jobs, group_by))
+    return calculate(DayTotalsQuery(days, jobs))
 
 
 # --------------------------------------------------------------------------- ETT% trend
