@@ -51,7 +51,10 @@ def test_fleet_page_shows_trend_components_top_jobs_and_restart_tax(
     top = html[html.index('id="top-jobs"'):]
     assert 'href="/jobs/j1/"' in top and 'href="/jobs/j2/"' not in top  # j2 lost nothing
     assert re.search(r'id="range-failures">1<', html)
-    assert 'id="lifecycle"' in html
+    lifecycle = html[html.index('<table id="lifecycle">'):]
+    row = lifecycle[lifecycle.index("<tr><td>1970-01-01</td>"):].split("</tr>")[0]
+    cells = re.findall(r'<td class="num">([^<]*)</td>', row)
+    assert (cells[0], cells[2]) == ("2", "1")  # both jobs started that day; j1 recovered once
 
 
 @pytest.mark.parametrize(("params", "reason"), [
