@@ -1151,7 +1151,7 @@ def _raw_paths(measurer: Measurer, targets: Sequence[Target],
                         else None)
 
 
-#: Windows no warm pass computes (ettweb.rollouts.warm.WARM_WINDOWS are 7, 14, 28, 60, 90).
+#: Windows no warm pass computes (``cold_impacts`` checks them against WARM_WINDOWS).
 COLD_WINDOWS: Final = (21, 45)
 
 
@@ -1176,7 +1176,10 @@ def cold_impacts() -> dict[str, Any]:
     for a window the page does not link to."""
     from ettweb.queries import impact
     from ettweb.rollouts.models import Rollout
+    from ettweb.rollouts.warm import WARM_WINDOWS
 
+    if set(COLD_WINDOWS) & set(WARM_WINDOWS):
+        raise RuntimeError(f"cold windows {COLD_WINDOWS} overlap the warmed {WARM_WINDOWS}")
     client, _, token = _bench_client()
     samples: list[float] = []
     stored, store = impact._stored_draws, impact._store_draws

@@ -123,7 +123,7 @@ def _refresh_in_worker(database: str) -> dict[str, float]:
     """One refresh in a new worker process (its own memory, as a Celery worker's)."""
     done = subprocess.run(
         [sys.executable, "-m", "bench.refresh", "--refresh-once", "--database", database],
-        check=True, capture_output=True, text=True, env={**os.environ},
+        check=True, capture_output=True, text=True,
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return result

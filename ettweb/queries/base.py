@@ -20,8 +20,8 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final, Literal
 
 from django.db import connection, transaction
-from django.db.models import F, Max, Q, Sum
-from django.db.models.functions import Coalesce, TruncWeek
+from django.db.models import DateField, F, Max, Q, Sum
+from django.db.models.functions import Cast, Coalesce, TruncWeek
 
 from ettweb.attribution.components import DEFAULT_PHASE_COMPONENTS, component_of
 from ettweb.rollups.buckets import GPU_BUCKET_LABELS as GPU_BUCKET_LABELS
@@ -294,9 +294,14 @@ def label_rows(query_range: DateRange, jobs: JobFilter = ANY_JOB) -> Any:
     return rows if jobs.is_any else rows.filter(jobs.label_q())
 
 
+def period_of(day: Any, interval: Interval) -> Any:
+    """``day`` (a date expression) as its period: itself, or the Monday of its ISO week."""
+    return Cast(TruncWeek(day), DateField()) if interval == "week" else day
+
+
 def periods(rows: Any, interval: Interval) -> Any:
     """``rows`` annotated with ``period``: the day itself, or the Monday of its ISO week."""
-    return rows.annotate(period=TruncWeek("day") if interval == "week" else F("day"))
+    return rows.annotate(period=period_of(F("day"), interval))
 
 
 def as_date(value: date | datetime) -> date:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date
 from typing import Any, Final
 
 from django.db.models import Count, DateField, F, FloatField, Func, Q, Sum
-from django.db.models.functions import Cast, TruncWeek
+from django.db.models.functions import Cast
 
 from collector.schema import FAILED_STATUSES
 from ettweb.attribution.components import PRODUCTIVE, component_of
@@ -27,11 +27,11 @@ from ettweb.queries.base import (
     Interval,
     JobFilter,
     aggregating,
-    as_date,
     by_component,
     category_rows,
     label_rows,
     pct,
+    period_of,
     phase_components,
     quarantined_lines,
     validated,
@@ -82,14 +82,11 @@ class DayTotalsQueryRunner:
     def calculate(self) -> DayTotalsResult:
         q = self.query
         # Summed as float8: the stored sums are exact numerics, but adding them for a chart
-        # needs no exactness and numeric addition costs 2-3x. Fetched as plain tuples: the
-        # ORM's row dicts cost more than the read.
-        sql, params = (category_rows(q.range, q.jobs).values("day", "category")
-                       .annotate(gpu_s=Sum(Cast("gpu_seconds", FloatField())))
-                       .order_by().query.sql_with_params())
-        with aggregating() as cursor:
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
+        # needs no exactness and numeric addition costs 2-3x. Read as tuples: the ORM's row
+        # dicts cost more than the read.
+        with aggregating():
+            rows = list(category_rows(q.range, q.jobs).values_list("day", "category")
+                        .annotate(gpu_s=Sum(Cast("gpu_seconds", FloatField()))).order_by())
         cells: dict[tuple[date, str, str], float] = defaultdict(float)
         for day, category, gpu_s in rows:
             cells[(day, ALL, category)] += gpu_s or 0.0
@@ -204,22 +201,19 @@ class TrendQueryRunner:
 
 def _group_sums(q: TrendQuery) -> dict[tuple[date, str], list[float]]:
     """(day, group) -> [wall, productive] GPU-s from the label sums, categories summed in
-    Postgres: a grouped trend needs no category, and a 180-day read grouped by model keeps
-    ~1,400 rows where keeping categories returned ~23,000 to fold in Python."""
-    field_name = _GROUP_FIELDS[q.group_by]
-    rows = (label_rows(q.range, q.jobs).values("day", field_name)
-            .annotate(wall=Sum(Cast("gpu_seconds", FloatField())),
-                      productive=Sum(Cast("gpu_seconds", FloatField()),
-                                     filter=Q(category=PRODUCTIVE)))
-            .order_by())
-    sql, params = rows.query.sql_with_params()
+    Postgres: a grouped trend needs no category, and the bench's 180-day fleet grouped by
+    model gives 1,440 rows where keeping categories returned 24,422 to fold in Python."""
+    gpu_s = Cast("gpu_seconds", FloatField())
+    with aggregating():
+        rows = list(label_rows(q.range, q.jobs).values_list("day", _GROUP_FIELDS[q.group_by])
+                    .annotate(wall=Sum(gpu_s),
+                              productive=Sum(gpu_s, filter=Q(category=PRODUCTIVE)))
+                    .order_by())
     sums: dict[tuple[date, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
-    with aggregating() as cursor:
-        cursor.execute(sql, params)
-        for day, value, wall, productive in cursor.fetchall():
-            cell = sums[(day, _group_label(q.group_by, value))]
-            cell[0] += wall or 0.0
-            cell[1] += productive or 0.0
+    for day, value, wall, productive in rows:
+        cell = sums[(day, _group_label(q.group_by, value))]
+        cell[0] += wall or 0.0
+        cell[1] += productive or 0.0
     return sums
 
 
@@ -528,11 +522,6 @@ class _EpochDay(Func):
     output_field = DateField()
 
 
-def _period(day: Any, interval: Interval) -> Any:
-    """``day`` (a date expression) as its period: itself, or the Monday of its ISO week."""
-    return Cast(TruncWeek(day), DateField()) if interval == "week" else day
-
-
 class LifecycleQueryRunner:
     """Sums per period in Postgres: a 180-day fleet holds tens of thousands of attempts and
     recoveries, and reading them row by row (each recovery's JSON parts decoded in Python)
@@ -542,28 +531,27 @@ class LifecycleQueryRunner:
         self.query = query
         self.points: dict[date, LifecyclePoint] = {}
 
-    def _point(self, period: date | datetime) -> LifecyclePoint:
-        key = as_date(period)
-        return self.points.setdefault(key, LifecyclePoint(key))
+    def _point(self, period: date) -> LifecyclePoint:
+        return self.points.setdefault(period, LifecyclePoint(period))
 
     def calculate(self) -> LifecycleResult:
         q = self.query
         low, high = q.range.epoch_bounds
         started = q.jobs.narrow(JobRollup.objects.filter(
             window_start__gte=low, window_start__lt=high, time_to_start_s__isnull=False), "")
-        for row in (started.annotate(period=_period(_EpochDay("window_start"), q.interval))
+        for row in (started.annotate(period=period_of(_EpochDay("window_start"), q.interval))
                     .values("period").annotate(n=Count("id"), s=Sum("time_to_start_s"))
                     .order_by()):
             point = self._point(row["period"])
             point.jobs_started, point.start_s_total = row["n"], row["s"] or 0.0
         failed = q.jobs.narrow(AttemptRollup.objects.filter(end__gte=low, end__lt=high,
                                                             status__in=FAILED_STATUSES))
-        for row in (failed.annotate(period=_period(_EpochDay("end"), q.interval))
+        for row in (failed.annotate(period=period_of(_EpochDay("end"), q.interval))
                     .values("period").annotate(n=Count("id")).order_by()):
             self._point(row["period"]).failures = row["n"]
         recovered = q.jobs.narrow(RecoveryRollup.objects.filter(day__gte=q.range.date_from,
                                                                 day__lte=q.range.date_to))
-        for row in (recovered.annotate(period=_period(F("day"), q.interval)).values("period")
+        for row in (recovered.annotate(period=period_of(F("day"), q.interval)).values("period")
                     .annotate(n=Count("id"), s=Sum("seconds")).order_by()):
             point = self._point(row["period"])
             point.recoveries, point.recover_s_total = row["n"], row["s"] or 0.0
@@ -581,10 +569,10 @@ def _restart_tax(q: LifecycleQuery) -> list[tuple[date, str, float]]:
     parts = q.jobs.narrow(RecoveryPartRollup.objects.filter(day__gte=q.range.date_from,
                                                             day__lte=q.range.date_to))
     with aggregating():
-        rows = list(parts.annotate(period=_period(F("day"), q.interval))
+        rows = list(parts.annotate(period=period_of(F("day"), q.interval))
                     .values_list("period", "category").annotate(gpu_s=Sum("gpu_seconds"))
                     .order_by())
-    return [(as_date(period), category, float(gpu_s)) for period, category, gpu_s in rows]
+    return [(period, category, float(gpu_s)) for period, category, gpu_s in rows]
 
 
 # --------------------------------------------------------------------------- jobs list

@@ -70,6 +70,12 @@ def subscription_settings(request: HttpRequest) -> HttpResponse:
         "last_week": IsoWeek.last_complete(timezone.now())})
 
 
+def _week(form: PreviewForm) -> IsoWeek:
+    """The week a valid preview form asks for: its ``week``, else the last complete one."""
+    week: IsoWeek = form.cleaned_data["week"] or IsoWeek.last_complete(timezone.now())
+    return week
+
+
 @login_required
 @require_GET
 def preview(request: HttpRequest) -> HttpResponse:
@@ -78,7 +84,7 @@ def preview(request: HttpRequest) -> HttpResponse:
     form = PreviewForm(request.GET)
     if not form.is_valid():
         return bad_parameters(form)
-    week = form.cleaned_data["week"] or IsoWeek.last_complete(timezone.now())
+    week = _week(form)
     user: User = request.user  # type: ignore[assignment]  # login_required
     if form.cleaned_data["user"]:
         require(is_admin(request.user), request.user, "preview another user's report")
@@ -108,8 +114,7 @@ def preview_chart(request: HttpRequest) -> HttpResponse:
     form = PreviewForm(request.GET)
     if not form.is_valid():
         return bad_parameters(form)
-    week = form.cleaned_data["week"] or IsoWeek.last_complete(timezone.now())
-    response = HttpResponse(trend_png(*report_history(week)), content_type="image/png")
+    response = HttpResponse(trend_png(*report_history(_week(form))), content_type="image/png")
     response["Cache-Control"] = "private, max-age=3600"
     return response
 

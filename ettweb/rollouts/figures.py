@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from ettweb.dashboard.figures import DAY_MS, LAYOUT
+from ettweb.dashboard.figures import DAY_MS, base_layout
 from ettweb.queries.impact import ComponentShift, ImpactResult, TrendDay
 
 Figure = dict[str, Any]
@@ -30,10 +30,6 @@ INK = "#1d2630"
 
 def _day_start(day: date) -> str:
     return datetime(day.year, day.month, day.day).isoformat()
-
-
-def _layout(**extra: Any) -> dict[str, Any]:
-    return {**LAYOUT, **extra}
 
 
 def _vertical_line(x: Any, **line: Any) -> dict[str, Any]:
@@ -93,7 +89,7 @@ def trend(result: ImpactResult) -> Figure:
     elif days <= 63:  # one a week: a label a day would overlap
         xaxis.update(dtick=7 * DAY_MS)
     shapes, notes = _window_shapes(result)
-    return {"data": traces, "layout": _layout(
+    return {"data": traces, "layout": base_layout(
         height=340, yaxis={"title": {"text": "ETT% (GPU-weighted)"}}, xaxis=xaxis,
         legend={"orientation": "h", "y": -0.18}, shapes=shapes, annotations=notes)}
 
@@ -121,7 +117,7 @@ def change_intervals(result: ImpactResult) -> Figure:
              "error_x": {"type": "data", "symmetric": False, "array": [row[2] for row in rows],
                          "arrayminus": [row[3] for row in rows], "thickness": 2, "width": 8},
              "hovertemplate": "%{y}: %{x:+.2f} pts<extra></extra>"}
-    return {"data": [trace], "layout": _layout(
+    return {"data": [trace], "layout": base_layout(
         height=90 + 50 * max(len(rows), 1), shapes=[_vertical_line(0, color=INK, width=1)],
         xaxis={"title": {"text": "change in ETT% (points), 95% interval"}, "zeroline": False},
         yaxis={"autorange": "reversed"})}
@@ -139,7 +135,7 @@ def distributions(result: ImpactResult) -> Figure:
 
     return {"data": [box("before", result.treated_before_ett, CONTROL_COLOUR, "#5f6b77"),
                      box("after", result.treated_after_ett, TREATED_COLOUR, TREATED_COLOUR)],
-            "layout": _layout(height=340, showlegend=False,
+            "layout": base_layout(height=340, showlegend=False,
                               yaxis={"title": {"text": "job ETT% in the window"},
                                      "range": [0, 101]})}
 
@@ -153,7 +149,7 @@ def component_shifts(shifts: list[ComponentShift]) -> Figure:
              "customdata": [[s.before_lost_pct or 0.0, s.after_lost_pct or 0.0] for s in shifts],
              "hovertemplate": ("%{y}: %{customdata[0]:.2f}% → %{customdata[1]:.2f}% of wall "
                                "time (%{x:+.2f} pts)<extra></extra>")}
-    return {"data": [trace], "layout": _layout(
+    return {"data": [trace], "layout": base_layout(
         height=90 + 30 * max(len(shifts), 1), shapes=[_vertical_line(0, color=INK, width=1)],
         xaxis={"title": {"text": "change in lost share (points of wall time)"}},
         yaxis={"autorange": "reversed"})}

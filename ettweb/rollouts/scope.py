@@ -49,6 +49,12 @@ class Scope:
         """A fleet-wide rollout (no field given): it has no control group."""
         return all(getattr(self, name) is None for name in FIELDS)
 
+    def label_lists(self) -> list[tuple[str, tuple[str, ...]]]:
+        """(job label, the values it must take) for each list the scope gives: ``model``,
+        ``team``, ``cluster`` as the job rollups and the label sums name them."""
+        return [(name[:-1], values) for name in LIST_FIELDS
+                if (values := getattr(self, name)) is not None]
+
     def matches(self, job: str, model: str, team: str, cluster: str) -> bool:
         """Whether a job with these labels (its rollup's) is in scope."""
         for values, label in ((self.models, model), (self.teams, team),

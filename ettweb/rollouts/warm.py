@@ -14,7 +14,6 @@ Any other window (the page takes 1-90 days) is drawn on its first request and ke
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
@@ -35,19 +34,15 @@ class WarmStats:
     pruned: int
 
 
-def warm_impacts(windows: tuple[int, ...] = WARM_WINDOWS, *,
-                 progress: Callable[[int, int], None] | None = None) -> WarmStats:
+def warm_impacts(windows: tuple[int, ...] = WARM_WINDOWS) -> WarmStats:
     """Compute every rollout's impact at each of ``windows`` (storing new draws; reading a
     stored one marks it used) and prune the draws unused for ``KEEP_UNUSED``."""
     began = time.perf_counter()
     started = datetime.now(UTC)
     rollouts = list(Rollout.objects.order_by("id").values_list("id", flat=True))
-    total, done = len(rollouts) * len(windows), 0
     for rollout_id in rollouts:
         for window in windows:
             ImpactQueryRunner(ImpactQuery(rollout_id, window)).calculate()
-            done += 1
-            if progress is not None:
-                progress(done, total)
     pruned, _ = BootstrapDraws.objects.filter(used_at__lt=started - KEEP_UNUSED).delete()
-    return WarmStats(impacts=done, seconds=time.perf_counter() - began, pruned=pruned)
+    return WarmStats(impacts=len(rollouts) * len(windows),
+                     seconds=time.perf_counter() - began, pruned=pruned)

@@ -29,7 +29,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import Any, Final
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -350,10 +350,8 @@ def _part_rows(rows: _JobRows) -> list[tuple[str, int, date, str, float]]:
 
 def _write_jobs(rows: Sequence[_JobRows], gone: Sequence[str]) -> tuple[int, int, set[date]]:
     """Upsert job rows, replace attempts and recoveries, rewrite the timeline and lanes of
-    the jobs whose drawing changed, and diff the day rows (a gone job's day rows go first,
-    so the fleet's day sums lose them before the cascade deletes them)."""
-    gone_written, gone_deleted, gone_days = _write_days({job: {} for job in gone})
-    JobRollup.objects.filter(job__in=gone).delete()
+    the jobs whose drawing changed, and diff the day rows (a gone job's with none wanted,
+    so the day sums lose them before its rollup and the rest of its rows are deleted)."""
     stored = dict(JobRollup.objects.filter(job__in=[r.job.job for r in rows])
                   .values_list("job", "timeline_digest"))
     labels_before = _labels([r.job.job for r in rows])
@@ -369,12 +367,12 @@ def _write_jobs(rows: Sequence[_JobRows], gone: Sequence[str]) -> tuple[int, int
                           [t for r in redrawn for t in r.timeline])
         _replace_children(AttemptLane, [r.job.job for r in redrawn],
                           [lane for r in redrawn for lane in r.lanes])
-    written, deleted, days = _write_days({r.job.job: r.days for r in rows}, labels_before)
-    return written + gone_written, deleted + gone_deleted, days | gone_days
+    written = _write_days({**{job: {} for job in gone}, **{r.job.job: r.days for r in rows}},
+                          labels_before)
+    JobRollup.objects.filter(job__in=gone).delete()
+    return written
 
 
-#: One change to the fleet's day sums: (day, category, seconds, GPU-seconds, +1 or -1).
-_FleetChange = tuple[date, str, float, float, int]
 #: A job's (model, team, cluster, GPU-size bucket): the key of its label sums.
 Labels = tuple[str, str, str, str]
 
@@ -430,7 +428,7 @@ def _write_days(wanted: dict[str, dict[DayKey, DayValues]],
     for (job, day, category), (_, (seconds, gpu_seconds)) in stored.items():
         changes.append((job, day, category, seconds, gpu_seconds, -1))
         touched.add((job, day))
-    label_changes += [(*labels[job], day, category, s, g, sign)
+    label_changes += [(day, category, *labels[job], s, g, sign)
                       for job, day, category, s, g, sign in changes
                       if job not in moved and job in labels]
     raw = connection.connection
@@ -445,13 +443,16 @@ def _write_days(wanted: dict[str, dict[DayKey, DayValues]],
         if stored:
             cursor.execute(f"DELETE FROM {DailyCategoryRollup._meta.db_table} "
                            "WHERE id = ANY(%s)", [[pk for pk, _ in stored.values()]])
-        _change_fleet_days(cursor, [change[1:] for change in changes])
-        _change_label_days(cursor, label_changes)
+        _change_sums(cursor, FleetDayRollup._meta.db_table, _FLEET_KEY,
+                     [change[1:] for change in changes])
+        _change_sums(cursor, LabelDayRollup._meta.db_table, _LABEL_KEY, label_changes)
         _rewrite_job_days(cursor, wanted, touched)
     return len(inserts) + len(updates), len(stored), {day for _, day in touched}
 
 
-_LabelChange = tuple[str, str, str, str, date, str, float, float, int]
+#: One change to the label sums: (day, category, model, team, cluster, GPU bucket,
+#: seconds, GPU-seconds, +1 or -1).
+_LabelChange = tuple[date, str, str, str, str, str, float, float, int]
 
 
 def _moved_label_changes(stored: Mapping[tuple[str, date, str], tuple[int, DayValues]],
@@ -463,66 +464,48 @@ def _moved_label_changes(stored: Mapping[tuple[str, date, str], tuple[int, DayVa
     changes: list[_LabelChange] = []
     for (job, day, category), (_, (seconds, gpu_seconds)) in stored.items():
         if job in moved:
-            changes.append((*before[job], day, category, seconds, gpu_seconds, -1))
+            changes.append((day, category, *before[job], seconds, gpu_seconds, -1))
     for job in moved:
         if job in labels:
-            changes += [(*labels[job], day, category, seconds, gpu_seconds, 1)
+            changes += [(day, category, *labels[job], seconds, gpu_seconds, 1)
                         for (day, category), (seconds, gpu_seconds) in wanted[job].items()]
     return changes
 
 
-def _change_label_days(cursor: Any, changes: Sequence[_LabelChange]) -> None:
-    """Add ``changes`` to the label sums: one statement, cells in key order, exact, zero
-    cells deleted (as :func:`_change_fleet_days`)."""
-    if not changes:
-        return
-    table = LabelDayRollup._meta.db_table
-    columns = [list(column) for column in zip(*changes, strict=True)]
-    keys = "model, team, cluster, gpus, day, category"
-    cursor.execute(
-        f"INSERT INTO {table} AS f (model, team, cluster, gpus, day, category, seconds, "
-        f"gpu_seconds) SELECT {keys}, SUM(sign * s::numeric), SUM(sign * g::numeric) "
-        "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::date[], %s::text[], "
-        "%s::float8[], %s::float8[], %s::int[]) "
-        f"AS c(model, team, cluster, gpus, day, category, s, g, sign) GROUP BY {keys} "
-        f"ORDER BY day, category, model, team, cluster, gpus "
-        "ON CONFLICT (day, category, model, team, cluster, gpus) DO UPDATE SET "
-        "seconds = f.seconds + EXCLUDED.seconds, gpu_seconds = f.gpu_seconds + "
-        "EXCLUDED.gpu_seconds", columns)
-    cursor.execute(
-        f"DELETE FROM {table} f USING unnest(%s::text[], %s::text[], %s::text[], %s::text[], "
-        "%s::date[], %s::text[]) AS c(model, team, cluster, gpus, day, category) "
-        "WHERE (f.model, f.team, f.cluster, f.gpus, f.day, f.category) = "
-        "(c.model, c.team, c.cluster, c.gpus, c.day, c.category) "
-        "AND f.seconds = 0 AND f.gpu_seconds = 0", columns[:6])
+#: The key columns of each sum table and their SQL types, in lock (key) order.
+_FLEET_KEY: Final = (("day", "date"), ("category", "text"))
+_LABEL_KEY: Final = (*_FLEET_KEY, ("model", "text"), ("team", "text"), ("cluster", "text"),
+                     ("gpus", "text"))
 
 
-def _change_fleet_days(cursor: Any, changes: Sequence[_FleetChange]) -> None:
-    """Add ``changes`` to the fleet's day sums in one statement, cells in key order.
+def _change_sums(cursor: Any, table: str, key: Sequence[tuple[str, str]],
+                 changes: Sequence[tuple[Any, ...]]) -> None:
+    """Add ``changes`` (key values in ``key`` order, then seconds, GPU-seconds, +1 or -1)
+    to a sum table in one statement, cells in key order.
 
     Exact: each value enters as ``float8::numeric``, the same conversion the backfill and
-    :func:`fleet_days_drift` apply to the stored rows. Key order: concurrent refreshes
-    that share cells (today's, above all) lock them in the same order, so never deadlock;
-    the locks last from here to the commit that follows. A cell that reaches exactly zero
-    (its last row gone) is deleted.
+    :func:`day_sum_drift` apply to the stored rows. Key order: concurrent refreshes that
+    share cells (today's, above all) lock them in the same order, so never deadlock; the
+    locks last from here to the commit that follows. A cell that reaches exactly zero (its
+    last row gone) is deleted.
     """
     if not changes:
         return
-    table = FleetDayRollup._meta.db_table
-    days, categories, seconds, gpu_seconds, signs = (list(column) for column in zip(*changes,
-                                                                                    strict=True))
+    columns = [list(column) for column in zip(*changes, strict=True)]
+    names = ", ".join(name for name, _ in key)
+    arrays = ", ".join(f"%s::{kind}[]" for _, kind in key)
     cursor.execute(
-        f"INSERT INTO {table} AS f (day, category, seconds, gpu_seconds) "
-        "SELECT day, category, SUM(sign * s::numeric), SUM(sign * g::numeric) "
-        "FROM unnest(%s::date[], %s::text[], %s::float8[], %s::float8[], %s::int[]) "
-        "AS c(day, category, s, g, sign) GROUP BY day, category ORDER BY day, category "
-        "ON CONFLICT (day, category) DO UPDATE SET seconds = f.seconds + EXCLUDED.seconds, "
-        "gpu_seconds = f.gpu_seconds + EXCLUDED.gpu_seconds",
-        [days, categories, seconds, gpu_seconds, signs])
+        f"INSERT INTO {table} AS f ({names}, seconds, gpu_seconds) "
+        f"SELECT {names}, SUM(sign * s::numeric), SUM(sign * g::numeric) "
+        f"FROM unnest({arrays}, %s::float8[], %s::float8[], %s::int[]) "
+        f"AS c({names}, s, g, sign) GROUP BY {names} ORDER BY {names} "
+        f"ON CONFLICT ({names}) DO UPDATE SET seconds = f.seconds + EXCLUDED.seconds, "
+        f"gpu_seconds = f.gpu_seconds + EXCLUDED.gpu_seconds", columns)
     cursor.execute(
-        f"DELETE FROM {table} f USING unnest(%s::date[], %s::text[]) AS c(day, category) "
-        "WHERE f.day = c.day AND f.category = c.category AND f.seconds = 0 "
-        "AND f.gpu_seconds = 0", [days, categories])
+        f"DELETE FROM {table} f USING unnest({arrays}) AS c({names}) "
+        f"WHERE ({', '.join(f'f.{name}' for name, _ in key)}) = "
+        f"({', '.join(f'c.{name}' for name, _ in key)}) "
+        f"AND f.seconds = 0 AND f.gpu_seconds = 0", columns[:len(key)])
 
 
 def _rewrite_job_days(cursor: Any, wanted: Mapping[str, Mapping[DayKey, DayValues]],
@@ -752,7 +735,7 @@ class SumDrift:
 
     fleet_days: int
     job_days: int
-    label_days: int = 0
+    label_days: int
 
 
 def day_sum_drift(rel_tol: float = 1e-9) -> SumDrift:

@@ -256,8 +256,8 @@ class JobDayRollup(models.Model):
 
     Why: rollout impact sums each job's wall and productive time over two windows of up to
     90 days, and the top jobs rank jobs by lost time over a range; both read ~9 category
-    rows per job-day from :class:`DailyCategoryRollup` (250,000 rows for two 90-day
-    windows at fleet scale) where one row per job-day holds what they need.
+    rows per job-day from :class:`DailyCategoryRollup` (439,841 rows for two 90-day windows
+    of the bench's 180-day fleet) where one row per job-day holds what they need (49,295).
     """
 
     job = models.ForeignKey(JobRollup, to_field="job", db_column="job", on_delete=models.CASCADE,
