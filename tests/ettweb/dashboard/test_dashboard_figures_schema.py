@@ -1,7 +1,7 @@
 """The dashboard's figures are plain figure JSON (a hot path: plotly's objects took 130 ms of
-a 180-day fleet page's 880 ms under cProfile). Each must still be a figure plotly accepts (``go.Figure`` validates every
-property and raises on a misspelt one), already in the form plotly would write (the page
-renders the JSON unvalidated), and draw what the page promises."""
+a 180-day fleet page's 880 ms under cProfile). Each must still be a figure plotly accepts
+(``go.Figure`` validates every property and raises on a misspelt one), already in the form
+plotly would write (the page renders the JSON unvalidated), and draw what the page promises."""
 
 from __future__ import annotations
 
