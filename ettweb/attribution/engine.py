@@ -25,14 +25,14 @@ from __future__ import annotations
 import gc
 import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from itertools import accumulate, groupby
 from math import floor, gcd
 from operator import attrgetter, itemgetter, lt
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, Protocol
 
 from collector.schema import FAILED_STATUSES, TRAIN_PHASE
 
@@ -302,12 +302,8 @@ def attribute_job(events: Iterable[Event], *, chunk_s: float | None = None) -> J
     ``chunk_s`` sweeps each attempt in time chunks of that length (aligned to multiples of
     it, as UTC hours and days are) instead of at once, each chunk seeing only the spans that
     overlap it (:func:`sweep_chunk`): the same numbers up to float rounding, segments cut at
-    chunk boundaries. One difference remains: inside a recovery, a partly repeated training
-    piece puts its repeated seconds first (§3.7), and a piece cut at a boundary does so in
-    each part, so a recovery's split between repeated and productive training can move
-    (its other parts and its total cannot). The step towards refreshing a long job chunk
-    by chunk (issue 15); the property tests hold the two equal, that split aside. Not yet
-    used by the rollups.
+    chunk boundaries. ``ettweb.attribution.chunks`` builds the stored, incremental
+    attribution on the same sweep.
 
     Raises ValueError when the events are empty or belong to more than one job: that is a
     caller bug, not bad data (bad data is rejected earlier by ``collector.schema``).
@@ -360,7 +356,7 @@ def _attribute_unique(job: str, events: list[Event], duplicates: int,
     train = [span for attempt in ordered for span in attempt.spans
              if span["phase"] == TRAIN_PHASE]
     sigs, repeated_by_attempt = _train_signatures(train)
-    windows = _attempt_windows(ordered)
+    windows = attempt_windows(ordered)
     recovered = _times_to_recover(windows, ordered, sigs)
     totals = _Totals()
     previous: AttemptWindow | None = None
@@ -516,7 +512,21 @@ def _train_split(step_start: int, step_end: int, high_water: int) -> tuple[int, 
     return repeated, (_TRAIN, repeated // g, steps // g)
 
 
-def _attempt_windows(ordered: list[_Attempt]) -> list[AttemptWindow]:
+class AttemptFacts(Protocol):
+    """What the windows are built from: an attempt's marks and the extent of its events
+    (:class:`_Attempt` from the events, or the chunked attribution's fold of summaries)."""
+
+    attempt: int
+    last: float
+    last_activity: float
+    start_mark: tuple[float, str, dict[str, Any]] | None
+    end_mark: tuple[float, str, str] | None
+
+    @property
+    def start(self) -> float: ...
+
+
+def attempt_windows(ordered: Sequence[AttemptFacts]) -> list[AttemptWindow]:
     """§3.1/§3.2: one window per attempt, in attempt order, never overlapping.
 
     A window runs from the attempt_start mark (else the earliest event) to the attempt_end
@@ -551,7 +561,7 @@ def _attempt_windows(ordered: list[_Attempt]) -> list[AttemptWindow]:
     return windows
 
 
-def _status(attempt: _Attempt, *, is_last: bool) -> str:
+def _status(attempt: AttemptFacts, *, is_last: bool) -> str:
     if attempt.end_mark is not None:
         return attempt.end_mark[2]
     return RUNNING if is_last else LOST
@@ -878,23 +888,33 @@ def _times_to_recover(windows: list[AttemptWindow], ordered: list[_Attempt],
     failed = [i for i, window in enumerate(windows) if window.status in FAILED_STATUSES]
     if not failed:
         return []
+    firsts: list[float | None] = [None] * len(windows)
+    for index in range(failed[0], len(windows)):
+        firsts[index] = _first_productive(windows[index], ordered[index].spans, sigs)
+    return recoveries_from(windows, firsts)
+
+
+def recoveries_from(windows: Sequence[AttemptWindow],
+                    firsts: Sequence[float | None]) -> list[tuple[int, float, float]]:
+    """§3.7 from each window's first productive second (``None``: none): per failed,
+    preempted or lost attempt followed by one, ``(attempt, its last event, that second)``.
+    Shared with the chunked attribution, which finds each attempt's first productive
+    second chunk by chunk."""
     recover: list[tuple[int, float, float]] = []
     upcoming: float | None = None
-    for index in range(len(windows) - 1, failed[0] - 1, -1):
-        window = windows[index]
+    for window, here in zip(reversed(windows), reversed(firsts), strict=True):
         if window.status in FAILED_STATUSES and upcoming is not None:
             recover.append((window.attempt, window.last_event, upcoming))
-        here = _first_productive(window, ordered[index].spans, sigs)
         if here is not None and (upcoming is None or here < upcoming):
             upcoming = here
     recover.reverse()
     return recover
 
 
-def _first_productive(window: AttemptWindow, spans: list[Event],
+def _first_productive(window: AttemptWindow, spans: Iterable[Event],
                       sigs: Mapping[str, Signature]) -> float | None:
-    """The attempt's first productive second; spans are walked by start so the walk stops
-    as soon as no later span can turn productive earlier."""
+    """The attempt's first productive second among ``spans``; spans are walked by start so
+    the walk stops as soon as no later span can turn productive earlier."""
     train = sorted((span for span in spans if span["phase"] == TRAIN_PHASE), key=_START)
     first: float | None = None
     for span in train:
@@ -933,18 +953,18 @@ _SEGMENT_END: Final = attrgetter("end")
 def _overlap_shares(seg: Segment, start: float, end: float) -> dict[str, float]:
     """Seconds per category of ``seg`` inside ``[start, end)``.
 
-    Shares are uniform over a segment, except training: its repeated seconds come first
-    (§3.7), so the interval up to the first productive second holds no productive time.
+    Shares are uniform over a segment, except training: inside a train span the repeated
+    steps come first (§3.7), and a recovery ends at the first second any train span turns
+    productive, so every training second inside the interval lies before its span's turn:
+    it is ``repeated_training``, whatever share of the span's whole length is. Reading it
+    per span rather than per segment also makes the split independent of where segments
+    are cut (merged neighbours, chunk boundaries).
     """
     lo, hi = max(seg.start, start), min(seg.end, end)
     if hi <= lo:
         return {}
-    repeated = seg.shares.get(REPEATED_TRAINING, 0.0)
-    if PRODUCTIVE in seg.shares and repeated > 0.0:
-        turn = seg.start + repeated
-        parts = {REPEATED_TRAINING: max(0.0, min(hi, turn) - lo),
-                 PRODUCTIVE: max(0.0, hi - max(lo, turn))}
-        return {category: part for category, part in parts.items() if part > 0.0}
+    if PRODUCTIVE in seg.shares:
+        return {REPEATED_TRAINING: hi - lo}
     duration = seg.end - seg.start
     return {category: share * (hi - lo) / duration for category, share in seg.shares.items()}
 

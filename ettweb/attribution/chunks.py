@@ -1,0 +1,817 @@
+"""Attribution in time chunks: a refresh recomputes what new events change, not the job.
+
+ETT_SPEC §3 is unchanged; this module computes the same numbers as :func:`engine.attribute_job`
+from pieces that can be stored and recomputed one at a time (issue 15). Pure Python, no
+Django: the rollup refresh keeps the pieces in Postgres, the property tests in a dict.
+
+**Chunks.** A job's timeline is cut at multiples of ``chunk_s`` (an hour by default; it
+divides a UTC day, so a chunk lies in one day). An event's *home* chunk holds its start (a
+span) or its time (a mark): the key the events table is partitioned on, so one chunk's
+events are one index range scan. A chunk is *occupied* when it has home events or spans
+still open from an earlier chunk; only occupied chunks are stored. Window time in no
+occupied chunk has no span active anywhere near it: it is ``unattributed`` (or ``failure``
+after a failed attempt's last event) and is added when the chunks are summed.
+
+**What a chunk stores.**
+
+* a *summary* of its home events per attempt: first and last times, marks, counts. Mins,
+  maxes and counts fold over chunks in any order, so the attempt windows (§3.1) and the
+  whole-job anomalies come from a job's summaries alone, never from its events;
+* the *carry*: spans still open at its end (with each train span's split), and ``h_out``,
+  the largest ``step_end`` of the train spans that ended by then (§3.3.1's high-water
+  mark). The next chunk starts from them: every train span's split is known from the spans
+  ending in its own chunk plus the carried mark;
+* its *parts*: per attempt, seconds per split ("signature") of the swept window inside the
+  chunk, the first productive second, repeated steps and the anomalies its events show; and
+  the swept segments, the category timeline and the rank lanes of the chunk.
+
+**When a chunk is recomputed.** Each stored chunk keeps a *key*: everything outside its own
+events that its parts depend on — the carried mark and spans it started from, and, per
+attempt, the window bounds clipped to the chunk, the failure tail if it falls inside, and a
+window bound, a later attempt's start or an earlier attempt's lowest step only when one of
+its events lies beyond it (the clamping and the anomalies look at them only then). A refresh
+recomputes a chunk that got new events or whose key changed, in time order, so a changed
+carry reaches the next chunk in the same pass. A running attempt's growing end changes only
+its last chunk's key; a late event days back recomputes its chunk and any chunk its carry or
+high-water mark reaches, and no more.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, date, datetime
+from itertools import accumulate, pairwise
+from operator import itemgetter
+from typing import Any, Final
+
+from collector.schema import FAILED_STATUSES, TRAIN_PHASE
+
+from .components import PRODUCTIVE
+from .engine import (
+    _ONE,
+    _SPLIT,
+    _TRAIN,
+    ANOMALY_KINDS,
+    DAY_S,
+    FAILURE,
+    RESTART_GAP,
+    UNATTRIBUTED,
+    AttemptWindow,
+    Event,
+    JobAttribution,
+    Recovery,
+    Segment,
+    Signature,
+    _first_productive,
+    _overlap_shares,
+    _shares,
+    _Totals,
+    _train_split,
+    attempt_windows,
+    per_day,
+    recoveries_from,
+    sweep_chunk,
+)
+from .lanes import Lane, Timeline, category_timeline, rank_lanes
+
+#: The default chunk: one UTC hour.
+CHUNK_S: Final = 3600.0
+#: Events a refresh keeps in memory between reading a chunk for its summary and sweeping it
+#: (above it, the chunk is read again): bounds a refresh's memory whatever the backlog.
+CACHED_EVENTS: Final = 150_000
+_INF: Final = float("inf")
+_FAILURE_SIG: Final[Signature] = (_ONE, FAILURE)
+_UNATTRIBUTED_SIG: Final[Signature] = (_ONE, UNATTRIBUTED)
+_RESTART_SIG: Final[Signature] = (_ONE, RESTART_GAP)
+#: The anomalies a chunk's own events show; the others come from the summaries' fold.
+CHUNK_ANOMALIES: Final = ("span_outside_attempt", "heartbeat_outside_attempt",
+                          "events_after_later_attempt_start", "train_steps_backwards")
+_CARRIED_FIELDS: Final = ("id", "attempt", "rank", "phase", "start", "end", "blocking")
+_END: Final = itemgetter("end")
+
+
+def check_chunk_s(chunk_s: float) -> float:
+    """A chunk length must divide a UTC day into whole chunks (a chunk lies in one day)."""
+    if not chunk_s > 0 or DAY_S % chunk_s != 0:
+        raise ValueError(f"chunk length must divide a day (86400 s) evenly, not {chunk_s}")
+    return chunk_s
+
+
+def home_time(event: Event) -> float:
+    """Where an event lives: a span's start, a mark's time (the partition key)."""
+    return float(event["start"] if event["kind"] == "span" else event["ts"])
+
+
+def chunk_of(seconds: float, chunk_s: float = CHUNK_S) -> int:
+    return math.floor(seconds / chunk_s)
+
+
+# =========================================================================== signatures as JSON
+
+def sig_to_json(sig: Signature) -> list[Any]:
+    return [sig[0], list(sig[1])] if sig[0] == _SPLIT else list(sig)
+
+
+def sig_from_json(raw: Sequence[Any]) -> Signature:
+    kind = int(raw[0])
+    if kind == _SPLIT:
+        return (_SPLIT, tuple(raw[1]))
+    if kind == _TRAIN:
+        return (_TRAIN, int(raw[1]), int(raw[2]))
+    return (_ONE, str(raw[1]))
+
+
+# =========================================================================== summaries
+
+@dataclass(frozen=True, slots=True)
+class AttemptSummary:
+    """What one chunk's home events say about one attempt; folds with other chunks'.
+
+    ``lo``/``hi``: the earliest span start or heartbeat and the latest span end or
+    heartbeat (what window clamping and the outside-window anomalies look at);
+    ``raw_last``: the latest span start or mark time (what "after a later attempt's start"
+    looks at). ``None`` where the chunk has no such event.
+    """
+
+    attempt: int
+    events: int
+    first: float
+    last: float
+    last_activity: float | None
+    start_mark: tuple[float, str, dict[str, Any]] | None
+    end_mark: tuple[float, str, str] | None
+    start_marks: int
+    end_marks: int
+    statuses: tuple[str, ...]
+    train_start: float | None
+    train_step: int | None
+    lo: float | None
+    hi: float | None
+    raw_last: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"n": self.events, "first": self.first, "last": self.last,
+                "act": self.last_activity,
+                "sm": list(self.start_mark) if self.start_mark else None,
+                "em": list(self.end_mark) if self.end_mark else None,
+                "sms": self.start_marks, "ems": self.end_marks, "st": list(self.statuses),
+                "ts": self.train_start, "tstep": self.train_step, "lo": self.lo,
+                "hi": self.hi, "raw": self.raw_last}
+
+    @classmethod
+    def from_json(cls, attempt: int, raw: Mapping[str, Any]) -> AttemptSummary:
+        sm, em = raw["sm"], raw["em"]
+        return cls(attempt=attempt, events=raw["n"], first=raw["first"], last=raw["last"],
+                   last_activity=raw["act"],
+                   start_mark=(float(sm[0]), str(sm[1]), dict(sm[2])) if sm else None,
+                   end_mark=(float(em[0]), str(em[1]), str(em[2])) if em else None,
+                   start_marks=raw["sms"], end_marks=raw["ems"], statuses=tuple(raw["st"]),
+                   train_start=raw["ts"], train_step=raw["tstep"], lo=raw["lo"],
+                   hi=raw["hi"], raw_last=raw["raw"])
+
+
+def summarize(events: Iterable[Event]) -> dict[int, AttemptSummary]:
+    """One chunk's home events, summed up per attempt."""
+    grouped: dict[int, list[Event]] = {}
+    for event in events:
+        grouped.setdefault(event["attempt"], []).append(event)
+    return {attempt: _summary(attempt, group) for attempt, group in sorted(grouped.items())}
+
+
+def _summary(attempt: int, events: list[Event]) -> AttemptSummary:
+    spans = [e for e in events if e["kind"] == "span"]
+    marks = [e for e in events if e["kind"] != "span"]
+    beats = [m["ts"] for m in marks if m["mark"] not in ("attempt_start", "attempt_end")]
+    train = [s for s in spans if s["phase"] == TRAIN_PHASE]
+    starts = [s["start"] for s in spans]
+    ends = [s["end"] for s in spans]
+    times = [m["ts"] for m in marks]
+    activity = ends + [m["ts"] for m in marks if m["mark"] != "attempt_end"]
+    start_mark = min(((m["ts"], m["id"], m["attrs"]) for m in marks
+                      if m["mark"] == "attempt_start"), key=lambda t: (t[0], t[1]), default=None)
+    end_mark = max(((m["ts"], m["id"], m["attrs"]["status"]) for m in marks
+                    if m["mark"] == "attempt_end"), default=None)
+    return AttemptSummary(
+        attempt=attempt, events=len(events), first=min(starts + times),
+        last=max(ends + times), last_activity=max(activity, default=None),
+        start_mark=start_mark, end_mark=end_mark,
+        start_marks=sum(1 for m in marks if m["mark"] == "attempt_start"),
+        end_marks=sum(1 for m in marks if m["mark"] == "attempt_end"),
+        statuses=tuple(sorted({m["attrs"]["status"] for m in marks
+                               if m["mark"] == "attempt_end"})),
+        train_start=min((s["start"] for s in train), default=None),
+        train_step=min((s["step_start"] for s in train), default=None),
+        lo=min(starts + beats, default=None), hi=max(ends + beats, default=None),
+        raw_last=max(starts + times))
+
+
+class _Folded:
+    """One attempt's summaries folded over its chunks (what ``attempt_windows`` reads)."""
+
+    __slots__ = ("attempt", "end_mark", "end_marks", "events", "first", "last",
+                 "last_activity", "start_mark", "start_marks", "statuses", "train_start",
+                 "train_step")
+
+    def __init__(self, attempt: int) -> None:
+        self.attempt = attempt
+        self.events = self.start_marks = self.end_marks = 0
+        self.first, self.last, self.last_activity = _INF, -_INF, -_INF
+        self.start_mark: tuple[float, str, dict[str, Any]] | None = None
+        self.end_mark: tuple[float, str, str] | None = None
+        self.statuses: set[str] = set()
+        self.train_start: float | None = None
+        self.train_step: int | None = None
+
+    @property
+    def start(self) -> float:
+        return self.start_mark[0] if self.start_mark else self.first
+
+    def add(self, s: AttemptSummary) -> None:
+        self.events += s.events
+        self.first, self.last = min(self.first, s.first), max(self.last, s.last)
+        if s.last_activity is not None:
+            self.last_activity = max(self.last_activity, s.last_activity)
+        if s.start_mark is not None and (self.start_mark is None
+                                         or s.start_mark[:2] < self.start_mark[:2]):
+            self.start_mark = s.start_mark
+        if s.end_mark is not None and (self.end_mark is None or s.end_mark > self.end_mark):
+            self.end_mark = s.end_mark
+        self.start_marks += s.start_marks
+        self.end_marks += s.end_marks
+        self.statuses.update(s.statuses)
+        self.train_start = _min(self.train_start, s.train_start)
+        self.train_step = _min(self.train_step, s.train_step)
+
+
+def _min(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _max(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else max(a, b)
+
+
+@dataclass(frozen=True)
+class Skeleton:
+    """The job-wide facts every chunk reads: windows (§3.1) and the anomaly thresholds."""
+
+    windows: list[AttemptWindow]
+    by_attempt: dict[int, AttemptWindow]
+    #: Per attempt: the earliest start of any later attempt (``inf``: none).
+    later_start: dict[int, float]
+    #: Per attempt: the lowest train ``step_start`` of the earlier attempts (None: none).
+    lowest_step: dict[int, int | None]
+    anomalies: dict[str, int]
+    train_start: float | None
+    events: int
+
+
+def fold(summaries: Iterable[Mapping[int, AttemptSummary]]) -> Skeleton | None:
+    """The skeleton of a job from its chunks' summaries (``None``: no events)."""
+    folded: dict[int, _Folded] = {}
+    for chunk in summaries:
+        for attempt, summary in chunk.items():
+            if attempt not in folded:
+                folded[attempt] = _Folded(attempt)
+            folded[attempt].add(summary)
+    if not folded:
+        return None
+    ordered = [folded[a] for a in sorted(folded)]
+    windows = attempt_windows(ordered)
+    later: dict[int, float] = {}
+    earliest = _INF
+    for attempt in reversed(ordered):
+        later[attempt.attempt] = earliest
+        earliest = min(earliest, attempt.start)
+    lowest: dict[int, int | None] = {}
+    low: int | None = None
+    for attempt in ordered:
+        lowest[attempt.attempt] = low
+        low = _min(low, attempt.train_step)
+    counts = dict.fromkeys(ANOMALY_KINDS, 0)
+    for previous, attempt in pairwise(ordered):
+        counts["attempt_starts_before_previous"] += attempt.start < previous.start
+    for attempt in ordered:
+        counts["repeated_attempt_start"] += max(0, attempt.start_marks - 1)
+        counts["repeated_attempt_end"] += max(0, attempt.end_marks - 1)
+        counts["conflicting_attempt_end_status"] += len(attempt.statuses) > 1
+        if (attempt.start_mark and attempt.end_mark
+                and attempt.end_mark[0] < attempt.start_mark[0]):
+            counts["attempt_end_before_start"] += 1
+    train_start: float | None = None
+    for attempt in ordered:
+        train_start = _min(train_start, attempt.train_start)
+    return Skeleton(windows=windows, by_attempt={w.attempt: w for w in windows},
+                    later_start=later, lowest_step=lowest,
+                    anomalies={k: v for k, v in counts.items() if v},
+                    train_start=train_start, events=sum(a.events for a in ordered))
+
+
+# =========================================================================== one chunk
+
+@dataclass(slots=True)
+class AttemptPart:
+    """One attempt's share of one chunk."""
+
+    durations: dict[Signature, float]
+    first_productive: float | None
+    repeated_steps: int
+    anomalies: dict[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"d": [[sig_to_json(sig), s] for sig, s in self.durations.items()],
+                "f": self.first_productive, "r": self.repeated_steps, "a": self.anomalies}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> AttemptPart:
+        return cls({sig_from_json(sig): s for sig, s in raw["d"]}, raw["f"], raw["r"],
+                   dict(raw["a"]))
+
+
+@dataclass(slots=True)
+class ChunkState:
+    """What is kept of one occupied chunk. The small fields are read at every refresh of
+    the job; ``carry``, ``segments``, ``timelines`` and ``lanes`` only when needed
+    (``None``: not loaded)."""
+
+    chunk: int
+    summary: dict[int, AttemptSummary]
+    key: str
+    h_out: int
+    carry_digest: str
+    carry_ext: dict[int, tuple[float, float]]
+    parts: dict[int, AttemptPart]
+    carry: list[Event] | None = None
+    segments: list[Segment] | None = None
+    timelines: list[Timeline] | None = None
+    lanes: list[Lane] | None = None
+
+    def state_json(self) -> dict[str, Any]:
+        """The small fields other than the summary, as JSON."""
+        return {"key": self.key, "h": self.h_out, "cd": self.carry_digest,
+                "ce": {str(a): list(e) for a, e in self.carry_ext.items()},
+                "p": {str(a): part.to_json() for a, part in self.parts.items()}}
+
+    def summary_json(self) -> dict[str, Any]:
+        return {str(a): s.to_json() for a, s in self.summary.items()}
+
+    @classmethod
+    def from_json(cls, chunk: int, summary: Mapping[str, Any],
+                  state: Mapping[str, Any]) -> ChunkState:
+        return cls(chunk=chunk,
+                   summary={int(a): AttemptSummary.from_json(int(a), s)
+                            for a, s in summary.items()},
+                   key=state["key"], h_out=state["h"], carry_digest=state["cd"],
+                   carry_ext={int(a): (e[0], e[1]) for a, e in state["ce"].items()},
+                   parts={int(a): AttemptPart.from_json(p) for a, p in state["p"].items()})
+
+
+def segments_to_json(segments: Iterable[Segment]) -> list[list[Any]]:
+    return [[s.start, s.end, s.attempt, s.shares] for s in segments]
+
+
+def segments_from_json(raw: Iterable[Sequence[Any]]) -> list[Segment]:
+    return [Segment(float(a), float(b), int(att), 1, dict(shares))
+            for a, b, att, shares in raw]
+
+
+_NO_CARRY: Final = ""
+
+
+def _carry_digest(carry: list[Event]) -> str:
+    if not carry:
+        return _NO_CARRY
+    return hashlib.blake2b(json.dumps(carry, sort_keys=True).encode(),
+                           digest_size=16).hexdigest()
+
+
+def chunk_key(chunk: int, chunk_s: float, summary: Mapping[int, AttemptSummary],
+              carry_ext: Mapping[int, tuple[float, float]], carry_digest: str, h_in: int,
+              skeleton: Skeleton) -> str:
+    """Everything outside the chunk's own events that its parts depend on (module doc)."""
+    a, b = chunk * chunk_s, (chunk + 1) * chunk_s
+    entries: list[list[Any]] = []
+    for attempt in _relevant(chunk, chunk_s, summary, skeleton):
+        w = skeleton.by_attempt[attempt]
+        a2, b2 = max(w.start, a), min(w.end, b)
+        tail: float | None = None
+        if a2 < b2 and w.status in FAILED_STATUSES:
+            tail = min(max(w.last_event, a2), b2)
+            tail = None if tail >= b2 else tail
+        s = summary.get(attempt)
+        extent = carry_ext.get(attempt)
+        lo = _min(s.lo if s else None, extent[0] if extent else None)
+        hi = _max(s.hi if s else None, extent[1] if extent else None)
+        later = skeleton.later_start[attempt]
+        low = skeleton.lowest_step[attempt]
+        entries.append([
+            attempt, a2 if a2 < b2 else None, b2 if a2 < b2 else None, tail,
+            w.start if lo is not None and lo < w.start else None,
+            w.end if hi is not None and hi > w.end else None,
+            later if s is not None and s.raw_last > later else None,
+            low if (s is not None and s.train_step is not None and low is not None
+                    and s.train_step < low) else None])
+    return json.dumps([h_in, carry_digest, entries])
+
+
+def _relevant(chunk: int, chunk_s: float, summary: Mapping[int, AttemptSummary],
+              skeleton: Skeleton) -> list[int]:
+    """Attempts with home events in the chunk or a window overlapping it, in order."""
+    a, b = chunk * chunk_s, (chunk + 1) * chunk_s
+    attempts = set(summary)
+    for w in skeleton.windows:
+        if max(w.start, a) < min(w.end, b):
+            attempts.add(w.attempt)
+    return sorted(attempts)
+
+
+def compute_chunk(chunk: int, chunk_s: float, home: Sequence[Event],
+                  carry_in: Sequence[Event], h_in: int, skeleton: Skeleton, *,
+                  summary: Mapping[int, AttemptSummary] | None = None,
+                  with_lanes: bool = True) -> ChunkState:
+    """Attribute one chunk from its home events, the carry of the chunk before it and the
+    job's skeleton: exactly what the whole job's sweep gives inside the chunk."""
+    a, b = chunk * chunk_s, (chunk + 1) * chunk_s
+    summary = dict(summary) if summary is not None else summarize(home)
+    spans = [e for e in home if e["kind"] == "span"]
+    sigs: dict[str, Signature] = {c["id"]: sig_from_json(c["sig"]) for c in carry_in
+                                  if c["phase"] == TRAIN_PHASE}
+    train = [c for c in carry_in if c["phase"] == TRAIN_PHASE]
+    home_train = [s for s in spans if s["phase"] == TRAIN_PHASE]
+    repeated = _sign(home_train, train + home_train, h_in, sigs)
+    local = train + home_train
+    h_out = max([h_in, *(t["step_end"] for t in local if t["end"] <= b)])
+    carry_out = sorted((_carried(span, sigs) for span in (*carry_in, *spans) if span["end"] > b),
+                       key=itemgetter("id"))
+    carry_ext: dict[int, tuple[float, float]] = {}
+    for c in carry_out:
+        lo, hi = carry_ext.get(c["attempt"], (_INF, -_INF))
+        carry_ext[c["attempt"]] = (min(lo, c["start"]), max(hi, c["end"]))
+    spans_of: dict[int, list[Event]] = {}
+    for span in (*carry_in, *spans):
+        spans_of.setdefault(span["attempt"], []).append(span)
+    home_of: dict[int, list[Event]] = {}
+    for event in home:
+        home_of.setdefault(event["attempt"], []).append(event)
+    segments: list[Segment] = []
+    parts: dict[int, AttemptPart] = {}
+    lanes: list[Lane] = []
+    carry_in_ext: dict[int, tuple[float, float]] = {}
+    for c in carry_in:
+        lo, hi = carry_in_ext.get(c["attempt"], (_INF, -_INF))
+        carry_in_ext[c["attempt"]] = (min(lo, c["start"]), max(hi, c["end"]))
+    for attempt in _relevant(chunk, chunk_s, summary, skeleton):
+        w = replace(skeleton.by_attempt[attempt], gpus=1)
+        mine = spans_of.get(attempt, [])
+        durations = sweep_chunk(w, mine, sigs, a, b, segments)
+        own = home_of.get(attempt, [])
+        parts[attempt] = AttemptPart(
+            durations=durations,
+            first_productive=_first_productive(w, (e for e in own if e["kind"] == "span"),
+                                               sigs),
+            repeated_steps=repeated.get(attempt, 0),
+            anomalies=_chunk_anomalies(own, w, skeleton))
+        a2, b2 = max(w.start, a), min(w.end, b)
+        if with_lanes and a2 < b2:
+            lanes += rank_lanes(replace(w, start=a2, end=b2), mine)
+    key = chunk_key(chunk, chunk_s, summary, carry_in_ext, _carry_digest(list(carry_in)),
+                    h_in, skeleton)
+    return ChunkState(chunk=chunk, summary=summary, key=key, h_out=h_out,
+                      carry_digest=_carry_digest(carry_out), carry_ext=carry_ext, parts=parts,
+                      carry=carry_out, segments=segments,
+                      timelines=category_timeline(segments), lanes=lanes)
+
+
+def _sign(home_train: list[Event], local: list[Event], h_in: int,
+          sigs: dict[str, Signature]) -> dict[int, int]:
+    """§3.3.1 for the chunk's own train spans, as ``engine._train_signatures`` does for a
+    whole job: H from the spans ending in this chunk before each start, floored at the
+    carried mark ``h_in`` (every span that ended in an earlier chunk). Fills ``sigs``;
+    returns the repeated steps per attempt (§3.6)."""
+    by_end = sorted(local, key=_END)
+    ends = [span["end"] for span in by_end]
+    prefix = list(accumulate((span["step_end"] for span in by_end), max))
+    repeated: dict[int, int] = {}
+    for span in home_train:
+        start = span["start"]
+        hi = bisect_right(ends, start)
+        if span["end"] > start:
+            high = prefix[hi - 1] if hi else 0
+        else:
+            lo = bisect_left(ends, start)
+            high = prefix[lo - 1] if lo else 0
+            for other in by_end[lo:hi]:
+                if other is not span and other["step_end"] > high:
+                    high = other["step_end"]
+        high = max(high, h_in)
+        steps, sigs[span["id"]] = _train_split(span["step_start"], span["step_end"], high)
+        if steps:
+            repeated[span["attempt"]] = repeated.get(span["attempt"], 0) + steps
+    return repeated
+
+
+def _carried(span: Event, sigs: Mapping[str, Signature]) -> Event:
+    """A span still open at the chunk's end, as the next chunk reads it (JSON-ready)."""
+    carried = {name: span[name] for name in _CARRIED_FIELDS}
+    if span["phase"] == TRAIN_PHASE:
+        carried["step_start"], carried["step_end"] = span["step_start"], span["step_end"]
+        carried["sig"] = sig_to_json(sigs[span["id"]])
+    return carried
+
+
+def _chunk_anomalies(own: list[Event], w: AttemptWindow, skeleton: Skeleton) -> dict[str, int]:
+    """The anomalies of ``ANOMALY_KINDS`` that the chunk's own events of one attempt show."""
+    ws, we = w.start, w.end
+    later = skeleton.later_start[w.attempt]
+    low = skeleton.lowest_step[w.attempt]
+    counts = dict.fromkeys(CHUNK_ANOMALIES, 0)
+    for event in own:
+        if event["kind"] == "span":
+            counts["span_outside_attempt"] += event["start"] < ws or event["end"] > we
+            counts["events_after_later_attempt_start"] += event["start"] > later
+            if event["phase"] == TRAIN_PHASE and low is not None:
+                counts["train_steps_backwards"] += event["step_start"] < low
+        else:
+            counts["events_after_later_attempt_start"] += event["ts"] > later
+            if event["mark"] not in ("attempt_start", "attempt_end"):
+                counts["heartbeat_outside_attempt"] += not ws <= event["ts"] <= we
+    return {k: v for k, v in counts.items() if v}
+
+
+# =========================================================================== a refresh
+
+@dataclass
+class Refreshed:
+    """What one refresh of a job's chunks did: every occupied chunk's state after it (the
+    recomputed ones with their big fields), the chunks no longer occupied, and the job's
+    skeleton (``None``: the job has no events left)."""
+
+    skeleton: Skeleton | None
+    states: dict[int, ChunkState]
+    written: list[int] = field(default_factory=list)
+    deleted: list[int] = field(default_factory=list)
+    events_read: int = 0
+
+
+def refresh(dirty: Collection[int], stored: Mapping[int, ChunkState],
+            read_home: Callable[[int], list[Event]], read_carry: Callable[[int], list[Event]],
+            chunk_s: float = CHUNK_S, *, write: Callable[[ChunkState], None] | None = None,
+            with_lanes: bool = True, cached_events: int = CACHED_EVENTS) -> Refreshed:
+    """Bring a job's chunks up to date after new events landed in the ``dirty`` chunks.
+
+    ``stored``: the chunks as kept (small fields only); ``read_home(k)``: chunk k's home
+    events; ``read_carry(k)``: the carry kept with chunk k; ``write``: called with each
+    recomputed chunk, big fields included, before they are let go. Reads the dirty chunks
+    once for their summaries (keeping up to ``cached_events`` events for the sweep), folds
+    the skeleton, then walks the occupied chunks in time order and recomputes those that
+    are dirty or whose key changed (module doc). Memory: about one chunk's events and
+    carry, plus the small state of every chunk.
+    """
+    summaries = {k: s.summary for k, s in stored.items() if s.summary}
+    cache: dict[int, list[Event]] = {}
+    kept = 0
+    result = Refreshed(skeleton=None, states={})
+    for k in sorted(dirty):
+        events = read_home(k)
+        result.events_read += len(events)
+        if events:
+            summaries[k] = summarize(events)
+            if kept + len(events) <= cached_events:
+                cache[k], kept = events, kept + len(events)
+        else:
+            summaries.pop(k, None)
+    skeleton = result.skeleton = fold(summaries.values())
+    if skeleton is None:
+        result.deleted = sorted(stored)
+        return result
+    candidates = sorted(summaries)
+    at = 0
+    previous: ChunkState | None = None
+    while True:
+        follows = previous.chunk + 1 if previous is not None and previous.carry_digest else None
+        upcoming = candidates[at] if at < len(candidates) else None
+        if upcoming is None and follows is None:
+            break
+        k = min(x for x in (upcoming, follows) if x is not None)
+        if upcoming == k:
+            at += 1
+        carried = previous if previous is not None and previous.chunk == k - 1 else None
+        carry_digest = carried.carry_digest if carried else _NO_CARRY
+        carry_ext = carried.carry_ext if carried else {}
+        h_in = previous.h_out if previous is not None else 0
+        summary = summaries.get(k, {})
+        old = stored.get(k)
+        if (k in dirty or old is None or old.key != chunk_key(
+                k, chunk_s, summary, carry_ext, carry_digest, h_in, skeleton)):
+            carry_in: list[Event] = []
+            if carried is not None and carry_digest:
+                if carried.carry is None:
+                    carried.carry = read_carry(carried.chunk)
+                carry_in = carried.carry
+            if k in cache:
+                events = cache.pop(k)
+            elif summary:
+                events = read_home(k)
+                result.events_read += len(events)
+            else:
+                events = []
+            state = compute_chunk(k, chunk_s, events, carry_in, h_in, skeleton,
+                                  summary=summary, with_lanes=with_lanes)
+            result.written.append(k)
+            if write is not None:
+                write(state)
+        else:
+            state = old
+        if previous is not None:  # its carry has been read: let the big fields go
+            previous.carry = previous.segments = previous.timelines = previous.lanes = None
+        result.states[k] = state
+        previous = state
+    if previous is not None:
+        previous.carry = previous.segments = previous.timelines = previous.lanes = None
+    result.deleted = sorted(set(stored) - set(result.states))
+    return result
+
+
+# =========================================================================== the job's sums
+
+@dataclass(frozen=True)
+class Assembled:
+    """A job's attribution summed from its chunks: ``attribution`` as
+    :func:`engine.attribute_job` gives it (its ``segments`` left empty: they stay with the
+    chunks) and ``days``: (UTC day, category) -> (seconds, GPU-seconds), productive too."""
+
+    attribution: JobAttribution
+    days: dict[tuple[date, str], tuple[float, float]]
+
+
+def day_values(attribution: JobAttribution) -> dict[tuple[date, str], tuple[float, float]]:
+    """(UTC day, category) -> (seconds, GPU-seconds) of a whole-job attribution, from its
+    segments, zeros left out: what :class:`Assembled` holds in ``days``."""
+    seconds = per_day(attribution.segments, gpu_weighted=False)
+    gpu_seconds = per_day(attribution.segments)
+    values: dict[tuple[date, str], tuple[float, float]] = {}
+    for day, categories in seconds.items():
+        gpu_day = gpu_seconds.get(day, {})
+        for category, value in categories.items():
+            gpu_value = gpu_day.get(category, 0.0)
+            if value or gpu_value:
+                values[(day, category)] = (value, gpu_value)
+    return values
+
+
+def _utc_day(ts: float) -> date:
+    return datetime.fromtimestamp((ts // DAY_S) * DAY_S, UTC).date()
+
+
+def _open_pieces(skeleton: Skeleton, occupied: Sequence[int],
+                 chunk_s: float) -> list[Segment]:
+    """Window time in no occupied chunk, as one-category segments (GPUs 1): nothing is
+    active there, so it is ``failure`` from a failed attempt's last event on, else
+    ``unattributed`` (§3.3.4-5); and the restart gaps between windows (§3.2)."""
+    pieces: list[Segment] = []
+    previous: AttemptWindow | None = None
+    for w in skeleton.windows:
+        if previous is not None and w.start > previous.end:
+            pieces.append(Segment(previous.end, w.start, w.attempt, 1,
+                                  {RESTART_GAP: w.start - previous.end}))
+        previous = w
+        if w.end <= w.start:
+            continue
+        cursor = w.start
+        index = bisect_right(occupied, math.floor(w.start / chunk_s) - 1)
+        stretches: list[tuple[float, float]] = []
+        while index < len(occupied) and occupied[index] * chunk_s < w.end:
+            lo = occupied[index] * chunk_s
+            if lo > cursor:
+                stretches.append((cursor, lo))
+            cursor = max(cursor, lo + chunk_s)
+            index += 1
+        if cursor < w.end:
+            stretches.append((cursor, w.end))
+        failed = w.status in FAILED_STATUSES
+        for lo, hi in stretches:
+            turn = min(max(w.last_event, lo), hi) if failed else hi
+            for a, b, category in ((lo, turn, UNATTRIBUTED), (turn, hi, FAILURE)):
+                if b > a:
+                    pieces.append(Segment(a, b, w.attempt, 1, {category: b - a}))
+    return pieces
+
+
+def assemble(job: str, skeleton: Skeleton, states: Mapping[int, ChunkState],
+             read_segments: Callable[[Sequence[int]], Mapping[int, list[Segment]]],
+             chunk_s: float = CHUNK_S) -> Assembled:
+    """The job's numbers from its skeleton and chunks (see :class:`Assembled`).
+
+    ``read_segments`` gives chunks' segments, asked only for the chunks a recovery
+    interval overlaps (their parts are read off segments, §3.7).
+    """
+    windows = skeleton.windows
+    gpus = {w.attempt: w.gpus for w in windows}
+    occupied = sorted(states)
+    durations: dict[int, dict[Signature, float]] = {w.attempt: {} for w in windows}
+    days: dict[tuple[date, str], list[float]] = {}
+
+    def add(attempt: int, sig: Signature, seconds: float, day: date) -> None:
+        bucket = durations[attempt]
+        bucket[sig] = bucket.get(sig, 0.0) + seconds
+        weight = gpus[attempt]
+        for category, part in _shares(sig, seconds).items():
+            cell = days.get((day, category))
+            if cell is None:
+                days[(day, category)] = [part, part * weight]
+            else:
+                cell[0] += part
+                cell[1] += part * weight
+
+    for k in occupied:
+        day = _utc_day(k * chunk_s)
+        for attempt, part in states[k].parts.items():
+            for sig, seconds in part.durations.items():
+                add(attempt, sig, seconds, day)
+    open_pieces = _open_pieces(skeleton, occupied, chunk_s)
+    for piece in open_pieces:
+        ((category, _),) = piece.shares.items()
+        sig = (_ONE, category)
+        cursor = piece.start
+        while cursor < piece.end:
+            stop = min(piece.end, (cursor // DAY_S + 1) * DAY_S)
+            add(piece.attempt, sig, stop - cursor, _utc_day(cursor))
+            cursor = stop
+    totals = _Totals()
+    for w in windows:
+        totals.add(durations[w.attempt], w.gpus)
+    firsts = [min((states[k].parts[w.attempt].first_productive for k in occupied
+                   if w.attempt in states[k].parts
+                   and states[k].parts[w.attempt].first_productive is not None),
+                  default=None) for w in windows]
+    recovered = recoveries_from(windows, firsts)
+    recoveries = [_recovery(attempt, start, end, occupied, open_pieces, gpus, read_segments,
+                            chunk_s) for attempt, start, end in recovered]
+    anomalies = dict(skeleton.anomalies)
+    repeated: dict[int, int] = {}
+    for k in occupied:
+        for attempt, part in states[k].parts.items():
+            for kind, count in part.anomalies.items():
+                anomalies[kind] = anomalies.get(kind, 0) + count
+            if part.repeated_steps:
+                repeated[attempt] = repeated.get(attempt, 0) + part.repeated_steps
+    ordered_anomalies = {k: anomalies[k] for k in ANOMALY_KINDS if anomalies.get(k)}
+    attribution = JobAttribution(
+        job=job, attempts=windows, wall_s=windows[-1].end - windows[0].start,
+        productive_s=totals.seconds.pop(PRODUCTIVE, 0.0), wall_gpu_s=totals.wall_gpu_s,
+        productive_gpu_s=totals.gpu_seconds.pop(PRODUCTIVE, 0.0),
+        lost_s={k: v for k, v in totals.seconds.items() if v != 0.0},
+        lost_gpu_s={k: v for k, v in totals.gpu_seconds.items() if v != 0.0},
+        repeated_steps=sum(repeated.values()),
+        time_to_start_s=(None if skeleton.train_start is None
+                         else max(0.0, skeleton.train_start - windows[0].start)),
+        time_to_recover_s=[end - start for _, start, end in recovered],
+        failures=sum(1 for w in windows if w.status in FAILED_STATUSES),
+        segments=[], recoveries=recoveries, anomalies=ordered_anomalies,
+        repeated_steps_by_attempt=dict(sorted(repeated.items())))
+    return Assembled(attribution, {key: (s, g) for key, (s, g) in days.items() if s or g})
+
+
+def _recovery(attempt: int, start: float, end: float, occupied: Sequence[int],
+              open_pieces: Sequence[Segment], gpus: Mapping[int, int],
+              read_segments: Callable[[Sequence[int]], Mapping[int, list[Segment]]],
+              chunk_s: float) -> Recovery:
+    """One recovery's categories (§3.7), read off the segments inside its interval."""
+    first = bisect_left(occupied, math.floor(start / chunk_s))
+    inside = [k for k in occupied[first:] if k * chunk_s < end]
+    segments = [seg for k, segs in read_segments(inside).items() for seg in segs]
+    seconds: dict[str, float] = {}
+    gpu_seconds: dict[str, float] = {}
+    for seg in (*segments, *open_pieces):
+        if seg.end <= start or seg.start >= end:
+            continue
+        for category, part in _overlap_shares(seg, start, end).items():
+            seconds[category] = seconds.get(category, 0.0) + part
+            gpu_seconds[category] = gpu_seconds.get(category, 0.0) + part * gpus[seg.attempt]
+    return Recovery(attempt, start, end, seconds, gpu_seconds)
+
+
+def attribute_in_chunks(events: Sequence[Event], chunk_s: float = CHUNK_S) -> Assembled:
+    """One job's events attributed chunk by chunk from nothing stored (the tests' and the
+    offline tools' entry; ``events`` deduplicated and of one job)."""
+    check_chunk_s(chunk_s)
+    by_chunk: dict[int, list[Event]] = {}
+    for event in events:
+        by_chunk.setdefault(chunk_of(home_time(event), chunk_s), []).append(event)
+    segments: dict[int, list[Segment]] = {}
+
+    def keep(state: ChunkState) -> None:
+        segments[state.chunk] = state.segments or []
+
+    done = refresh(set(by_chunk), {}, lambda k: by_chunk.get(k, []), lambda k: [], chunk_s,
+                   write=keep, with_lanes=False)
+    if done.skeleton is None:
+        raise ValueError("attribute_in_chunks needs at least one event")
+    job = str(events[0]["job"])
+    return assemble(job, done.skeleton, done.states,
+                    lambda ks: {k: segments.get(k, []) for k in ks}, chunk_s)

@@ -1,0 +1,203 @@
+"""The chunked attribution equals the whole-job engine, however the events arrive (issue 15).
+
+Two properties: a job attributed chunk by chunk from nothing gives the engine's numbers, and
+a job whose events arrive in random batches, in random order, each batch refreshing only
+the chunks it touched from what the earlier refreshes stored (through JSON, as Postgres
+keeps it), ends — and passes every step — with the engine's numbers over the events so far.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collector.schema import validate_event
+from ettweb.attribution.chunks import (
+    Assembled,
+    ChunkState,
+    assemble,
+    attribute_in_chunks,
+    check_chunk_s,
+    chunk_of,
+    day_values,
+    home_time,
+    refresh,
+    segments_from_json,
+    segments_to_json,
+)
+from ettweb.attribution.engine import Event, attribute_job
+from tests.ettweb.attribution.test_properties import job_events
+
+#: Chunk lengths that divide a day, against timelines of quarter seconds to days.
+CHUNKS = [0.25, 1.0, 3.75, 10.0, 40.0, 3600.0, 86400.0]
+
+
+@st.composite
+def stretched_jobs(draw: st.DrawFn) -> tuple[list[dict[str, Any]], float]:
+    """The property tests' timelines, stretched (x1 to x5400: up to 2.5 days) and moved
+    next to a UTC midnight, so chunks and days cut them everywhere; and a chunk length
+    that cuts the job into at most a few hundred chunks (a span open across chunks is
+    carried through each)."""
+    scale = draw(st.sampled_from([1.0, 7.5, 900.0, 5400.0]))
+    chunk_s = draw(st.sampled_from([c for c in CHUNKS if 80 * scale / c <= 400]))
+    offset = 20 * 86400.0 - draw(st.sampled_from([0.0, 3600.0, 30.0]))
+    events = []
+    for event in draw(job_events()):
+        raw = {k: v for k, v in event.items()}
+        for key in ("start", "end", "ts"):
+            if key in raw:
+                raw[key] = offset + raw[key] * scale
+        events.append(validate_event(raw))
+    return events, chunk_s
+
+
+def _close(a: float, b: float) -> bool:
+    return a == pytest.approx(b, rel=1e-9, abs=1e-6)
+
+
+def _same_map(a: dict[Any, float], b: dict[Any, float]) -> bool:
+    keys = {k for k in {**a, **b} if abs(a.get(k, 0.0)) > 1e-6 or abs(b.get(k, 0.0)) > 1e-6}
+    return all(_close(a.get(k, 0.0), b.get(k, 0.0)) for k in keys)
+
+
+def assert_equal_to_engine(got: Assembled, events: list[Event]) -> None:
+    """Every number of the job, every day x category and every recovery, as the engine."""
+    whole = attribute_job(events)
+    mine = got.attribution
+    assert mine.attempts == whole.attempts
+    assert _close(mine.wall_s, whole.wall_s)
+    assert _close(mine.productive_s, whole.productive_s)
+    assert _close(mine.wall_gpu_s, whole.wall_gpu_s)
+    assert _close(mine.productive_gpu_s, whole.productive_gpu_s)
+    assert _same_map(mine.lost_s, whole.lost_s)
+    assert _same_map(mine.lost_gpu_s, whole.lost_gpu_s)
+    days = day_values(whole)
+    for index in (0, 1):
+        assert _same_map({k: v[index] for k, v in got.days.items()},
+                         {k: v[index] for k, v in days.items()})
+    assert (mine.repeated_steps, mine.repeated_steps_by_attempt, mine.failures,
+            mine.time_to_start_s, mine.anomalies) == (
+        whole.repeated_steps, whole.repeated_steps_by_attempt, whole.failures,
+        whole.time_to_start_s, whole.anomalies)
+    assert mine.time_to_recover_s == whole.time_to_recover_s
+    for m, w in zip(mine.recoveries, whole.recoveries, strict=True):
+        assert (m.attempt, m.start, m.end) == (w.attempt, w.start, w.end)
+        assert _same_map(m.by_category, w.by_category)
+        assert _same_map(m.by_category_gpu_s, w.by_category_gpu_s)
+
+
+@settings(max_examples=400, deadline=None)
+@given(stretched_jobs())
+def test_chunk_by_chunk_from_nothing_is_the_engine(job: tuple[list[Event], float]) -> None:
+    events, chunk_s = job
+    assert_equal_to_engine(attribute_in_chunks(events, chunk_s), events)
+
+
+class _Store:
+    """What the database keeps of one job's chunks, kept here through JSON."""
+
+    def __init__(self, chunk_s: float) -> None:
+        self.chunk_s = chunk_s
+        self.events: dict[int, list[Event]] = {}
+        self.rows: dict[int, dict[str, str]] = {}
+
+    def add(self, batch: list[Event]) -> set[int]:
+        dirty = set()
+        for event in batch:
+            k = chunk_of(home_time(event), self.chunk_s)
+            self.events.setdefault(k, []).append(json.loads(json.dumps(event)))
+            dirty.add(k)
+        return dirty
+
+    def write(self, state: ChunkState) -> None:
+        self.rows[state.chunk] = {
+            "summary": json.dumps(state.summary_json()), "state": json.dumps(state.state_json()),
+            "carry": json.dumps(state.carry), "segments": json.dumps(
+                segments_to_json(state.segments or []))}
+
+    def stored(self) -> dict[int, ChunkState]:
+        return {k: ChunkState.from_json(k, json.loads(row["summary"]), json.loads(row["state"]))
+                for k, row in self.rows.items()}
+
+    def refresh(self, dirty: set[int]) -> tuple[Assembled | None, list[int]]:
+        done = refresh(dirty, self.stored(), lambda k: list(self.events.get(k, [])),
+                       lambda k: json.loads(self.rows[k]["carry"]), self.chunk_s,
+                       write=self.write, with_lanes=False, cached_events=3)
+        for k in done.deleted:
+            del self.rows[k]
+        if done.skeleton is None:
+            return None, done.written
+        return assemble("j", done.skeleton, done.states, lambda ks: {
+            k: segments_from_json(json.loads(self.rows[k]["segments"])) for k in ks},
+            self.chunk_s), done.written
+
+
+@settings(max_examples=300, deadline=None)
+@given(stretched_jobs(), st.randoms(use_true_random=False))
+def test_batches_in_any_order_refresh_to_the_engines_numbers(
+        job: tuple[list[Event], float], rng: random.Random) -> None:
+    """Random batches, shuffled (late ones included); after each, the refresh of only the
+    chunks it touched equals the engine over every event so far."""
+    events, chunk_s = job
+    check_chunk_s(chunk_s)
+    shuffled = events[:]
+    rng.shuffle(shuffled)
+    store = _Store(chunk_s)
+    seen: list[Event] = []
+    while shuffled:
+        size = rng.randint(1, 4)
+        batch, shuffled = shuffled[:size], shuffled[size:]
+        seen += batch
+        got, _ = store.refresh(store.add(batch))
+        assert got is not None
+        assert_equal_to_engine(got, seen)
+
+
+def _steady_job(minutes: int, ranks: int = 2) -> list[Event]:
+    """One attempt training in one-minute slices per rank, after a compile."""
+    t0 = 30 * 86400.0
+    raw: list[dict[str, Any]] = [
+        {"id": "s", "kind": "mark", "mark": "attempt_start", "ts": t0, "attempt": 0,
+         "attrs": {"gpus": 8}},
+        {"id": "c", "kind": "span", "phase": "compile", "start": t0, "end": t0 + 90.0,
+         "attempt": 0}]
+    for minute in range(minutes):
+        for rank in range(ranks):
+            start = t0 + 90.0 + 60.0 * minute
+            raw.append({"id": f"t{minute}-{rank}", "kind": "span", "phase": "train",
+                        "start": start, "end": start + 60.0, "rank": rank, "attempt": 0,
+                        "step_start": 10 * minute, "step_end": 10 * minute + 10})
+    return [validate_event({"v": 1, "job": "j", **event}) for event in raw]
+
+
+def test_a_new_minute_recomputes_only_the_chunk_it_lands_in() -> None:
+    """The cost of a refresh follows the new events: the live chunk (and a chunk a span
+    crossing into it came from, never more), whatever the job's age."""
+    events = _steady_job(6 * 60)
+    store = _Store(3600.0)
+    store.refresh(store.add(events[:-2]))
+    got, written = store.refresh(store.add(events[-2:]))
+    assert got is not None
+    assert_equal_to_engine(got, events)
+    assert written == [chunk_of(home_time(events[-1]), 3600.0)]
+
+
+def test_a_late_event_days_back_recomputes_what_it_changes() -> None:
+    """A heartbeat arriving late in an old chunk changes no carry and no window: only its
+    chunk is recomputed. A late train span that raises the high-water mark recomputes the
+    chunks its mark reaches (here none further: the steps grow by themselves)."""
+    events = _steady_job(6 * 60)
+    store = _Store(3600.0)
+    store.refresh(store.add(events))
+    old = events[5]["start"] + 1.0
+    beat = validate_event({"v": 1, "id": "late", "job": "j", "attempt": 0, "kind": "mark",
+                           "mark": "heartbeat", "ts": old})
+    got, written = store.refresh(store.add([beat]))
+    assert got is not None
+    assert_equal_to_engine(got, [*events, beat])
+    assert written == [chunk_of(old, 3600.0)]
