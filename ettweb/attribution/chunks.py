@@ -73,11 +73,21 @@ from .engine import (
     _Totals,
     _train_split,
     attempt_windows,
+    gc_paused,
     per_day,
     recoveries_from,
     sweep_chunk,
 )
-from .lanes import Lane, Timeline, category_timeline, rank_lanes
+from .lanes import (
+    MAX_PIECES,
+    Lane,
+    Piece,
+    Timeline,
+    _append_piece,
+    _bounded,
+    category_timeline,
+    rank_lanes,
+)
 
 #: The default chunk: one UTC hour.
 CHUNK_S: Final = 3600.0
@@ -93,6 +103,8 @@ CHUNK_ANOMALIES: Final = ("span_outside_attempt", "heartbeat_outside_attempt",
                           "events_after_later_attempt_start", "train_steps_backwards")
 _CARRIED_FIELDS: Final = ("id", "attempt", "rank", "phase", "start", "end", "blocking")
 _END: Final = itemgetter("end")
+_START: Final = itemgetter("start")
+_PRODUCTIVE_SIG: Final[Signature] = (_ONE, PRODUCTIVE)
 
 
 def check_chunk_s(chunk_s: float) -> float:
@@ -492,7 +504,38 @@ def _sign(home_train: list[Event], local: list[Event], h_in: int,
     """§3.3.1 for the chunk's own train spans, as ``engine._train_signatures`` does for a
     whole job: H from the spans ending in this chunk before each start, floored at the
     carried mark ``h_in`` (every span that ended in an earlier chunk). Fills ``sigs``;
-    returns the repeated steps per attempt (§3.6)."""
+    returns the repeated steps per attempt (§3.6).
+
+    Spans are walked by start while a pointer walks the ends, so the running maximum is H
+    (one comparison per span, not a bisection: a chunk of a thousand-rank job has tens of
+    thousands). A zero-length span must not count itself, so a chunk with one takes the
+    engine's bisecting walk.
+    """
+    if any(span["end"] <= span["start"] for span in home_train):
+        return _sign_bisecting(home_train, local, h_in, sigs)
+    by_end = sorted(local, key=_END)
+    ends = [span["end"] for span in by_end]
+    step_ends = [span["step_end"] for span in by_end]
+    repeated: dict[int, int] = {}
+    high, j, n = h_in, 0, len(by_end)
+    for span in sorted(home_train, key=_START):
+        start = span["start"]
+        while j < n and ends[j] <= start:
+            if step_ends[j] > high:
+                high = step_ends[j]
+            j += 1
+        if high <= span["step_start"]:  # the common case: all new steps
+            sigs[span["id"]] = _PRODUCTIVE_SIG
+            continue
+        steps, sigs[span["id"]] = _train_split(span["step_start"], span["step_end"], high)
+        if steps:
+            repeated[span["attempt"]] = repeated.get(span["attempt"], 0) + steps
+    return repeated
+
+
+def _sign_bisecting(home_train: list[Event], local: list[Event], h_in: int,
+                    sigs: dict[str, Signature]) -> dict[int, int]:
+    """:func:`_sign` for a chunk holding zero-length train spans (the engine's walk)."""
     by_end = sorted(local, key=_END)
     ends = [span["end"] for span in by_end]
     prefix = list(accumulate((span["step_end"] for span in by_end), max))
@@ -572,6 +615,15 @@ def refresh(dirty: Collection[int], stored: Mapping[int, ChunkState],
     are dirty or whose key changed (module doc). Memory: about one chunk's events and
     carry, plus the small state of every chunk.
     """
+    with gc_paused():
+        return _refresh(dirty, stored, read_home, read_carry, chunk_s, write, with_lanes,
+                        cached_events)
+
+
+def _refresh(dirty: Collection[int], stored: Mapping[int, ChunkState],
+             read_home: Callable[[int], list[Event]], read_carry: Callable[[int], list[Event]],
+             chunk_s: float, write: Callable[[ChunkState], None] | None, with_lanes: bool,
+             cached_events: int) -> Refreshed:
     summaries = {k: s.summary for k, s in stored.items() if s.summary}
     cache: dict[int, list[Event]] = {}
     kept = 0
@@ -794,6 +846,27 @@ def _recovery(attempt: int, start: float, end: float, occupied: Sequence[int],
             seconds[category] = seconds.get(category, 0.0) + part
             gpu_seconds[category] = gpu_seconds.get(category, 0.0) + part * gpus[seg.attempt]
     return Recovery(attempt, start, end, seconds, gpu_seconds)
+
+
+def job_timeline(skeleton: Skeleton, timelines: Mapping[int, Sequence[Timeline]],
+                 chunk_s: float = CHUNK_S, max_pieces: int = MAX_PIECES) -> list[Timeline]:
+    """The job page's category timeline (one bounded row per attempt) from the chunks'
+    timelines and the time no chunk holds (restart gaps, idle window time)."""
+    rows: dict[int, list[Piece]] = {w.attempt: [] for w in skeleton.windows}
+    pieces: list[tuple[float, int, Sequence[Piece]]] = []
+    for row in timelines.values():
+        for timeline in row:
+            if timeline.pieces:
+                pieces.append((timeline.pieces[0][1], timeline.attempt, timeline.pieces))
+    for seg in _open_pieces(skeleton, sorted(timelines), chunk_s):
+        ((category, _),) = seg.shares.items()
+        pieces.append((seg.start, seg.attempt, ((category, seg.start, seg.end),)))
+    for _, attempt, run in sorted(pieces, key=lambda p: (p[0], p[1])):
+        row = rows.setdefault(attempt, [])
+        for piece in run:
+            _append_piece(row, piece)
+    return [_bounded(attempt, rows[attempt], max_pieces) for attempt in sorted(rows)
+            if rows[attempt]]
 
 
 def attribute_in_chunks(events: Sequence[Event], chunk_s: float = CHUNK_S) -> Assembled:

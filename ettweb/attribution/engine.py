@@ -588,8 +588,10 @@ def _sweep(window: AttemptWindow, spans: list[Event], sigs: Mapping[str, Signatu
     blocking_cs, blocking_ce = cs, ce
     if nesting is not None:
         low, high = nesting
-        blocking_cs = [min(max(span["start"], low), high) for span in live]
-        blocking_ce = [min(max(span["end"], low), high) for span in live]
+        blocking_cs, blocking_ce = list(map(_START, live)), list(map(_END, live))
+        if live and (min(blocking_cs) < low or max(blocking_ce) > high):
+            blocking_cs = [min(max(start, low), high) for start in blocking_cs]
+            blocking_ce = [min(max(end, low), high) for end in blocking_ce]
     n = len(live)
     cuts = sorted({ws, we, window.last_event, *cs, *ce})
     by_start = sorted(range(n), key=cs.__getitem__)

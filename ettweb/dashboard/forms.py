@@ -184,6 +184,15 @@ class ExportForm(forms.Form):
         return self.cleaned_data.get("table") if self.cleaned_data.get("format") else None
 
 
+class JobPageForm(ExportForm):
+    """The job page's inputs: an export (:class:`ExportForm`) and ``lanes_at``, the epoch
+    second whose chunk of the timeline the per-rank lanes show (default: each attempt's
+    first chunk)."""
+
+    lanes_at = forms.FloatField(required=False, min_value=0.0, max_value=1e11,
+                                help_text="epoch seconds: show the rank lanes of this chunk")
+
+
 def form_reason(form: forms.Form) -> str:
     """All errors on one line, naming the parameter: what a 400 response says."""
     parts = []

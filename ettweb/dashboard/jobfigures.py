@@ -196,8 +196,9 @@ MAX_LANE_ATTEMPTS: Final = 24
 
 def page_charts(result: JobResult) -> dict[str, Any]:
     """Every figure of the job page as an HTML fragment; ``lanes`` holds one entry per
-    attempt that has lanes (the latest ``MAX_LANE_ATTEMPTS``): its number, lane and rank
-    counts, whether it starts open; ``earlier_lanes`` counts the attempts left out."""
+    attempt that has lanes in the chunk shown (the latest ``MAX_LANE_ATTEMPTS``): its
+    number, lane and rank counts, the stretch drawn (``from``/``to``), whether it starts
+    open; ``earlier_lanes`` counts the attempts left out."""
     h = result.headline
     unit, start = unit_of(h), result.job_start
     charts: dict[str, Any] = {
@@ -218,6 +219,7 @@ def page_charts(result: JobResult) -> dict[str, Any]:
             "ranks": sum(lane.rank_count for lane in lanes),
             "open": latest and len(lanes) <= OPEN_LANES_UP_TO,
             "hidden": max(0, len(lanes) - MAX_DRAWN_LANES),
-            "figure": to_fragment(rank_lanes(lanes, start, unit, (attempt.start, attempt.end)),
+            "from": lanes[0].start, "to": lanes[0].end,
+            "figure": to_fragment(rank_lanes(lanes, start, unit, (lanes[0].start, lanes[0].end)),
                                   f"lanes-{attempt.attempt}")})
     return charts

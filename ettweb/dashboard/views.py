@@ -29,6 +29,7 @@ from ettweb.dashboard.forms import (
     CollectorsFilterForm,
     ExportForm,
     FleetFilterForm,
+    JobPageForm,
     JobsFilterForm,
     bad_parameters,
 )
@@ -99,13 +100,14 @@ def _jobs_csv(form: JobsFilterForm) -> HttpResponse:
 @login_required
 @require_GET
 def job_detail(request: HttpRequest, job: str) -> HttpResponse:
-    """``/jobs/<job>/``: headline numbers, the category timeline and rank lanes per attempt,
+    """``/jobs/<job>/``: headline numbers, the category timeline and the rank lanes of one
+    chunk per attempt (``lanes_at``: of the chunk holding that epoch second),
     the lost-time waterfall, recoveries and anomalies, all read from the job's stored rows
     (never its events); ``format=csv&table=attempts|recoveries`` exports a table."""
-    export = ExportForm(request.GET, JOB_TABLES)
+    export = JobPageForm(request.GET, JOB_TABLES)
     if not export.is_valid():
         return bad_parameters(export)
-    result = calculate(JobQuery(job=job))
+    result = calculate(JobQuery(job=job, lanes_at=export.cleaned_data.get("lanes_at")))
     if result is None:
         raise Http404(f"no events for job {job!r}")
     table = export.table_wanted

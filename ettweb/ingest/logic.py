@@ -23,6 +23,7 @@ from psycopg.types.json import Jsonb
 from collector.schema import EventError, dump_attrs, is_plain, parse_event
 from ettweb.ingest import partitions
 from ettweb.ingest.models import BatchNonce, Event, EventId, Job, QuarantinedEvent
+from ettweb.rollups.chunked import mark_chunks
 from ettweb.rollups.logic import MARK_STALE_AFTER_S, mark_dirty
 
 BIGINT_MAX = 2**63 - 1
@@ -379,12 +380,14 @@ def ingest_lines(lines: Iterable[Any], source: str = "", *, nonce: Nonce | None 
 
 
 def _store_and_mark(batch: _Sorted, source: str, nonce: Nonce | None) -> IngestResult:
-    """One transaction: claim the nonce, store the batch, mark its jobs' rollups dirty."""
+    """One transaction: claim the nonce, store the batch, mark its jobs' rollups dirty and
+    the chunks its events land in (the refresh recomputes those, ``rollups.chunked``)."""
     with transaction.atomic():
         if nonce is not None:
             _claim(nonce)
         result = _store_sorted(batch, source)
         refresh = mark_dirty(result.jobs, time.time(), MARK_STALE_AFTER_S)
+        mark_chunks(batch.events)
     return replace(result, refresh=tuple(refresh))
 
 

@@ -8,6 +8,8 @@ predate its rollups (or predate the stored timeline): it is refreshed once, on f
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -16,6 +18,7 @@ from typing import Any, Final
 
 from ettweb.ingest.models import Event, Job, QuarantinedEvent
 from ettweb.queries.base import by_component, phase_components, quarantined_lines
+from ettweb.rollups.chunked import chunk_index, chunk_lanes, chunk_s
 from ettweb.rollups.logic import refresh_jobs
 from ettweb.rollups.models import JobRollup
 
@@ -42,10 +45,14 @@ class JobMeta:
 
 @dataclass(frozen=True)
 class JobQuery:
-    """One job's numbers; ``components`` overrides the edited phase→component map."""
+    """One job's numbers; ``components`` overrides the edited phase→component map.
+
+    ``lanes_at`` (epoch seconds) picks the chunk of the timeline whose per-rank lanes are
+    shown; ``None`` shows each attempt's first chunk (where its ranks started up)."""
 
     job: str
     components: Mapping[str, str] | None = None
+    lanes_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -85,13 +92,16 @@ class TimelineRow:
 
 @dataclass(frozen=True)
 class LaneRow:
-    """Ranks of one attempt that agreed throughout, and what they did (idle left out)."""
+    """Ranks of one attempt that agreed throughout one chunk of the timeline, and what
+    they did (idle left out); ``start``/``end``: that chunk inside the attempt's window."""
 
     attempt: int
     ranks: str
     rank_count: int
     runs: tuple[Piece, ...]
     bin_s: float
+    start: float = 0.0
+    end: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -129,6 +139,13 @@ class JobResult:
     meta: JobMeta
     timeline: tuple[TimelineRow, ...]
     lanes: tuple[LaneRow, ...]
+    #: The chunk ``lanes`` come from when one was asked for (its start), else ``None``.
+    lanes_at: float | None = None
+    #: Starts of the chunks before and after it that hold events (``None``: none); with
+    #: none asked for, ``lanes_later`` is the job's first chunk.
+    lanes_earlier: float | None = None
+    lanes_later: float | None = None
+    chunk_s: float = 0.0
 
     @property
     def job_start(self) -> float:
@@ -186,6 +203,7 @@ class JobResult:
                           "pieces": [list(p) for p in t.pieces]} for t in self.timeline],
             "lanes": [{"attempt": lane.attempt, "ranks": lane.ranks,
                        "rank_count": lane.rank_count, "bin_s": lane.bin_s,
+                       "start": lane.start, "end": lane.end,
                        "runs": [list(run) for run in lane.runs]} for lane in self.lanes],
         }
 
@@ -217,10 +235,10 @@ def _headline(rollup: JobRollup) -> JobHeadline:
 
 
 def _rollup(job: str) -> JobRollup | None:
-    """The job's rollup. A job whose events predate rollups, or whose rollup predates the
-    stored timeline (empty digest), is refreshed on first view; later views read rows only."""
+    """The job's rollup. A job whose events predate rollups, or whose rollup predates its
+    stored chunks (none counted), is refreshed on first view; later views read rows only."""
     rollup = JobRollup.objects.filter(job=job).first()
-    if (rollup is None or not rollup.timeline_digest) and Event.objects.filter(job=job).exists():
+    if (rollup is None or not rollup.chunks) and Event.objects.filter(job=job).exists():
         refresh_jobs([job])
         rollup = JobRollup.objects.filter(job=job).first()
     return rollup
@@ -239,15 +257,58 @@ class JobQueryRunner:
         mapping = self.query.components or phase_components()
         timeline = tuple(TimelineRow(t.attempt, _pieces(t.pieces), t.bin_s)
                          for t in rollup.timeline_rows.order_by("attempt"))
-        lanes = tuple(LaneRow(lane.attempt, lane.ranks, lane.rank_count, _pieces(lane.runs),
-                              lane.bin_s)
-                      for lane in rollup.lane_rows.order_by("attempt", "first_rank"))
+        headline = _headline(rollup)
+        lanes = _lanes(self.query.job, headline.attempts, self.query.lanes_at)
         return JobResult(
-            job=self.query.job, headline=_headline(rollup),
+            job=self.query.job, headline=headline,
             lost_by_component_s=by_component(rollup.lost_s, mapping),
             quarantined=quarantined_lines(QuarantinedEvent.objects.filter(job=self.query.job)),
-            meta=_job_meta(self.query.job, rollup), timeline=timeline, lanes=lanes,
+            meta=_job_meta(self.query.job, rollup), timeline=timeline, lanes=lanes.rows,
+            lanes_at=lanes.at, lanes_earlier=lanes.earlier, lanes_later=lanes.later,
+            chunk_s=lanes.chunk_s,
         )
+
+
+@dataclass(frozen=True)
+class _Lanes:
+    rows: tuple[LaneRow, ...]
+    chunk_s: float
+    at: float | None = None
+    earlier: float | None = None
+    later: float | None = None
+
+
+def _lanes(job: str, attempts: Sequence[AttemptRow], at: float | None) -> _Lanes:
+    """The rank lanes the page shows: of the chunk holding ``at``, or of each attempt's
+    first chunk. Read from that chunk's row alone, however long the job."""
+    size = chunk_s()
+    occupied = chunk_index(job)
+    wanted: dict[int, list[AttemptRow]] = {}
+    if at is None:
+        for attempt in attempts:
+            first = bisect_left(occupied, math.floor(attempt.start / size))
+            if first < len(occupied) and occupied[first] * size < attempt.end:
+                wanted.setdefault(occupied[first], []).append(attempt)
+    else:
+        k = math.floor(at / size)
+        wanted[k] = [a for a in attempts if a.start < (k + 1) * size and a.end > k * size]
+    rows: list[LaneRow] = []
+    for k, shown in sorted(wanted.items()):
+        windows = {a.attempt: (max(a.start, k * size), min(a.end, (k + 1) * size))
+                   for a in shown}
+        for attempt, _, ranks, count, bin_s, runs in chunk_lanes(job, k) or []:
+            if attempt in windows:
+                rows.append(LaneRow(int(attempt), str(ranks), int(count), _pieces(runs),
+                                    float(bin_s), *windows[attempt]))
+    rows.sort(key=lambda lane: lane.attempt)
+    if at is None:  # "later" starts the walk through the job at its first chunk
+        return _Lanes(tuple(rows), size, later=occupied[0] * size if occupied else None)
+    k = math.floor(at / size)
+    index = bisect_left(occupied, k)
+    earlier = occupied[index - 1] * size if index > 0 else None
+    after = index + 1 if index < len(occupied) and occupied[index] == k else index
+    later = occupied[after] * size if after < len(occupied) else None
+    return _Lanes(tuple(rows), size, k * size, earlier, later)
 
 
 def _job_meta(job: str, rollup: JobRollup) -> JobMeta:

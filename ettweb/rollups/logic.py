@@ -26,7 +26,7 @@ import math
 import operator
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any, Final
@@ -34,23 +34,19 @@ from typing import Any, Final
 from django.db import connection, transaction
 from django.utils import timezone
 
+from ettweb.attribution import chunks
 from ettweb.attribution.components import PRODUCTIVE
-from ettweb.attribution.engine import (
-    DAY_S,
-    Event,
-    JobAttribution,
-    attribute_job,
-    gc_paused,
-    per_day,
-)
-from ettweb.attribution.lanes import category_timeline, job_lanes
+from ettweb.attribution.engine import DAY_S, Event, JobAttribution
+from ettweb.attribution.lanes import Timeline
 from ettweb.ingest.models import Event as StoredEvent
+from ettweb.rollups import chunked
 from ettweb.rollups.buckets import bucket_sql, gpu_bucket
 from ettweb.rollups.models import (
-    AttemptLane,
     AttemptRollup,
     AttemptTimeline,
+    AttributionChunk,
     DailyCategoryRollup,
+    DirtyChunk,
     DirtyJob,
     FleetDayRollup,
     JobDayRollup,
@@ -63,8 +59,6 @@ from ettweb.rollups.models import (
 
 #: Jobs refreshed per transaction: bounds memory and lock time for very large batches.
 JOBS_PER_TRANSACTION = 200
-#: Rows fetched per round trip when streaming every event for a rebuild.
-STREAM_CHUNK = 20_000
 #: Two day values closer than this (relative) are "unchanged": a recompute may redistribute
 #: float rounding across a long segment without any event touching that day.
 SAME_REL_TOL = 1e-9
@@ -104,8 +98,9 @@ class RefreshStats:
 class _JobRows:
     """Everything stored for one job, computed from its attribution.
 
-    ``timeline`` and ``lanes`` are what the job page draws; ``job.timeline_digest`` sums
-    them up, so a refresh that leaves them as they were does not rewrite them.
+    ``timeline`` is what the job page draws; ``job.timeline_digest`` sums it up, so a
+    refresh that leaves it as it was does not rewrite it. (The per-rank lanes stay with
+    their chunks: ``AttributionChunk.lanes``.)
     """
 
     job: JobRollup
@@ -113,7 +108,6 @@ class _JobRows:
     recoveries: list[RecoveryRollup]
     days: dict[DayKey, DayValues]
     timeline: list[tuple[Any, ...]]  # TIMELINE_COLUMNS
-    lanes: list[tuple[Any, ...]]  # LANE_COLUMNS
 
 
 # --------------------------------------------------------------------------- reading events
@@ -158,41 +152,10 @@ def load_events(job_ids: Sequence[str]) -> dict[str, list[Event]]:
     return grouped
 
 
-def _stream_jobs() -> Iterator[list[Event]]:
-    """Every stored event, one job's list at a time (server-side cursor, ordered by job)."""
-    raw = connection.connection
-    assert raw is not None  # the caller holds a transaction, hence a connection
-    with raw.cursor(name="ett_rollup_rebuild") as cursor:
-        cursor.itersize = STREAM_CHUNK
-        cursor.execute(_select_events("ORDER BY job"))
-        current: list[Event] = []
-        for row in cursor:
-            if current and current[0]["job"] != row[1]:
-                yield current
-                current = []
-            current.append(_as_event(row))
-        if current:
-            yield current
-
-
 # --------------------------------------------------------------------------- computing rows
 
 def _utc_day(ts: float) -> date:
     return datetime.fromtimestamp((ts // DAY_S) * DAY_S, UTC).date()
-
-
-def _day_values(attribution: JobAttribution) -> dict[DayKey, DayValues]:
-    """(UTC day, category) -> (seconds, GPU-seconds), productive included, zeros left out."""
-    seconds = per_day(attribution.segments, gpu_weighted=False)
-    gpu_seconds = attribution.per_day_gpu_s()
-    values: dict[DayKey, DayValues] = {}
-    for day, categories in seconds.items():
-        gpu_day = gpu_seconds.get(day, {})
-        for category, value in categories.items():
-            gpu_value = gpu_day.get(category, 0.0)
-            if value or gpu_value:
-                values[(day, category)] = (value, gpu_value)
-    return values
 
 
 def _recovery_rows(attribution: JobAttribution) -> list[RecoveryRollup]:
@@ -220,34 +183,28 @@ def _job_meta(attribution: JobAttribution) -> dict[str, str]:
     return meta
 
 
-#: Column order of the drawing's rows (``_copy_columns`` of each model; a test holds them
-#: equal). The rows are plain tuples, not model instances: a job has one per lane.
+#: Column order of the timeline's rows (``_copy_columns`` of the model; a test holds them
+#: equal). Plain tuples, not model instances.
 TIMELINE_COLUMNS = ("job", "attempt", "bin_s", "pieces")
-LANE_COLUMNS = ("job", "attempt", "first_rank", "ranks", "rank_count", "bin_s", "runs")
 
 
-def _drawing_rows(attribution: JobAttribution, events: list[Event],
-                  ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], str]:
-    """The job page's timeline and rank lanes (``ettweb.attribution.lanes``) as rows in
-    ``TIMELINE_COLUMNS`` / ``LANE_COLUMNS`` order, and their digest (``repr`` of plain
-    tuples of str, int and float is exact and stable)."""
-    job = attribution.job
-    timeline = [(job, row.attempt, row.bin_s, list(row.pieces))
-                for row in category_timeline(attribution.segments)]
-    lanes = [(job, lane.attempt, lane.ranks[0], lane.label, len(lane.ranks), lane.bin_s,
-              list(lane.runs)) for lane in job_lanes(attribution.attempts, events)]
-    digest = hashlib.blake2b(repr((timeline, lanes)).encode(), digest_size=16).hexdigest()
-    return timeline, lanes, digest
+def _timeline_rows(job: str, timeline: Sequence[Timeline]) -> tuple[list[tuple[Any, ...]], str]:
+    """The job page's category timeline as rows in ``TIMELINE_COLUMNS`` order, and their
+    digest (``repr`` of plain tuples of str, int and float is exact and stable)."""
+    rows = [(job, row.attempt, row.bin_s, list(row.pieces)) for row in timeline]
+    return rows, hashlib.blake2b(repr(rows).encode(), digest_size=16).hexdigest()
 
 
-def job_rows(attribution: JobAttribution, events: list[Event]) -> _JobRows:
+def job_rows(attribution: JobAttribution, days: dict[DayKey, DayValues],
+             timeline: Sequence[Timeline], *, events: int, chunk_count: int) -> _JobRows:
     """Every rollup row of one job, unsaved; the single place numbers are copied from.
 
-    ``events`` are the job's normalized events, as attributed: the rank lanes read spans.
+    ``attribution`` and ``days`` are the job's chunks summed up (``chunks.assemble``),
+    ``timeline`` the job page's category timeline, ``events`` the stored events attributed.
     """
     windows = attribution.attempts
     last = windows[-1]
-    timeline, lanes, digest = _drawing_rows(attribution, events)
+    rows, digest = _timeline_rows(attribution.job, timeline)
     job = JobRollup(
         job=attribution.job, wall_s=attribution.wall_s, productive_s=attribution.productive_s,
         wall_gpu_s=attribution.wall_gpu_s, productive_gpu_s=attribution.productive_gpu_s,
@@ -256,23 +213,14 @@ def job_rows(attribution: JobAttribution, events: list[Event]) -> _JobRows:
         gpus=last.gpus, window_start=windows[0].start, window_end=last.end,
         repeated_steps=attribution.repeated_steps, time_to_start_s=attribution.time_to_start_s,
         failures=attribution.failures, duplicates=attribution.duplicates,
-        anomalies=dict(attribution.anomalies), events=len(events),
+        anomalies=dict(attribution.anomalies), events=events, chunks=chunk_count,
         updated_at=timezone.now(), timeline_digest=digest, **_job_meta(attribution),
     )
     repeated = attribution.repeated_steps_by_attempt
     attempts = [AttemptRollup(job_id=attribution.job, attempt=w.attempt, start=w.start,
                               end=w.end, status=w.status, gpus=w.gpus,
                               repeated_steps=repeated.get(w.attempt, 0)) for w in windows]
-    return _JobRows(job, attempts, _recovery_rows(attribution), _day_values(attribution),
-                    timeline, lanes)
-
-
-def _attributed_rows(events: list[Event]) -> _JobRows:
-    """One job's events attributed and turned into rows, the garbage collector paused once
-    for all of it (the engine and the lanes each pause it; every resume that follows a burst
-    of small objects costs a collection over every live event, three per job otherwise)."""
-    with gc_paused():
-        return job_rows(attribute_job(events), events)
+    return _JobRows(job, attempts, _recovery_rows(attribution), days, rows)
 
 
 # --------------------------------------------------------------------------- refresh
@@ -349,8 +297,8 @@ def _part_rows(rows: _JobRows) -> list[tuple[str, int, date, str, float]]:
 
 
 def _write_jobs(rows: Sequence[_JobRows], gone: Sequence[str]) -> tuple[int, int, set[date]]:
-    """Upsert job rows, replace attempts and recoveries, rewrite the timeline and lanes of
-    the jobs whose drawing changed, and diff the day rows (a gone job's with none wanted,
+    """Upsert job rows, replace attempts and recoveries, rewrite the timeline of the jobs
+    whose drawing changed, and diff the day rows (a gone job's with none wanted,
     so the day sums lose them before its rollup and the rest of its rows are deleted)."""
     stored = dict(JobRollup.objects.filter(job__in=[r.job.job for r in rows])
                   .values_list("job", "timeline_digest"))
@@ -365,11 +313,10 @@ def _write_jobs(rows: Sequence[_JobRows], gone: Sequence[str]) -> tuple[int, int
     if redrawn:
         _replace_children(AttemptTimeline, [r.job.job for r in redrawn],
                           [t for r in redrawn for t in r.timeline])
-        _replace_children(AttemptLane, [r.job.job for r in redrawn],
-                          [lane for r in redrawn for lane in r.lanes])
     written = _write_days({**{job: {} for job in gone}, **{r.job.job: r.days for r in rows}},
                           labels_before)
     JobRollup.objects.filter(job__in=gone).delete()
+    chunked.delete_chunks(gone)
     return written
 
 
@@ -549,7 +496,8 @@ def _claim_marks(job_ids: Sequence[str]) -> set[str]:
         return {row[0] for row in cursor.fetchall()}
 
 
-def _refresh_chunk(job_ids: list[str], *, only_marked: bool = False) -> RefreshStats:
+def _refresh_chunk(job_ids: list[str], *, only_marked: bool = False,
+                   whole: bool = False) -> RefreshStats:
     with transaction.atomic():
         _lock_jobs(job_ids)
         marked = _claim_marks(job_ids)
@@ -557,13 +505,46 @@ def _refresh_chunk(job_ids: list[str], *, only_marked: bool = False) -> RefreshS
             job_ids = [job for job in job_ids if job in marked]
         if not job_ids:
             return RefreshStats()
-        events = load_events(job_ids)
-        rows = [_attributed_rows(events[job]) for job in job_ids if job in events]
-        gone = [job for job in job_ids if job not in events]
+        size = chunked.chunk_s()
+        if whole:
+            chunked.delete_chunks(job_ids)
+        dirty = chunked.claim_chunks(job_ids)
+        stored, resized = chunked.stored_states(job_ids, size)
+        fresh = [job for job in job_ids if job not in stored]
+        if resized:
+            chunked.delete_chunks(sorted(resized))
+        for job, found in chunked.home_chunks(fresh, size).items():
+            dirty[job] = dirty.get(job, set()) | found
+        rows: list[_JobRows] = []
+        gone: list[str] = []
+        events = 0
+        for job in job_ids:
+            job_rows_, read = _refresh_job(job, dirty.get(job, set()), stored.get(job, {}), size)
+            events += read
+            if job_rows_ is None:
+                gone.append(job)
+            else:
+                rows.append(job_rows_)
         written, deleted, days = _write_jobs(rows, gone)
-    return RefreshStats(jobs=len(rows), events=sum(map(len, events.values())),
-                        day_rows_written=written, day_rows_deleted=deleted,
-                        days_written=tuple(sorted(days)))
+    return RefreshStats(jobs=len(rows), events=events, day_rows_written=written,
+                        day_rows_deleted=deleted, days_written=tuple(sorted(days)))
+
+
+def _refresh_job(job: str, dirty: set[int], stored: dict[int, chunks.ChunkState],
+                 size: float) -> tuple[_JobRows | None, int]:
+    """Recompute one job's changed chunks and sum them up; ``None``: no events left.
+    Returns the rows and the number of events read."""
+    writer = chunked.ChunkWriter(job, size)
+    done = chunks.refresh(dirty, stored, lambda k: chunked.read_home(job, k, size),
+                          lambda k: chunked.read_carry(job, k), size, write=writer.add)
+    writer.flush(done.deleted)
+    if done.skeleton is None:
+        return None, done.events_read
+    assembled = chunks.assemble(job, done.skeleton, done.states,
+                                lambda ks: chunked.read_segments(job, ks), size)
+    timeline = chunks.job_timeline(done.skeleton, chunked.read_timelines(job), size)
+    return job_rows(assembled.attribution, assembled.days, timeline,
+                    events=done.skeleton.events, chunk_count=len(done.states)), done.events_read
 
 
 def _note_cost(stats: RefreshStats) -> None:
@@ -594,20 +575,24 @@ def refresh_delay_s(base_s: float) -> float:
     return min(MAX_REFRESH_DELAY_S, max(base_s, round_s / REFRESH_SHARE))
 
 
-def refresh_jobs(job_ids: Iterable[str], *, only_marked: bool = False) -> RefreshStats:
-    """Recompute the rollups of ``job_ids`` from their stored events (exactly, per job).
+def refresh_jobs(job_ids: Iterable[str], *, only_marked: bool = False,
+                 whole: bool = False) -> RefreshStats:
+    """Bring the rollups of ``job_ids`` up to date with their stored events (exactly).
 
-    A job with no stored events left loses its rollups. Safe to call concurrently for the
-    same jobs from several workers; the last one to run leaves the exact numbers.
-    ``only_marked`` skips jobs without a dirty mark (another refresh already took it):
-    what the ``ett.refresh_rollups`` task wants. Every refresh clears the marks it covers.
+    Recomputes the chunks ingestion marked (and what they change, ``attribution.chunks``);
+    ``whole`` recomputes every chunk from the events instead: for events that changed
+    outside ingestion (deleted by hand, restored from a backup). A job with no stored
+    events left loses its rollups. Safe to call concurrently for the same jobs from
+    several workers; the last one to run leaves the exact numbers. ``only_marked`` skips
+    jobs without a dirty mark (another refresh already took it): what the
+    ``ett.refresh_rollups`` task wants. Every refresh clears the marks it covers.
     """
     began = time.perf_counter()
     ordered = sorted(set(job_ids))
     total = RefreshStats()
     for at in range(0, len(ordered), JOBS_PER_TRANSACTION):
         chunk = ordered[at:at + JOBS_PER_TRANSACTION]
-        total = _merge(total, _refresh_chunk(chunk, only_marked=only_marked))
+        total = _merge(total, _refresh_chunk(chunk, only_marked=only_marked, whole=whole))
     stats = _with_elapsed(total, began)
     _note_cost(stats)
     return stats
@@ -662,70 +647,46 @@ def _with_elapsed(stats: RefreshStats, began: float) -> RefreshStats:
 
 # --------------------------------------------------------------------------- full rebuild
 
-_ROLLUP_MODELS = (AttemptLane, AttemptTimeline, JobLostRollup, RecoveryPartRollup,
-                  RecoveryRollup, AttemptRollup, DailyCategoryRollup, JobRollup)
-#: Sums of the day rows, filled from them after a rebuild (``_sum_day_rows``).
+_ROLLUP_MODELS = (AttemptTimeline, JobLostRollup, RecoveryPartRollup, RecoveryRollup,
+                  AttemptRollup, DailyCategoryRollup, JobRollup, AttributionChunk)
+#: Sums of the day rows, kept with them (``_write_days``) and checked by ``day_sum_drift``.
 _DAY_SUM_MODELS = (FleetDayRollup, LabelDayRollup, JobDayRollup)
 
 
-def rebuild_all() -> RefreshStats:
-    """Recompute every job's rollups from every stored event (after a bug fix or a restore).
+def rebuild_all(progress: Callable[[int], None] | None = None) -> RefreshStats:
+    """Recompute every job's rollups and chunks from every stored event (after a bug fix
+    or a restore); ``progress(n)`` hears of each ``JOBS_PER_TRANSACTION`` jobs done.
 
     One transaction: the tables are truncated first, so a concurrent ``refresh_jobs`` waits
-    for the rebuild to commit and then re-reads its job; rows are written with COPY.
+    for the rebuild to commit and then re-reads its job. Each job is then refreshed as a
+    new one, chunk by chunk: memory stays bounded by a chunk, however long the job.
     """
     began = time.perf_counter()
     with transaction.atomic():
         # Dirty marks go too: every job is recomputed here; a batch that commits later waits
         # for this TRUNCATE's lock, then marks its job again.
-        tables = ", ".join(model._meta.db_table
-                           for model in (*_DAY_SUM_MODELS, *_ROLLUP_MODELS, DirtyJob))
+        tables = ", ".join(model._meta.db_table for model in
+                           (*_DAY_SUM_MODELS, *_ROLLUP_MODELS, DirtyJob, DirtyChunk))
         with connection.cursor() as cursor:
             # Django's FKs are deferred: checks still pending from earlier statements of an
             # enclosing transaction would make TRUNCATE fail, so run them now.
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
             cursor.execute(f"TRUNCATE {tables}")
             cursor.execute("SET CONSTRAINTS ALL DEFERRED")
-        jobs = events = 0
-        writer = _CopyWriter()
-        for job_events in _stream_jobs():
-            writer.add(_attributed_rows(job_events))
-            jobs, events = jobs + 1, events + len(job_events)
-        day_rows, days = writer.flush()
-        _sum_day_rows()
-    stats = RefreshStats(jobs=jobs, events=events, day_rows_written=day_rows,
-                         days_written=tuple(sorted(days)))
-    return _with_elapsed(stats, began)
-
-
-#: The day rows' sums, as the migration that added the sum tables first filled them.
-_FLEET_DAY_SUMS = (
-    "INSERT INTO {fleet} (day, category, seconds, gpu_seconds) "
-    "SELECT day, category, SUM(seconds::numeric), SUM(gpu_seconds::numeric) FROM {days} "
-    "GROUP BY day, category")
-_LABEL_DAY_SUMS = (
-    "INSERT INTO {labels} (day, category, model, team, cluster, gpus, seconds, gpu_seconds) "
-    "SELECT d.day, d.category, j.model, j.team, j.cluster, {bucket}, "
-    "SUM(d.seconds::numeric), SUM(d.gpu_seconds::numeric) FROM {days} d "
-    "JOIN {jobs} j ON j.job = d.job GROUP BY 1, 2, 3, 4, 5, 6")
-_JOB_DAY_SUMS = (
-    "INSERT INTO {job_days} (job, day, wall_gpu_seconds, productive_gpu_seconds) "
-    "SELECT job, day, SUM(gpu_seconds), COALESCE(SUM(gpu_seconds) FILTER "
-    "(WHERE category = %s), 0) FROM {days} GROUP BY job, day")
+            cursor.execute(f"SELECT DISTINCT job FROM {StoredEvent._meta.db_table} ORDER BY 1")
+            jobs = [job for (job,) in cursor.fetchall()]
+        total = RefreshStats()
+        for at in range(0, len(jobs), JOBS_PER_TRANSACTION):
+            total = _merge(total, _refresh_chunk(jobs[at:at + JOBS_PER_TRANSACTION]))
+            if progress is not None:
+                progress(min(JOBS_PER_TRANSACTION, len(jobs) - at))
+    return _with_elapsed(total, began)
 
 
 def _tables() -> dict[str, str]:
     return {"fleet": FleetDayRollup._meta.db_table, "job_days": JobDayRollup._meta.db_table,
             "labels": LabelDayRollup._meta.db_table, "jobs": JobRollup._meta.db_table,
             "days": DailyCategoryRollup._meta.db_table, "bucket": bucket_sql("j.gpus")}
-
-
-def _sum_day_rows() -> None:
-    """Fill the (emptied) sum tables from every day row: one grouped pass each."""
-    with connection.cursor() as cursor:
-        cursor.execute(_FLEET_DAY_SUMS.format(**_tables()))
-        cursor.execute(_LABEL_DAY_SUMS.format(**_tables()))
-        cursor.execute(_JOB_DAY_SUMS.format(**_tables()), [PRODUCTIVE])
 
 
 @dataclass(frozen=True)
@@ -789,39 +750,9 @@ def remove_jobs(job_ids: Iterable[str]) -> int:
             _write_days({job: {} for job in chunk})
             removed += JobRollup.objects.filter(job__in=chunk).delete()[1].get(
                 JobRollup._meta.label, 0)
+            chunked.delete_chunks(chunk)
+            DirtyChunk.objects.filter(job__in=chunk).delete()
     return removed
-
-
-class _CopyWriter:
-    """Buffers rollup rows and writes them with COPY (orders of magnitude faster than ORM)."""
-
-    def __init__(self) -> None:
-        self.rows: dict[type, list[tuple[Any, ...]]] = {model: [] for model in _ROLLUP_MODELS}
-        self.days: set[date] = set()
-        self.now = timezone.now()
-
-    def add(self, rows: _JobRows) -> None:
-        self.rows[JobRollup].append(_values(rows.job))
-        self.rows[AttemptRollup].extend(_values(a) for a in rows.attempts)
-        self.rows[RecoveryRollup].extend(_values(r) for r in rows.recoveries)
-        self.rows[RecoveryPartRollup].extend(_part_rows(rows))
-        self.rows[JobLostRollup].extend(_lost_rows(rows.job))
-        self.rows[AttemptTimeline].extend(map(_json_cells, rows.timeline))
-        self.rows[AttemptLane].extend(map(_json_cells, rows.lanes))
-        job = rows.job.job
-        self.rows[DailyCategoryRollup].extend(
-            (day, job, category, seconds, gpu_seconds, self.now)
-            for (day, category), (seconds, gpu_seconds) in rows.days.items())
-        self.days.update(day for day, _ in rows.days)
-
-    def flush(self) -> tuple[int, set[date]]:
-        """COPY every buffered row, parents first; returns (day rows, days)."""
-        raw = connection.connection
-        assert raw is not None
-        with raw.cursor() as cursor:
-            for model in reversed(_ROLLUP_MODELS):
-                _copy(cursor, model, self.rows[model])
-        return len(self.rows[DailyCategoryRollup]), self.days
 
 
 def _copy_columns(model: type) -> list[str]:

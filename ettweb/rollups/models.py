@@ -61,6 +61,7 @@ class JobRollup(models.Model):
     duplicates = models.PositiveIntegerField(default=0)
     anomalies = models.JSONField(default=dict, help_text="anomaly kind -> count")
     events = models.PositiveIntegerField(default=0, help_text="stored events attributed")
+    chunks = models.PositiveIntegerField(default=0, help_text="occupied chunks of its timeline")
     updated_at = models.DateTimeField(auto_now=True)
     timeline_digest = models.CharField(
         max_length=32, blank=True, default="",
@@ -126,33 +127,6 @@ class AttemptTimeline(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id}#{self.attempt}: {len(self.pieces)} pieces"
-
-
-class AttemptLane(models.Model):
-    """Ranks of one attempt that did the same thing throughout, and what they did.
-
-    ``runs`` is ``[[state, start, end], ...]`` (``train`` or the rank's innermost phase;
-    idle time left out) on a grid of ``bin_s`` seconds; ``ranks`` reads ``0-127, 130-255``.
-    One row per distinct behaviour, so a job of hundreds of ranks that agree stores, and
-    draws, a handful of lanes (``ettweb.attribution.lanes``).
-    """
-
-    job = models.ForeignKey(JobRollup, to_field="job", db_column="job", on_delete=models.CASCADE,
-                            related_name="lane_rows")
-    attempt = models.PositiveIntegerField()
-    first_rank = models.PositiveIntegerField(help_text="lowest rank of the lane (its order)")
-    ranks = models.TextField(help_text="rank set as ranges, e.g. 0-127, 130-255")
-    rank_count = models.PositiveIntegerField()
-    bin_s = models.FloatField()
-    runs = models.JSONField(default=list, help_text="[[state, start, end], ...]")
-
-    class Meta:
-        ordering = ["job", "attempt", "first_rank"]
-        constraints = [models.UniqueConstraint(fields=["job", "attempt", "first_rank"],
-                                               name="attemptlane_unique")]
-
-    def __str__(self) -> str:
-        return f"{self.job_id}#{self.attempt} ranks {self.ranks}"
 
 
 class DailyCategoryRollup(models.Model):
@@ -367,3 +341,53 @@ class DirtyJob(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job} (dirty since {self.marked_at:.0f})"
+
+
+class AttributionChunk(models.Model):
+    """One occupied chunk of a job's timeline, as ``ettweb.attribution.chunks`` keeps it.
+
+    Why: a refresh used to re-read and re-attribute a whole job (4.4M events and 73 s for a
+    1,024-rank job three days old). Each chunk keeps its attribution and what the next chunk
+    needs, so a refresh recomputes only the chunks new events touch (or whose inputs they
+    changed) and sums the rest. ``summary`` and ``state`` are read at every refresh of the
+    job (small); ``carry`` (spans still open at the chunk's end), ``segments`` (the swept
+    pieces, for recoveries), ``timelines`` (the category timeline's pieces) and ``lanes``
+    (what each rank did, the job page's per-rank detail) only when needed.
+    ``final``: the raw events of the chunk were dropped by retention, so it is never
+    recomputed again.
+    """
+
+    job = models.CharField(max_length=200)
+    chunk = models.BigIntegerField(help_text="index: the chunk starts at chunk x chunk_s")
+    chunk_s = models.FloatField(help_text="chunk length in seconds (ETT_CHUNK_S)")
+    summary = models.JSONField(default=dict, help_text="attempt -> its home events summed up")
+    state = models.JSONField(default=dict, help_text="key, high-water mark, carry digest, parts")
+    carry = models.JSONField(default=list, help_text="spans open at the chunk's end")
+    segments = models.JSONField(default=list, help_text="[[start, end, attempt, shares], ...]")
+    timelines = models.JSONField(default=list, help_text="[[attempt, bin_s, pieces], ...]")
+    lanes = models.JSONField(default=list,
+                             help_text="[[attempt, first_rank, ranks, rank_count, bin_s, runs]]")
+    final = models.BooleanField(default=False)
+    written_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "chunk"],
+                                               name="attributionchunk_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.job} chunk {self.chunk} ({self.chunk_s:g} s)"
+
+
+class DirtyChunk(models.Model):
+    """A chunk of a job that got new events since its last refresh (set by ingestion in
+    the transaction that stores them, beside the job's :class:`DirtyJob` mark)."""
+
+    job = models.CharField(max_length=200)
+    chunk = models.BigIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "chunk"],
+                                               name="dirtychunk_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.job} chunk {self.chunk}"

@@ -259,6 +259,19 @@ ETT_PARTITION_DAYS_AHEAD: int = env.int_("ETT_PARTITION_DAYS_AHEAD", 7, minimum=
 # 5 s keeps trend pages current while a backlog is stored first (bench.ingest: 47k events/s
 # with 5 s, 39-42k with 2 s, the refreshes then competing with the backlog's batches).
 ETT_ROLLUP_REFRESH_DELAY_S: float = env.float_("ETT_ROLLUP_REFRESH_DELAY_S", 5.0, minimum=0.0)
+# Attribution is kept per chunk of this many seconds of each job's timeline (it must divide
+# a day): a refresh recomputes the chunks new events touch. Shorter chunks: a refresh of a
+# thousand-rank job reads fewer events; longer: fewer rows per job (ettweb.attribution.chunks,
+# README "Attribution at scale").
+ETT_CHUNK_S: int = env.int_("ETT_CHUNK_S", 900, minimum=1)
+if 86400 % ETT_CHUNK_S:
+    from django.core.exceptions import ImproperlyConfigured
+    raise ImproperlyConfigured(
+        f"ETT_CHUNK_S: must divide a day (86400 s) evenly, e.g. 600, 900 or 3600, "
+        f"not {ETT_CHUNK_S}")
+# Raw events are kept this many days; beat then drops their daily partitions, once every
+# chunk they feed is final (rollups, chunks and rollout impacts are kept).
+ETT_EVENT_RETENTION_DAYS: int = env.int_("ETT_EVENT_RETENTION_DAYS", 35, minimum=1)
 
 # E-mail (weekly reports): Django's own setting names, from the environment. ``EMAIL_HOST``
 # unset means "no relay configured": local settings then print messages to the console.

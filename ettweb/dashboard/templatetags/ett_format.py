@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 
 from django import template
 
@@ -100,3 +101,11 @@ def signed_pct(value: float | None) -> str:
     if value is None:
         return "—"
     return f"{'+' if value >= 0 else MINUS}{abs(value):.1f}%"
+
+
+@register.filter
+def utc_time(epoch: float | None) -> str:
+    """Epoch seconds as ``2026-03-01 14:15 UTC`` (empty for none)."""
+    if epoch is None:
+        return ""
+    return datetime.fromtimestamp(float(epoch), UTC).strftime("%Y-%m-%d %H:%M UTC")

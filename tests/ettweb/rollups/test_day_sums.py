@@ -160,7 +160,7 @@ def test_a_job_whose_events_are_gone_leaves_the_sums() -> None:
     from ettweb.simulate.store import _delete_events  # the events of a job, deleted
 
     _delete_events(["short"])
-    refresh_jobs(["short"])
+    refresh_jobs(["short"], whole=True)
     assert not FleetDayRollup.objects.exists() and not JobDayRollup.objects.exists()
 
 

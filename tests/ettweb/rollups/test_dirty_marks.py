@@ -107,19 +107,19 @@ def test_a_batch_committing_after_the_refresh_claimed_the_mark_marks_the_job_aga
     def refresh_that_stalls() -> None:
         import ettweb.rollups.logic as logic
 
-        real = logic.load_events
+        real = logic._refresh_job
         try:
-            def load_after_batch(job_ids: list[str]) -> object:
+            def load_after_batch(*args: object) -> object:
                 claimed.set()
                 assert release.wait(timeout=30)
-                return real(job_ids)
+                return real(*args)  # type: ignore[arg-type]
 
-            logic.load_events = load_after_batch  # type: ignore[assignment]
+            logic._refresh_job = load_after_batch  # type: ignore[assignment]
             refresh_jobs(["job-000"], only_marked=True)
         except BaseException as exc:
             errors.append(exc)
         finally:
-            logic.load_events = real
+            logic._refresh_job = real
             connections.close_all()
 
     refresher = threading.Thread(target=refresh_that_stalls)
@@ -134,7 +134,8 @@ def test_a_batch_committing_after_the_refresh_claimed_the_mark_marks_the_job_aga
     batch.join(timeout=30)
     assert not errors, errors
     assert done == [("job-000",)]  # newly marked: its own refresh gets scheduled
-    assert refresh_jobs(["job-000"], only_marked=True).events == len(lines)
+    assert refresh_jobs(["job-000"], only_marked=True).jobs == 1
+    assert JobRollup.objects.get(job="job-000").events == len(lines)
 
 
 @pytest.mark.django_db

@@ -32,5 +32,5 @@ def test_lost_rows_follow_refresh_rebuild_and_removal(worked_example_lines: list
     rebuild_all()
     assert _rows() == _from_json()
     Event.objects.filter(job="j1").delete()
-    refresh_jobs(["j1"])
+    refresh_jobs(["j1"], whole=True)
     assert not JobLostRollup.objects.exists()

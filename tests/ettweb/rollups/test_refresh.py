@@ -157,7 +157,7 @@ def test_a_job_whose_events_are_gone_loses_its_rollups(worked_example_lines: lis
     assert DailyCategoryRollup.objects.filter(job_id="j1").exists()
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM ingest_event WHERE job = 'j1'")
-    assert refresh_jobs(["j1", "never-seen"]).jobs == 0
+    assert refresh_jobs(["j1", "never-seen"], whole=True).jobs == 0
     assert not JobRollup.objects.exists() and not DailyCategoryRollup.objects.exists()
 
 
@@ -201,15 +201,16 @@ def test_a_slow_refresh_never_overwrites_a_newer_one(monkeypatch: pytest.MonkeyP
     lines = builder.lines()
     ingest_lines(lines[:-10])
     loaded = threading.Event()
-    real = logic.attribute_job
+    real = logic._refresh_job
 
-    def slow_attribute(events: Any) -> Any:
+    def slow_attribute(*args: Any) -> Any:
+        rows = real(*args)  # the job's chunks read and attributed, nothing written yet
         if threading.current_thread().name == "slow":
             loaded.set()
             threading.Event().wait(1.0)  # B gets every chance to finish first
-        return real(events)
+        return rows
 
-    monkeypatch.setattr(logic, "attribute_job", slow_attribute)
+    monkeypatch.setattr(logic, "_refresh_job", slow_attribute)
     errors: list[BaseException] = []
 
     def run_slow() -> None:

@@ -1,5 +1,6 @@
-"""The refresh stores what the job page draws: each attempt's category timeline and rank
-lanes, and each attempt's repeated steps; equal to the engine's, rewritten only on change."""
+"""The refresh stores what the job page draws: each attempt's category timeline, each
+chunk's rank lanes and each attempt's repeated steps; equal to the engine's, rewritten only
+on change."""
 
 from __future__ import annotations
 
@@ -12,15 +13,20 @@ from rollup_fleet import fleet
 from ettweb.attribution.engine import attribute_job
 from ettweb.attribution.lanes import LANE_TARGET, category_timeline, job_lanes
 from ettweb.ingest.logic import ingest_lines
+from ettweb.rollups import chunked
 from ettweb.rollups.logic import (
-    LANE_COLUMNS,
     TIMELINE_COLUMNS,
     _copy_columns,
     load_events,
     rebuild_all,
     refresh_jobs,
 )
-from ettweb.rollups.models import AttemptLane, AttemptRollup, AttemptTimeline, JobRollup
+from ettweb.rollups.models import (
+    AttemptRollup,
+    AttemptTimeline,
+    AttributionChunk,
+    JobRollup,
+)
 from tests.ettweb.attribution.attribution_events import Timeline, worked_example
 from tests.ettweb.attribution.rank_events import ranked_job
 
@@ -31,20 +37,25 @@ def _store(timeline: Timeline) -> None:
     refresh_jobs(ingest_lines(timeline.lines()).jobs)
 
 
+def _lanes(job: str) -> list[tuple[Any, ...]]:
+    """Every stored lane of the job, chunk by chunk: (attempt, ranks, count, bin, runs)."""
+    return [(attempt, ranks, count, bin_s, [tuple(r) for r in runs])
+            for k in chunked.chunk_index(job)
+            for attempt, _, ranks, count, bin_s, runs in chunked.chunk_lanes(job, k) or []]
+
+
 def _stored(job: str) -> dict[str, Any]:
     return {
         "timeline": [(t.attempt, t.bin_s, [tuple(p) for p in t.pieces])
                      for t in AttemptTimeline.objects.filter(job_id=job).order_by("attempt")],
-        "lanes": [(lane.attempt, lane.ranks, lane.rank_count, lane.bin_s,
-                   [tuple(r) for r in lane.runs])
-                  for lane in AttemptLane.objects.filter(job_id=job)
-                  .order_by("attempt", "first_rank")],
+        "lanes": _lanes(job),
         "repeated": dict(AttemptRollup.objects.filter(job_id=job)
                          .values_list("attempt", "repeated_steps")),
     }
 
 
 def _engine(job: str) -> dict[str, Any]:
+    """What the whole-job engine draws (the job fits in one chunk, so its lanes too)."""
     events = load_events([job])[job]
     attribution = attribute_job(events)
     return {
@@ -59,6 +70,7 @@ def _engine(job: str) -> dict[str, Any]:
 
 def test_the_stored_drawing_equals_the_engines() -> None:
     _store(worked_example())
+    assert chunked.chunk_index("j1") == [1]  # 1000-1113 s: one chunk of 900 s
     assert _stored("j1") == _engine("j1")
     stored = _stored("j1")
     assert stored["repeated"] == {0: 0, 1: 80}  # §3 worked example: attempt 1 redoes 80
@@ -69,23 +81,40 @@ def test_the_stored_drawing_equals_the_engines() -> None:
 def test_a_512_rank_job_whose_ranks_agree_stores_a_handful_of_lanes() -> None:
     job = ranked_job(512, job="wide", jitter_s=0.3, seed=11)
     _store(job)
-    lanes = AttemptLane.objects.filter(job_id="wide")
+    lanes = _lanes("wide")
     per_attempt: dict[int, int] = {}
     for lane in lanes:
-        per_attempt[lane.attempt] = per_attempt.get(lane.attempt, 0) + 1
+        per_attempt[lane[0]] = per_attempt.get(lane[0], 0) + 1
     assert set(per_attempt) == {0, 1} and max(per_attempt.values()) <= 4, per_attempt
-    assert all(sum(lane.rank_count for lane in lanes if lane.attempt == a) == 512
-               for a in (0, 1))
-    assert lanes.get(attempt=0).ranks == "0-511"
+    assert all(sum(lane[2] for lane in lanes if lane[0] == a) == 512 for a in (0, 1))
+    assert [lane[1] for lane in lanes if lane[0] == 0] == ["0-511"]
     assert _stored("wide") == _engine("wide")
     assert LANE_TARGET >= 4
 
 
 def test_ranks_that_differ_are_stored_as_their_own_lanes() -> None:
     _store(ranked_job(32, job="slow", slow={4, 5, 6, 20}))
-    ranks = list(AttemptLane.objects.filter(job_id="slow", attempt=0)
-                 .order_by("first_rank").values_list("ranks", "rank_count"))
+    ranks = [(lane[1], lane[2]) for lane in _lanes("slow") if lane[0] == 0]
     assert ranks == [("0-3, 7-19, 21-31", 28), ("4-6, 20", 4)]
+
+
+def test_a_long_job_keeps_lanes_per_chunk_and_one_bounded_timeline() -> None:
+    """Three hours of one attempt: twelve chunks of lanes, each over its own 15 minutes; the
+    timeline is one row whose pieces the engine's whole-job timeline also has."""
+    long = Timeline("long")
+    long.mark(0, "attempt_start", 0.0, gpus=4)
+    long.span(0, "compile", 0.0, 120.0)
+    for minute in range(178):
+        long.span(0, "train", 120.0 + 60 * minute, 180.0 + 60 * minute,
+                  steps=(10 * minute, 10 * minute + 10))
+    _store(long)
+    assert chunked.chunk_index("long") == list(range(12))
+    for k in range(12):
+        lanes = chunked.chunk_lanes("long", k) or []
+        assert len(lanes) == 1
+        runs = lanes[0][5]
+        assert runs[0][1] >= k * 900.0 and runs[-1][2] <= (k + 1) * 900.0
+    assert _stored("long")["timeline"] == _engine("long")["timeline"]
 
 
 def test_repeated_steps_per_attempt_sum_to_the_jobs() -> None:
@@ -102,18 +131,20 @@ def test_repeated_steps_per_attempt_sum_to_the_jobs() -> None:
 def test_an_unchanged_drawing_is_not_rewritten_and_a_changed_one_is() -> None:
     t = worked_example()
     _store(t)
-    before = list(AttemptLane.objects.values_list("pk", flat=True))
+    before = list(AttemptTimeline.objects.values_list("pk", flat=True))
+    chunk_written = AttributionChunk.objects.get(job="j1").written_at
     digest = JobRollup.objects.get(job="j1").timeline_digest
-    refresh_jobs(["j1"])  # nothing new: same digest, same rows
-    assert list(AttemptLane.objects.values_list("pk", flat=True)) == before
+    refresh_jobs(["j1"])  # nothing new: same digest, same rows, no chunk recomputed
+    assert list(AttemptTimeline.objects.values_list("pk", flat=True)) == before
     assert JobRollup.objects.get(job="j1").timeline_digest == digest
+    assert AttributionChunk.objects.get(job="j1").written_at == chunk_written
     late = Timeline("j1")
     late.span(1, "eval", 1113, 1120)
     late.mark(1, "attempt_end", 1120, status="completed")
     for number, event in enumerate(late.events):
         event["id"] = f"late-{number}"  # not the worked example's ids: new events
     _store(late)
-    after = list(AttemptLane.objects.order_by("attempt").values_list("pk", flat=True))
+    after = list(AttemptTimeline.objects.order_by("attempt").values_list("pk", flat=True))
     assert not set(after) & set(before)
     assert JobRollup.objects.get(job="j1").timeline_digest != digest
     assert _stored("j1") == _engine("j1")
@@ -129,14 +160,13 @@ def test_rebuild_all_stores_the_same_drawing_as_the_refresh() -> None:
     assert all(incremental[job]["lanes"] and incremental[job]["timeline"] for job in jobs)
 
 
-def test_the_drawing_rows_are_written_in_the_tables_column_order() -> None:
+def test_the_timeline_rows_are_written_in_the_tables_column_order() -> None:
     assert _copy_columns(AttemptTimeline) == list(TIMELINE_COLUMNS)
-    assert _copy_columns(AttemptLane) == list(LANE_COLUMNS)
 
 
 def test_a_job_with_no_events_left_loses_its_drawing() -> None:
     _store(worked_example())
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM ingest_event WHERE job = 'j1'")
-    refresh_jobs(["j1"])
-    assert not AttemptLane.objects.exists() and not AttemptTimeline.objects.exists()
+    refresh_jobs(["j1"], whole=True)
+    assert not AttributionChunk.objects.exists() and not AttemptTimeline.objects.exists()

@@ -1,0 +1,223 @@
+"""Where the chunked attribution (``ettweb.attribution.chunks``) keeps its chunks.
+
+Ingestion marks the chunks a batch's events land in (:class:`DirtyChunk`), in the
+transaction that stores them; a refresh claims the marks of its jobs, reads those chunks'
+home events (one index range on ``(job, coalesce(start, ts))``, the partition key, so old
+partitions are never visited), recomputes what changed and writes the recomputed chunks
+back. Everything here is plain SQL on the two tables; the logic lives in the engine side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import orjson
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from ettweb.attribution.chunks import (
+    ChunkState,
+    chunk_of,
+    home_time,
+    segments_from_json,
+    segments_to_json,
+)
+from ettweb.attribution.engine import Event, Segment
+from ettweb.attribution.lanes import Lane, Timeline
+from ettweb.ingest.models import Event as StoredEvent
+from ettweb.rollups.models import AttributionChunk, DirtyChunk
+
+CHUNKS: Final = AttributionChunk._meta.db_table
+DIRTY: Final = DirtyChunk._meta.db_table
+EVENTS: Final = StoredEvent._meta.db_table
+#: Chunks written per COPY while a refresh walks a job: bounds what it holds in memory.
+WRITE_EVERY: Final = 16
+_HOME: Final = 'coalesce("start", "ts")'
+_COLUMNS: Final = ("job", "chunk", "chunk_s", "summary", "state", "carry", "segments",
+                   "timelines", "lanes", "final", "written_at")
+
+
+def chunk_s() -> float:
+    """The configured chunk length (``ETT_CHUNK_S``)."""
+    return float(settings.ETT_CHUNK_S)
+
+
+def _loads(value: Any) -> Any:
+    """A jsonb cell as Python (Django's psycopg setup hands jsonb over as text)."""
+    return orjson.loads(value) if isinstance(value, str | bytes) else value
+
+
+# --------------------------------------------------------------------------- marks
+
+def mark_chunks(events: Iterable[Event]) -> None:
+    """Mark the chunks ``events`` land in; call in the transaction that stores them.
+
+    Over-marking is harmless (a repeated event's chunk is recomputed to the same numbers);
+    under-marking would leave a chunk stale, so every event of the batch is marked, stored
+    or not. Rows are inserted in key order: two batches never deadlock on them.
+    """
+    size = chunk_s()
+    pairs = sorted({(event["job"], chunk_of(home_time(event), size)) for event in events})
+    if not pairs:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {DIRTY} (job, chunk) SELECT * FROM unnest(%s::text[], %s::int8[]) "
+            "ORDER BY 1, 2 ON CONFLICT DO NOTHING",
+            [[job for job, _ in pairs], [k for _, k in pairs]])
+
+
+def claim_chunks(job_ids: Sequence[str]) -> dict[str, set[int]]:
+    """Delete the chunk marks of ``job_ids`` (after their job marks were claimed, so every
+    batch those covered has committed) and return them per job."""
+    claimed: dict[str, set[int]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {DIRTY} WHERE job = ANY(%s) RETURNING job, chunk",
+                       [list(job_ids)])
+        for job, k in cursor.fetchall():
+            claimed.setdefault(job, set()).add(int(k))
+    return claimed
+
+
+def home_chunks(job_ids: Sequence[str], size: float) -> dict[str, set[int]]:
+    """Every chunk holding events of ``job_ids``, from the events: for jobs with no stored
+    chunks yet (rolled up before chunks existed, or chunked at another length)."""
+    found: dict[str, set[int]] = {}
+    if not job_ids:
+        return found
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT DISTINCT job, floor({_HOME} / %s)::int8 FROM {EVENTS} "
+            "WHERE job = ANY(ARRAY(SELECT unnest(%s::text[])))", [size, list(job_ids)])
+        for job, k in cursor.fetchall():
+            found.setdefault(job, set()).add(int(k))
+    return found
+
+
+# --------------------------------------------------------------------------- chunks
+
+def stored_states(job_ids: Sequence[str], size: float,
+                  ) -> tuple[dict[str, dict[int, ChunkState]], set[str]]:
+    """The small fields of every stored chunk of ``job_ids``, per job; and the jobs whose
+    chunks were cut at another length (to be recomputed from their events)."""
+    states: dict[str, dict[int, ChunkState]] = {}
+    other_size: set[str] = set()
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT job, chunk, chunk_s, summary, state FROM {CHUNKS} "
+                       "WHERE job = ANY(%s)", [list(job_ids)])
+        for job, k, length, summary, state in cursor.fetchall():
+            if length != size:
+                other_size.add(job)
+                continue
+            states.setdefault(job, {})[int(k)] = ChunkState.from_json(
+                int(k), _loads(summary), _loads(state))
+    for job in other_size:
+        states.pop(job, None)
+    return states, other_size
+
+
+def delete_chunks(job_ids: Sequence[str]) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {CHUNKS} WHERE job = ANY(%s)", [list(job_ids)])
+
+
+def read_home(job: str, k: int, size: float) -> list[Event]:
+    """Chunk ``k``'s home events of ``job`` (spans starting in it, marks inside it)."""
+    from ettweb.rollups.logic import _as_event, _select_events
+
+    with connection.cursor() as cursor:
+        cursor.execute(_select_events(f"WHERE job = %s AND {_HOME} >= %s AND {_HOME} < %s"),
+                       [job, k * size, (k + 1) * size])
+        return [_as_event(row) for row in cursor.fetchall()]
+
+
+def read_carry(job: str, k: int) -> list[Event]:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT carry FROM {CHUNKS} WHERE job = %s AND chunk = %s", [job, k])
+        row = cursor.fetchone()
+    return list(_loads(row[0])) if row else []
+
+
+def read_segments(job: str, ks: Sequence[int]) -> dict[int, list[Segment]]:
+    if not ks:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT chunk, segments FROM {CHUNKS} WHERE job = %s "
+                       "AND chunk = ANY(%s)", [job, list(ks)])
+        return {int(k): segments_from_json(_loads(raw)) for k, raw in cursor.fetchall()}
+
+
+def read_timelines(job: str) -> dict[int, list[Timeline]]:
+    """Every chunk's category timeline pieces of ``job`` (small: merged per category)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT chunk, timelines FROM {CHUNKS} WHERE job = %s", [job])
+        return {int(k): [Timeline(int(a), tuple((str(c), float(s), float(e))
+                                                for c, s, e in pieces), float(bin_s))
+                         for a, bin_s, pieces in _loads(raw)]
+                for k, raw in cursor.fetchall()}
+
+
+def chunk_lanes(job: str, k: int) -> list[list[Any]] | None:
+    """The rank lanes stored with chunk ``k`` of ``job`` (``None``: no such chunk)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT lanes FROM {CHUNKS} WHERE job = %s AND chunk = %s", [job, k])
+        row = cursor.fetchone()
+    return None if row is None else list(_loads(row[0]))
+
+
+def chunk_index(job: str) -> list[int]:
+    """The occupied chunks of ``job``, in time order."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT chunk FROM {CHUNKS} WHERE job = %s ORDER BY chunk", [job])
+        return [int(k) for (k,) in cursor.fetchall()]
+
+
+class ChunkWriter:
+    """Writes a job's recomputed chunks in groups (delete, then COPY): a refresh holds at
+    most ``WRITE_EVERY`` chunks' big fields at once, whatever the job's length."""
+
+    def __init__(self, job: str, size: float) -> None:
+        self.job, self.size = job, size
+        self.rows: list[tuple[Any, ...]] = []
+        self.now = timezone.now()
+
+    def add(self, state: ChunkState) -> None:
+        self.rows.append((
+            self.job, state.chunk, self.size, _text(state.summary_json()),
+            _text(state.state_json()), _text(state.carry or []),
+            _text(segments_to_json(state.segments or [])),
+            _text([[t.attempt, t.bin_s, [list(p) for p in t.pieces]]
+                   for t in state.timelines or []]),
+            _text([_lane_row(lane) for lane in state.lanes or []]), False, self.now))
+        if len(self.rows) >= WRITE_EVERY:
+            self.flush()
+
+    def flush(self, deleted: Sequence[int] = ()) -> None:
+        """Write what is buffered and delete the chunks in ``deleted``."""
+        gone = [row[1] for row in self.rows] + list(deleted)
+        raw = connection.connection
+        assert raw is not None  # the caller holds a transaction, hence a connection
+        with raw.cursor() as cursor:
+            if gone:
+                cursor.execute(f"DELETE FROM {CHUNKS} WHERE job = %s AND chunk = ANY(%s)",
+                               [self.job, gone])
+            if self.rows:
+                with cursor.copy(f"COPY {CHUNKS} ({', '.join(_COLUMNS)}) FROM STDIN") as copy:
+                    for row in self.rows:
+                        copy.write_row(row)
+        self.rows = []
+
+
+def _text(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _lane_row(lane: Lane) -> list[Any]:
+    return [lane.attempt, lane.ranks[0], lane.label, len(lane.ranks), lane.bin_s,
+            [list(run) for run in lane.runs]]
+
+
+def states_of(stored: Mapping[str, dict[int, ChunkState]], job: str) -> dict[int, ChunkState]:
+    return stored.get(job, {})
