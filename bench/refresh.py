@@ -110,13 +110,15 @@ def refresh_once(database: str) -> dict[str, float]:
     from django.db import connection
 
     from ettweb.rollups.logic import refresh_jobs
+    from ettweb.rollups.models import JobRollup
 
     connection.settings_dict["NAME"] = database
     began = time.perf_counter()
     stats = refresh_jobs([JOB])
     elapsed = time.perf_counter() - began
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"refresh_s": elapsed, "peak_rss_mb": peak_kb / 1024.0, "events": stats.events}
+    return {"refresh_s": elapsed, "peak_rss_mb": peak_kb / 1024.0, "events_read": stats.events,
+            "events": JobRollup.objects.get(job=JOB).events}
 
 
 def _refresh_in_worker(database: str) -> dict[str, float]:
@@ -133,8 +135,13 @@ def _refresh_in_worker(database: str) -> dict[str, float]:
 
 def measure_age(name: str, age_s: float, loaded_to: float, ranks: int, batches: int,
                 database: str) -> tuple[dict[str, Any], float]:
-    """Load the job up to ``age_s``, refresh, then stream and refresh ``batches`` minutes."""
-    until = START + age_s
+    """Load the job up to ``batches`` minutes before ``age_s``, refresh, then stream and
+    refresh the ``batches`` minutes that end at the age.
+
+    The batches land in the last minutes of a chunk (ages are whole chunks), when the chunk
+    they recompute holds the most events: the costliest batches of the chunk, not the
+    cheapest."""
+    until = START + age_s - batches * SLICE_S
     began = time.perf_counter()
     stored = _store(job_lines(ranks, loaded_to, until))
     _say(f"{name}: history to {age_s / 3600:g} h stored ({stored:,} new events, "
@@ -145,33 +152,43 @@ def measure_age(name: str, age_s: float, loaded_to: float, ranks: int, batches: 
         start = until + batch * SLICE_S
         _store(job_lines(ranks, start, start + SLICE_S))
         runs.append(_refresh_in_worker(database))
-        _say(f"{name}: batch {batch + 1}: refresh {runs[-1]['refresh_s']:.2f} s over "
-             f"{int(runs[-1]['events']):,} events, peak RSS {runs[-1]['peak_rss_mb']:.0f} MB")
+        _say(f"{name}: batch {batch + 1}: refresh {runs[-1]['refresh_s']:.2f} s, "
+             f"{int(runs[-1]['events_read']):,} of the job's {int(runs[-1]['events']):,} "
+             f"events read, peak RSS {runs[-1]['peak_rss_mb']:.0f} MB")
     times = [r["refresh_s"] for r in runs]
     return ({"age": name, "age_s": age_s, "events": int(runs[-1]["events"]),
+             "events_read": [int(r["events_read"]) for r in runs],
              "settle_refresh_s": round(settle["refresh_s"], 3),
+             "settle_peak_rss_mb": round(settle["peak_rss_mb"], 1),
              "batch_refresh_s": [round(t, 3) for t in times],
              "median_refresh_s": round(statistics.median(times), 3),
              "peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs), 1)},
-            until + batches * SLICE_S)
+            START + age_s)
 
 
 def exactness() -> dict[str, Any]:
     """The stored rollups against the engine from scratch over every stored event."""
+    from ettweb.attribution.chunks import day_values
     from ettweb.attribution.engine import attribute_job
     from ettweb.rollups.logic import load_events
     from ettweb.rollups.models import DailyCategoryRollup, JobRollup
 
     expected = attribute_job(load_events([JOB])[JOB])
     row = JobRollup.objects.get(job=JOB)
-    days = math.fsum(gpu_s for (gpu_s,) in DailyCategoryRollup.objects.filter(
-        job__job=JOB).values_list("gpu_seconds"))
+    stored = {(day, category): gpu_s for day, category, gpu_s in DailyCategoryRollup.objects
+              .filter(job__job=JOB).values_list("day", "category", "gpu_seconds")}
+    wanted = {key: gpu_s for key, (_, gpu_s) in day_values(expected).items()}
     checks = {
         "wall_gpu_s": math.isclose(row.wall_gpu_s, expected.wall_gpu_s, rel_tol=1e-9),
         "productive_gpu_s": math.isclose(row.productive_gpu_s, expected.productive_gpu_s,
                                          rel_tol=1e-9),
-        "day_rows_sum": math.isclose(days, expected.wall_gpu_s, rel_tol=1e-9),
-        "repeated_steps": row.repeated_steps == expected.repeated_steps}
+        "lost_gpu_s": set(row.lost_gpu_s) == set(expected.lost_gpu_s) and all(
+            math.isclose(row.lost_gpu_s[k], v, rel_tol=1e-9)
+            for k, v in expected.lost_gpu_s.items()),
+        "day_rows": set(stored) == set(wanted) and all(
+            math.isclose(stored[k], v, rel_tol=1e-9) for k, v in wanted.items()),
+        "repeated_steps": row.repeated_steps == expected.repeated_steps,
+        "time_to_start_s": row.time_to_start_s == expected.time_to_start_s}
     return {"exact": all(checks.values()), "checks": checks,
             "ett_pct": row.ett_pct, "expected_ett_pct": expected.ett_pct}
 

@@ -15,9 +15,13 @@ from __future__ import annotations
 from typing import Any, Final
 
 BEAT_SCHEDULE: Final[dict[str, dict[str, Any]]] = {
-    # Ingestion upkeep: partitions a week ahead, expired nonces pruned.
+    # Ingestion upkeep: partitions a week ahead, expired nonces pruned, old events dropped.
     "ensure-event-partitions": {"task": "ett.ensure_event_partitions", "schedule": 3600.0},
     "prune-batch-nonces": {"task": "ett.prune_batch_nonces", "schedule": 300.0},
+    # Retention: raw events older than ETT_EVENT_RETENTION_DAYS dropped once their chunks
+    # are final (rollups, chunks and impacts stay).
+    "drop-expired-events": {"task": "ett.drop_expired_events", "schedule": 3600.0,
+                            "options": {"expires": 3500.0}},
     # Safety net: refreshes whose task was lost (worker died between commit and publish).
     "refresh-stale-rollups": {"task": "ett.refresh_stale_rollups", "schedule": 60.0},
     # Weekly reports: plan the week's sends, send what is due, mark abandoned claims missed.

@@ -287,10 +287,10 @@ def fold(summaries: Iterable[Mapping[int, AttemptSummary]]) -> Skeleton | None:
     """The skeleton of a job from its chunks' summaries (``None``: no events)."""
     folded: dict[int, _Folded] = {}
     for chunk in summaries:
-        for attempt, summary in chunk.items():
-            if attempt not in folded:
-                folded[attempt] = _Folded(attempt)
-            folded[attempt].add(summary)
+        for number, summary in chunk.items():
+            if number not in folded:
+                folded[number] = _Folded(number)
+            folded[number].add(summary)
     if not folded:
         return None
     ordered = [folded[a] for a in sorted(folded)]
@@ -328,21 +328,21 @@ def fold(summaries: Iterable[Mapping[int, AttemptSummary]]) -> Skeleton | None:
 
 @dataclass(slots=True)
 class AttemptPart:
-    """One attempt's share of one chunk."""
+    """One attempt's share of one chunk; ``durations``: seconds per (UTC day number, split)."""
 
-    durations: dict[Signature, float]
+    durations: dict[tuple[int, Signature], float]
     first_productive: float | None
     repeated_steps: int
     anomalies: dict[str, int]
 
     def to_json(self) -> dict[str, Any]:
-        return {"d": [[sig_to_json(sig), s] for sig, s in self.durations.items()],
+        return {"d": [[day, sig_to_json(sig), s] for (day, sig), s in self.durations.items()],
                 "f": self.first_productive, "r": self.repeated_steps, "a": self.anomalies}
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> AttemptPart:
-        return cls({sig_from_json(sig): s for sig, s in raw["d"]}, raw["f"], raw["r"],
-                   dict(raw["a"]))
+        return cls({(int(day), sig_from_json(sig)): s for day, sig, s in raw["d"]}, raw["f"],
+                   raw["r"], dict(raw["a"]))
 
 
 @dataclass(slots=True)
@@ -358,6 +358,11 @@ class ChunkState:
     carry_digest: str
     carry_ext: dict[int, tuple[float, float]]
     parts: dict[int, AttemptPart]
+    #: Its home events, and the last fine chunk holding one (what grouping reads).
+    events: int = 0
+    last_fine: int = -1
+    #: Its events were dropped by retention: summed as stored, never recomputed.
+    final: bool = False
     carry: list[Event] | None = None
     segments: list[Segment] | None = None
     timelines: list[Timeline] | None = None
@@ -366,6 +371,7 @@ class ChunkState:
     def state_json(self) -> dict[str, Any]:
         """The small fields other than the summary, as JSON."""
         return {"key": self.key, "h": self.h_out, "cd": self.carry_digest,
+                "n": self.events, "lf": self.last_fine,
                 "ce": {str(a): list(e) for a, e in self.carry_ext.items()},
                 "p": {str(a): part.to_json() for a, part in self.parts.items()}}
 
@@ -374,11 +380,12 @@ class ChunkState:
 
     @classmethod
     def from_json(cls, chunk: int, summary: Mapping[str, Any],
-                  state: Mapping[str, Any]) -> ChunkState:
-        return cls(chunk=chunk,
+                  state: Mapping[str, Any], *, final: bool = False) -> ChunkState:
+        return cls(chunk=chunk, final=final,
                    summary={int(a): AttemptSummary.from_json(int(a), s)
                             for a, s in summary.items()},
                    key=state["key"], h_out=state["h"], carry_digest=state["cd"],
+                   events=state["n"], last_fine=state["lf"],
                    carry_ext={int(a): (e[0], e[1]) for a, e in state["ce"].items()},
                    parts={int(a): AttemptPart.from_json(p) for a, p in state["p"].items()})
 
@@ -402,13 +409,20 @@ def _carry_digest(carry: list[Event]) -> str:
                            digest_size=16).hexdigest()
 
 
-def chunk_key(chunk: int, chunk_s: float, summary: Mapping[int, AttemptSummary],
+def _extent(chunk: int, following: int | None, chunk_s: float) -> tuple[float, float]:
+    """The time a chunk sweeps: from its first fine chunk to the next chunk's (or on)."""
+    return chunk * chunk_s, _INF if following is None else following * chunk_s
+
+
+def chunk_key(chunk: int, following: int | None, chunk_s: float,
+              summary: Mapping[int, AttemptSummary],
               carry_ext: Mapping[int, tuple[float, float]], carry_digest: str, h_in: int,
               skeleton: Skeleton) -> str:
-    """Everything outside the chunk's own events that its parts depend on (module doc)."""
-    a, b = chunk * chunk_s, (chunk + 1) * chunk_s
+    """Everything outside the chunk's own events that its parts depend on (module doc);
+    ``following``: the next chunk's first fine chunk (``None``: the job's last chunk)."""
+    a, b = _extent(chunk, following, chunk_s)
     entries: list[list[Any]] = []
-    for attempt in _relevant(chunk, chunk_s, summary, skeleton):
+    for attempt in _relevant(a, b, summary, skeleton):
         w = skeleton.by_attempt[attempt]
         a2, b2 = max(w.start, a), min(w.end, b)
         tail: float | None = None
@@ -428,13 +442,12 @@ def chunk_key(chunk: int, chunk_s: float, summary: Mapping[int, AttemptSummary],
             later if s is not None and s.raw_last > later else None,
             low if (s is not None and s.train_step is not None and low is not None
                     and s.train_step < low) else None])
-    return json.dumps([h_in, carry_digest, entries])
+    return json.dumps([following, h_in, carry_digest, entries])
 
 
-def _relevant(chunk: int, chunk_s: float, summary: Mapping[int, AttemptSummary],
+def _relevant(a: float, b: float, summary: Mapping[int, AttemptSummary],
               skeleton: Skeleton) -> list[int]:
-    """Attempts with home events in the chunk or a window overlapping it, in order."""
-    a, b = chunk * chunk_s, (chunk + 1) * chunk_s
+    """Attempts with home events in the chunk or a window overlapping [a, b), in order."""
     attempts = set(summary)
     for w in skeleton.windows:
         if max(w.start, a) < min(w.end, b):
@@ -442,13 +455,14 @@ def _relevant(chunk: int, chunk_s: float, summary: Mapping[int, AttemptSummary],
     return sorted(attempts)
 
 
-def compute_chunk(chunk: int, chunk_s: float, home: Sequence[Event],
+def compute_chunk(chunk: int, following: int | None, chunk_s: float, home: Sequence[Event],
                   carry_in: Sequence[Event], h_in: int, skeleton: Skeleton, *,
                   summary: Mapping[int, AttemptSummary] | None = None,
                   with_lanes: bool = True) -> ChunkState:
     """Attribute one chunk from its home events, the carry of the chunk before it and the
-    job's skeleton: exactly what the whole job's sweep gives inside the chunk."""
-    a, b = chunk * chunk_s, (chunk + 1) * chunk_s
+    job's skeleton: exactly what the whole job's sweep gives over the chunk's extent (from
+    its first fine chunk to the next chunk's, ``following``; ``None``: to the job's end)."""
+    a, b = _extent(chunk, following, chunk_s)
     summary = dict(summary) if summary is not None else summarize(home)
     spans = [e for e in home if e["kind"] == "span"]
     sigs: dict[str, Signature] = {c["id"]: sig_from_json(c["sig"]) for c in carry_in
@@ -477,10 +491,17 @@ def compute_chunk(chunk: int, chunk_s: float, home: Sequence[Event],
     for c in carry_in:
         lo, hi = carry_in_ext.get(c["attempt"], (_INF, -_INF))
         carry_in_ext[c["attempt"]] = (min(lo, c["start"]), max(hi, c["end"]))
-    for attempt in _relevant(chunk, chunk_s, summary, skeleton):
+    for attempt in _relevant(a, b, summary, skeleton):
         w = replace(skeleton.by_attempt[attempt], gpus=1)
         mine = spans_of.get(attempt, [])
-        durations = sweep_chunk(w, mine, sigs, a, b, segments)
+        durations: dict[tuple[int, Signature], float] = {}
+        lo, hi = max(w.start, a), min(w.end, b)
+        while lo < hi:  # day by day: a chunk's extent may run past midnight
+            day = math.floor(lo / DAY_S)
+            stop = min(hi, (day + 1) * DAY_S)
+            for sig, seconds in sweep_chunk(w, mine, sigs, lo, stop, segments).items():
+                durations[(day, sig)] = durations.get((day, sig), 0.0) + seconds
+            lo = stop
         own = home_of.get(attempt, [])
         parts[attempt] = AttemptPart(
             durations=durations,
@@ -491,10 +512,13 @@ def compute_chunk(chunk: int, chunk_s: float, home: Sequence[Event],
         a2, b2 = max(w.start, a), min(w.end, b)
         if with_lanes and a2 < b2:
             lanes += rank_lanes(replace(w, start=a2, end=b2), mine)
-    key = chunk_key(chunk, chunk_s, summary, carry_in_ext, _carry_digest(list(carry_in)),
-                    h_in, skeleton)
+    key = chunk_key(chunk, following, chunk_s, summary, carry_in_ext,
+                    _carry_digest(list(carry_in)), h_in, skeleton)
     return ChunkState(chunk=chunk, summary=summary, key=key, h_out=h_out,
                       carry_digest=_carry_digest(carry_out), carry_ext=carry_ext, parts=parts,
+                      events=len(home),
+                      last_fine=max((chunk_of(home_time(e), chunk_s) for e in home),
+                                    default=-1),
                       carry=carry_out, segments=segments,
                       timelines=category_timeline(segments), lanes=lanes)
 
@@ -590,9 +614,9 @@ def _chunk_anomalies(own: list[Event], w: AttemptWindow, skeleton: Skeleton) -> 
 
 @dataclass
 class Refreshed:
-    """What one refresh of a job's chunks did: every occupied chunk's state after it (the
-    recomputed ones with their big fields), the chunks no longer occupied, and the job's
-    skeleton (``None``: the job has no events left)."""
+    """What one refresh of a job's chunks did: every chunk's state after it (the
+    recomputed ones with their big fields let go once written), the chunks gone, and the
+    job's skeleton (``None``: the job has no events left)."""
 
     skeleton: Skeleton | None
     states: dict[int, ChunkState]
@@ -601,35 +625,132 @@ class Refreshed:
     events_read: int = 0
 
 
-def refresh(dirty: Collection[int], stored: Mapping[int, ChunkState],
-            read_home: Callable[[int], list[Event]], read_carry: Callable[[int], list[Event]],
-            chunk_s: float = CHUNK_S, *, write: Callable[[ChunkState], None] | None = None,
-            with_lanes: bool = True, cached_events: int = CACHED_EVENTS) -> Refreshed:
-    """Bring a job's chunks up to date after new events landed in the ``dirty`` chunks.
+#: A chunk takes in fine chunks (of ``chunk_s``) until it holds about this many events:
+#: a small job is one chunk a day (one read, one row), a thousand-rank job one per fine
+#: chunk (a refresh reads a quarter hour of it, never the whole).
+GROUP_EVENTS: Final = 20_000
 
-    ``stored``: the chunks as kept (small fields only); ``read_home(k)``: chunk k's home
-    events; ``read_carry(k)``: the carry kept with chunk k; ``write``: called with each
-    recomputed chunk, big fields included, before they are let go. Reads the dirty chunks
-    once for their summaries (keeping up to ``cached_events`` events for the sweep), folds
-    the skeleton, then walks the occupied chunks in time order and recomputes those that
-    are dirty or whose key changed (module doc). Memory: about one chunk's events and
-    carry, plus the small state of every chunk.
+
+@dataclass(frozen=True)
+class Plan:
+    """Which chunks a job has after new events landed in ``dirty`` fine chunks: their
+    first fine chunks in order, and which of them must be read again."""
+
+    chunks: list[int]
+    dirty: set[int]
+
+
+def plan(dirty: Collection[int], stored: Mapping[int, ChunkState],
+         counts: Mapping[int, int], chunk_s: float = CHUNK_S,
+         group_events: int | None = None) -> Plan:
+    """Place the dirty fine chunks in chunks. A chunk is a run of fine chunks of one UTC
+    day; a fine chunk inside a chunk's run belongs to it, one past the end of the last run
+    joins it while it holds fewer than ``group_events`` events, and anything else starts a
+    chunk of its own. ``counts``: events per dirty fine chunk (none: nothing there);
+    ``group_events``: default ``GROUP_EVENTS``."""
+    group_events = GROUP_EVENTS if group_events is None else group_events
+    starts = sorted(stored)
+    events = {k: stored[k].events for k in starts}
+    placed: set[int] = set()
+    pending: list[int] = []
+    for f in sorted(dirty):
+        i = bisect_right(starts, f) - 1
+        if i >= 0 and _day(starts[i], chunk_s) == _day(f, chunk_s) and (
+                i < len(starts) - 1 or f <= stored[starts[i]].last_fine):
+            placed.add(starts[i])
+        else:
+            pending.append(f)
+    for f in pending:
+        n = counts.get(f, 0)
+        if not n:
+            continue
+        i = bisect_right(starts, f) - 1
+        if (i >= 0 and _day(starts[i], chunk_s) == _day(f, chunk_s)
+                and events[starts[i]] + n <= group_events):
+            events[starts[i]] += n
+            placed.add(starts[i])
+        else:
+            starts.insert(i + 1, f)
+            events[f] = n
+            placed.add(f)
+    return Plan(starts, placed)
+
+
+def followers(starts: Sequence[int]) -> dict[int, int | None]:
+    """Each chunk's next chunk's first fine chunk (``None`` for the last)."""
+    return {k: (starts[i + 1] if i + 1 < len(starts) else None) for i, k in enumerate(starts)}
+
+
+def _day(fine: int, chunk_s: float) -> int:
+    return math.floor(fine * chunk_s / DAY_S)
+
+
+def refresh(dirty: Collection[int], stored: Mapping[int, ChunkState],
+            read_home: Callable[[int, int | None], list[Event]],
+            read_carry: Callable[[int], list[Event]],
+            count_home: Callable[[Sequence[int]], Mapping[int, int]],
+            chunk_s: float = CHUNK_S, *, write: Callable[[ChunkState], None] | None = None,
+            with_lanes: bool = True, cached_events: int = CACHED_EVENTS,
+            group_events: int | None = None) -> Refreshed:
+    """Bring a job's chunks up to date after new events landed in the ``dirty`` fine
+    chunks.
+
+    ``stored``: the chunks as kept (small fields only); ``read_home(k, following)``: the home
+    events of the chunk starting at fine chunk k, up to the next chunk's (``None``: on);
+    ``read_carry(k)``: the carry kept with chunk k; ``count_home(fine)``: events per fine
+    chunk; ``write``: called with each recomputed chunk, big fields included, before they
+    are let go. Places the dirty fine chunks (:func:`plan`), reads the chunks they fall in
+    for their summaries (keeping up to ``cached_events`` events for the sweep), folds the
+    skeleton, then walks the chunks in time order and recomputes those that are dirty or
+    whose key changed (module doc). Memory: about one chunk's events and carry, plus the
+    small state of every chunk.
     """
+    fresh = unplaced(dirty, stored, chunk_s)
+    placed = plan(dirty, stored, count_home(fresh) if fresh else {}, chunk_s, group_events)
+    return refresh_planned(placed, stored, read_home, read_carry, chunk_s, write=write,
+                           with_lanes=with_lanes, cached_events=cached_events)
+
+
+def unplaced(dirty: Collection[int], stored: Mapping[int, ChunkState],
+             chunk_s: float = CHUNK_S) -> list[int]:
+    """The dirty fine chunks no stored chunk surely holds: :func:`plan` needs their event
+    counts to place them."""
+    starts = sorted(stored)
+    found = []
+    for f in sorted(dirty):
+        i = bisect_right(starts, f) - 1
+        if not (i >= 0 and _day(starts[i], chunk_s) == _day(f, chunk_s) and (
+                i < len(starts) - 1 or f <= stored[starts[i]].last_fine)):
+            found.append(f)
+    return found
+
+
+def refresh_planned(placed: Plan, stored: Mapping[int, ChunkState],
+                    read_home: Callable[[int, int | None], list[Event]],
+                    read_carry: Callable[[int], list[Event]], chunk_s: float = CHUNK_S, *,
+                    write: Callable[[ChunkState], None] | None = None, with_lanes: bool = True,
+                    cached_events: int = CACHED_EVENTS) -> Refreshed:
+    """:func:`refresh` once the dirty fine chunks are placed (:func:`plan`)."""
     with gc_paused():
-        return _refresh(dirty, stored, read_home, read_carry, chunk_s, write, with_lanes,
+        return _refresh(placed, stored, read_home, read_carry, chunk_s, write, with_lanes,
                         cached_events)
 
 
-def _refresh(dirty: Collection[int], stored: Mapping[int, ChunkState],
-             read_home: Callable[[int], list[Event]], read_carry: Callable[[int], list[Event]],
-             chunk_s: float, write: Callable[[ChunkState], None] | None, with_lanes: bool,
+def _refresh(placed: Plan, stored: Mapping[int, ChunkState],
+             read_home: Callable[[int, int | None], list[Event]],
+             read_carry: Callable[[int], list[Event]], chunk_s: float,
+             write: Callable[[ChunkState], None] | None, with_lanes: bool,
              cached_events: int) -> Refreshed:
-    summaries = {k: s.summary for k, s in stored.items() if s.summary}
+    starts = placed.chunks
+    following = followers(starts)
+    summaries = {k: stored[k].summary for k in starts if k in stored and stored[k].summary}
     cache: dict[int, list[Event]] = {}
     kept = 0
     result = Refreshed(skeleton=None, states={})
-    for k in sorted(dirty):
-        events = read_home(k)
+    for k in sorted(placed.dirty):
+        if k in stored and stored[k].final:
+            continue  # no events left to read: a final chunk stays as it is
+        events = read_home(k, following[k])
         result.events_read += len(events)
         if events:
             summaries[k] = summarize(events)
@@ -637,42 +758,35 @@ def _refresh(dirty: Collection[int], stored: Mapping[int, ChunkState],
                 cache[k], kept = events, kept + len(events)
         else:
             summaries.pop(k, None)
+    # A chunk left with no events of its own is gone: the one before it sweeps its time.
+    starts = [k for k in starts if k in summaries or (k in stored and stored[k].final)]
+    following = followers(starts)
     skeleton = result.skeleton = fold(summaries.values())
     if skeleton is None:
         result.deleted = sorted(stored)
         return result
-    candidates = sorted(summaries)
-    at = 0
     previous: ChunkState | None = None
-    while True:
-        follows = previous.chunk + 1 if previous is not None and previous.carry_digest else None
-        upcoming = candidates[at] if at < len(candidates) else None
-        if upcoming is None and follows is None:
-            break
-        k = min(x for x in (upcoming, follows) if x is not None)
-        if upcoming == k:
-            at += 1
-        carried = previous if previous is not None and previous.chunk == k - 1 else None
-        carry_digest = carried.carry_digest if carried else _NO_CARRY
-        carry_ext = carried.carry_ext if carried else {}
+    for k in starts:
+        carry_digest = previous.carry_digest if previous else _NO_CARRY
+        carry_ext = previous.carry_ext if previous else {}
         h_in = previous.h_out if previous is not None else 0
         summary = summaries.get(k, {})
         old = stored.get(k)
-        if (k in dirty or old is None or old.key != chunk_key(
-                k, chunk_s, summary, carry_ext, carry_digest, h_in, skeleton)):
+        if old is not None and old.final:
+            state = old
+        elif (k in placed.dirty or old is None or old.key != chunk_key(
+                k, following[k], chunk_s, summary, carry_ext, carry_digest, h_in, skeleton)):
             carry_in: list[Event] = []
-            if carried is not None and carry_digest:
-                if carried.carry is None:
-                    carried.carry = read_carry(carried.chunk)
-                carry_in = carried.carry
+            if previous is not None and carry_digest:
+                if previous.carry is None:
+                    previous.carry = read_carry(previous.chunk)
+                carry_in = previous.carry
             if k in cache:
                 events = cache.pop(k)
-            elif summary:
-                events = read_home(k)
-                result.events_read += len(events)
             else:
-                events = []
-            state = compute_chunk(k, chunk_s, events, carry_in, h_in, skeleton,
+                events = read_home(k, following[k])
+                result.events_read += len(events)
+            state = compute_chunk(k, following[k], chunk_s, events, carry_in, h_in, skeleton,
                                   summary=summary, with_lanes=with_lanes)
             result.written.append(k)
             if write is not None:
@@ -722,35 +836,25 @@ def _utc_day(ts: float) -> date:
 
 def _open_pieces(skeleton: Skeleton, occupied: Sequence[int],
                  chunk_s: float) -> list[Segment]:
-    """Window time in no occupied chunk, as one-category segments (GPUs 1): nothing is
+    """The restart gaps between windows (§3.2), and window time before the first chunk
+    (none in a job whose events are all stored: its first event opens a chunk): nothing is
     active there, so it is ``failure`` from a failed attempt's last event on, else
-    ``unattributed`` (§3.3.4-5); and the restart gaps between windows (§3.2)."""
+    ``unattributed`` (§3.3.4-5). One-category segments, GPUs 1."""
     pieces: list[Segment] = []
     previous: AttemptWindow | None = None
+    first = occupied[0] * chunk_s if occupied else _INF
     for w in skeleton.windows:
         if previous is not None and w.start > previous.end:
             pieces.append(Segment(previous.end, w.start, w.attempt, 1,
                                   {RESTART_GAP: w.start - previous.end}))
         previous = w
-        if w.end <= w.start:
+        lo, hi = w.start, min(w.end, first)
+        if hi <= lo:
             continue
-        cursor = w.start
-        index = bisect_right(occupied, math.floor(w.start / chunk_s) - 1)
-        stretches: list[tuple[float, float]] = []
-        while index < len(occupied) and occupied[index] * chunk_s < w.end:
-            lo = occupied[index] * chunk_s
-            if lo > cursor:
-                stretches.append((cursor, lo))
-            cursor = max(cursor, lo + chunk_s)
-            index += 1
-        if cursor < w.end:
-            stretches.append((cursor, w.end))
-        failed = w.status in FAILED_STATUSES
-        for lo, hi in stretches:
-            turn = min(max(w.last_event, lo), hi) if failed else hi
-            for a, b, category in ((lo, turn, UNATTRIBUTED), (turn, hi, FAILURE)):
-                if b > a:
-                    pieces.append(Segment(a, b, w.attempt, 1, {category: b - a}))
+        turn = min(max(w.last_event, lo), hi) if w.status in FAILED_STATUSES else hi
+        for a, b, category in ((lo, turn, UNATTRIBUTED), (turn, hi, FAILURE)):
+            if b > a:
+                pieces.append(Segment(a, b, w.attempt, 1, {category: b - a}))
     return pieces
 
 
@@ -781,10 +885,9 @@ def assemble(job: str, skeleton: Skeleton, states: Mapping[int, ChunkState],
                 cell[1] += part * weight
 
     for k in occupied:
-        day = _utc_day(k * chunk_s)
         for attempt, part in states[k].parts.items():
-            for sig, seconds in part.durations.items():
-                add(attempt, sig, seconds, day)
+            for (day, sig), seconds in part.durations.items():
+                add(attempt, sig, seconds, _utc_day(day * DAY_S))
     open_pieces = _open_pieces(skeleton, occupied, chunk_s)
     for piece in open_pieces:
         ((category, _),) = piece.shares.items()
@@ -797,10 +900,7 @@ def assemble(job: str, skeleton: Skeleton, states: Mapping[int, ChunkState],
     totals = _Totals()
     for w in windows:
         totals.add(durations[w.attempt], w.gpus)
-    firsts = [min((states[k].parts[w.attempt].first_productive for k in occupied
-                   if w.attempt in states[k].parts
-                   and states[k].parts[w.attempt].first_productive is not None),
-                  default=None) for w in windows]
+    firsts = [_first_of(w.attempt, states, occupied) for w in windows]
     recovered = recoveries_from(windows, firsts)
     recoveries = [_recovery(attempt, start, end, occupied, open_pieces, gpus, read_segments,
                             chunk_s) for attempt, start, end in recovered]
@@ -829,12 +929,22 @@ def assemble(job: str, skeleton: Skeleton, states: Mapping[int, ChunkState],
     return Assembled(attribution, {key: (s, g) for key, (s, g) in days.items() if s or g})
 
 
+def _first_of(attempt: int, states: Mapping[int, ChunkState],
+              occupied: Sequence[int]) -> float | None:
+    """The attempt's first productive second: the earliest of its chunks' (§3.7)."""
+    found = [part.first_productive for k in occupied
+             if (part := states[k].parts.get(attempt)) is not None
+             and part.first_productive is not None]
+    return min(found, default=None)
+
+
 def _recovery(attempt: int, start: float, end: float, occupied: Sequence[int],
               open_pieces: Sequence[Segment], gpus: Mapping[int, int],
               read_segments: Callable[[Sequence[int]], Mapping[int, list[Segment]]],
               chunk_s: float) -> Recovery:
-    """One recovery's categories (§3.7), read off the segments inside its interval."""
-    first = bisect_left(occupied, math.floor(start / chunk_s))
+    """One recovery's categories (§3.7), read off the segments of the chunks whose extent
+    (up to the next chunk's start) its interval overlaps."""
+    first = max(0, bisect_right(occupied, math.floor(start / chunk_s)) - 1)
     inside = [k for k in occupied[first:] if k * chunk_s < end]
     segments = [seg for k, segs in read_segments(inside).items() for seg in segs]
     seconds: dict[str, float] = {}
@@ -854,8 +964,8 @@ def job_timeline(skeleton: Skeleton, timelines: Mapping[int, Sequence[Timeline]]
     timelines and the time no chunk holds (restart gaps, idle window time)."""
     rows: dict[int, list[Piece]] = {w.attempt: [] for w in skeleton.windows}
     pieces: list[tuple[float, int, Sequence[Piece]]] = []
-    for row in timelines.values():
-        for timeline in row:
+    for chunk_rows in timelines.values():
+        for timeline in chunk_rows:
             if timeline.pieces:
                 pieces.append((timeline.pieces[0][1], timeline.attempt, timeline.pieces))
     for seg in _open_pieces(skeleton, sorted(timelines), chunk_s):
@@ -869,22 +979,30 @@ def job_timeline(skeleton: Skeleton, timelines: Mapping[int, Sequence[Timeline]]
             if rows[attempt]]
 
 
-def attribute_in_chunks(events: Sequence[Event], chunk_s: float = CHUNK_S) -> Assembled:
+def attribute_in_chunks(events: Sequence[Event], chunk_s: float = CHUNK_S,
+                        group_events: int | None = None) -> Assembled:
     """One job's events attributed chunk by chunk from nothing stored (the tests' and the
     offline tools' entry; ``events`` deduplicated and of one job)."""
     check_chunk_s(chunk_s)
-    by_chunk: dict[int, list[Event]] = {}
+    by_fine: dict[int, list[Event]] = {}
     for event in events:
-        by_chunk.setdefault(chunk_of(home_time(event), chunk_s), []).append(event)
+        by_fine.setdefault(chunk_of(home_time(event), chunk_s), []).append(event)
     segments: dict[int, list[Segment]] = {}
 
     def keep(state: ChunkState) -> None:
         segments[state.chunk] = state.segments or []
 
-    done = refresh(set(by_chunk), {}, lambda k: by_chunk.get(k, []), lambda k: [], chunk_s,
-                   write=keep, with_lanes=False)
+    done = refresh(set(by_fine), {}, lambda k, following: home_of(by_fine, k, following),
+                   lambda k: [], lambda fines: {f: len(by_fine.get(f, [])) for f in fines},
+                   chunk_s, write=keep, with_lanes=False, group_events=group_events)
     if done.skeleton is None:
         raise ValueError("attribute_in_chunks needs at least one event")
     job = str(events[0]["job"])
     return assemble(job, done.skeleton, done.states,
                     lambda ks: {k: segments.get(k, []) for k in ks}, chunk_s)
+
+
+def home_of(by_fine: Mapping[int, list[Event]], k: int, following: int | None) -> list[Event]:
+    """The events of fine chunks [k, following) from events grouped by fine chunk."""
+    return [e for f in sorted(by_fine) if f >= k and (following is None or f < following)
+            for e in by_fine[f]]

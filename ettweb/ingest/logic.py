@@ -21,7 +21,7 @@ from django.db import DataError, IntegrityError, connection, transaction
 from psycopg.types.json import Jsonb
 
 from collector.schema import EventError, dump_attrs, is_plain, parse_event
-from ettweb.ingest import partitions
+from ettweb.ingest import partitions, retention
 from ettweb.ingest.models import BatchNonce, Event, EventId, Job, QuarantinedEvent
 from ettweb.rollups.chunked import mark_chunks
 from ettweb.rollups.logic import MARK_STALE_AFTER_S, mark_dirty
@@ -385,10 +385,28 @@ def _store_and_mark(batch: _Sorted, source: str, nonce: Nonce | None) -> IngestR
     with transaction.atomic():
         if nonce is not None:
             _claim(nonce)
+        before = retention.lock_for_ingest()
+        if before is not None:
+            _refuse_older(batch, before, source)
         result = _store_sorted(batch, source)
         refresh = mark_dirty(result.jobs, time.time(), MARK_STALE_AFTER_S)
         mark_chunks(batch.events)
     return replace(result, refresh=tuple(refresh))
+
+
+def _refuse_older(batch: _Sorted, before: float, source: str) -> None:
+    """Move the events older than the retention horizon to the batch's rejected lines:
+    their chunks are final, so storing them would change no number (``retention``)."""
+    kept: list[tuple[dict[str, Any], Any]] = []
+    reason = retention.too_old(before)
+    for event, line in zip(batch.events, batch.lines, strict=True):
+        if _partition_key(event) < before:
+            batch.rejected.append(_reject(line, reason, source))
+        else:
+            kept.append((event, line))
+    if len(kept) < len(batch.events):
+        batch.events = [event for event, _ in kept]
+        batch.lines = [line for _, line in kept]
 
 
 def _store_sorted(batch: _Sorted, source: str) -> IngestResult:

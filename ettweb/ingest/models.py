@@ -157,3 +157,16 @@ class CollectorHealth(models.Model):
 
     def __str__(self) -> str:
         return self.source
+
+
+class EventHorizon(models.Model):
+    """The one row saying how far back raw events are kept: events whose home time (span
+    start, mark time) is before ``before`` were dropped by retention, their chunks are
+    final, and an event that old is refused with that reason (``ettweb.ingest.retention``)."""
+
+    before = models.FloatField(null=True, help_text="epoch seconds; null: nothing dropped yet")
+    dropped_events = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(null=True)
+
+    def __str__(self) -> str:
+        return f"events kept from {self.before}" if self.before else "nothing dropped yet"

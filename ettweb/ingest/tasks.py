@@ -20,7 +20,7 @@ from django.db import DatabaseError
 from django.db.models import Q
 from django.utils import timezone
 
-from ettweb.ingest import partitions
+from ettweb.ingest import partitions, retention
 from ettweb.ingest.credentials import BatchRejected, prune_nonces, verify_batch
 from ettweb.ingest.logic import IngestResult, Nonce, ingest_lines, reject_batch
 from ettweb.ingest.models import CollectorHealth
@@ -184,3 +184,11 @@ def ensure_event_partitions() -> list[str]:
 def prune_batch_nonces() -> int:
     """Beat: forget nonces too old to be replayed (their timestamp fails the skew check)."""
     return prune_nonces()
+
+
+@shared_task(name="ett.drop_expired_events")
+@waits_for_database
+def drop_expired_events() -> int:
+    """Beat: drop raw events older than ``ETT_EVENT_RETENTION_DAYS`` once their chunks are
+    final (``ettweb.ingest.retention``); returns how many were dropped."""
+    return retention.drop_expired().events

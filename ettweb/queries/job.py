@@ -9,7 +9,7 @@ predate its rollups (or predate the stored timeline): it is refreshed once, on f
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -279,36 +279,44 @@ class _Lanes:
 
 
 def _lanes(job: str, attempts: Sequence[AttemptRow], at: float | None) -> _Lanes:
-    """The rank lanes the page shows: of the chunk holding ``at``, or of each attempt's
-    first chunk. Read from that chunk's row alone, however long the job."""
+    """The rank lanes the page shows: of the chunk holding ``at``, or of the chunk where
+    each attempt starts. Read from that chunk's row alone, however long the job. A chunk
+    runs from its first fine chunk to the next chunk's start."""
     size = chunk_s()
     occupied = chunk_index(job)
+    if not occupied:
+        return _Lanes((), size)
+
+    def holding(t: float) -> int:
+        return max(0, bisect_right(occupied, math.floor(t / size)) - 1)
+
+    def extent(i: int) -> tuple[float, float]:
+        end = occupied[i + 1] * size if i + 1 < len(occupied) else math.inf
+        return occupied[i] * size, end
+
     wanted: dict[int, list[AttemptRow]] = {}
     if at is None:
         for attempt in attempts:
-            first = bisect_left(occupied, math.floor(attempt.start / size))
-            if first < len(occupied) and occupied[first] * size < attempt.end:
-                wanted.setdefault(occupied[first], []).append(attempt)
+            wanted.setdefault(holding(attempt.start), []).append(attempt)
     else:
-        k = math.floor(at / size)
-        wanted[k] = [a for a in attempts if a.start < (k + 1) * size and a.end > k * size]
+        i = holding(at)
+        lo, hi = extent(i)
+        wanted[i] = [a for a in attempts if a.start < hi and a.end > lo]
     rows: list[LaneRow] = []
-    for k, shown in sorted(wanted.items()):
-        windows = {a.attempt: (max(a.start, k * size), min(a.end, (k + 1) * size))
-                   for a in shown}
-        for attempt, _, ranks, count, bin_s, runs in chunk_lanes(job, k) or []:
+    for i, shown in sorted(wanted.items()):
+        lo, hi = extent(i)
+        windows = {a.attempt: (max(a.start, lo), min(a.end, hi)) for a in shown}
+        for attempt, _, ranks, count, bin_s, runs in chunk_lanes(job, occupied[i]) or []:
             if attempt in windows:
                 rows.append(LaneRow(int(attempt), str(ranks), int(count), _pieces(runs),
                                     float(bin_s), *windows[attempt]))
     rows.sort(key=lambda lane: lane.attempt)
     if at is None:  # "later" starts the walk through the job at its first chunk
-        return _Lanes(tuple(rows), size, later=occupied[0] * size if occupied else None)
-    k = math.floor(at / size)
-    index = bisect_left(occupied, k)
-    earlier = occupied[index - 1] * size if index > 0 else None
-    after = index + 1 if index < len(occupied) and occupied[index] == k else index
-    later = occupied[after] * size if after < len(occupied) else None
-    return _Lanes(tuple(rows), size, k * size, earlier, later)
+        return _Lanes(tuple(rows), size, later=occupied[0] * size)
+    i = holding(at)
+    earlier = occupied[i - 1] * size if i > 0 else None
+    later = occupied[i + 1] * size if i + 1 < len(occupied) else None
+    return _Lanes(tuple(rows), size, occupied[i] * size, earlier, later)
 
 
 def _job_meta(job: str, rollup: JobRollup) -> JobMeta:

@@ -105,32 +105,105 @@ def stored_states(job_ids: Sequence[str], size: float,
     states: dict[str, dict[int, ChunkState]] = {}
     other_size: set[str] = set()
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT job, chunk, chunk_s, summary, state FROM {CHUNKS} "
+        cursor.execute(f"SELECT job, chunk, chunk_s, summary, state, final FROM {CHUNKS} "
                        "WHERE job = ANY(%s)", [list(job_ids)])
-        for job, k, length, summary, state in cursor.fetchall():
+        for job, k, length, summary, state, final in cursor.fetchall():
             if length != size:
                 other_size.add(job)
                 continue
             states.setdefault(job, {})[int(k)] = ChunkState.from_json(
-                int(k), _loads(summary), _loads(state))
+                int(k), _loads(summary), _loads(state), final=bool(final))
     for job in other_size:
         states.pop(job, None)
     return states, other_size
 
 
-def delete_chunks(job_ids: Sequence[str]) -> None:
+def delete_chunks(job_ids: Sequence[str], *, keep_final: bool = False) -> None:
+    """Forget the chunks of ``job_ids`` (``keep_final``: all but the final ones, which
+    have no events left to be recomputed from)."""
+    keep = " AND NOT final" if keep_final else ""
     with connection.cursor() as cursor:
-        cursor.execute(f"DELETE FROM {CHUNKS} WHERE job = ANY(%s)", [list(job_ids)])
+        cursor.execute(f"DELETE FROM {CHUNKS} WHERE job = ANY(%s){keep}", [list(job_ids)])
 
 
-def read_home(job: str, k: int, size: float) -> list[Event]:
-    """Chunk ``k``'s home events of ``job`` (spans starting in it, marks inside it)."""
+def jobs_marked_before(before: float, size: float) -> list[str]:
+    """Jobs with a chunk marked for refresh that starts before ``before``."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT DISTINCT job FROM {DIRTY} WHERE chunk < %s ORDER BY 1",
+                       [before // size])
+        return [job for (job,) in cursor.fetchall()]
+
+
+def finalize_before(before: float) -> int:
+    """Mark final every chunk whose home events all lie before ``before`` (retention is
+    about to drop them, and an event that old is refused from then on, so none can join
+    it); returns how many became final."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {CHUNKS} SET final = true WHERE NOT final "
+                       "AND ((state ->> 'lf')::int8 + 1) * chunk_s <= %s", [before])
+        return int(cursor.rowcount)
+
+
+def _bounds(k: int, following: int | None, size: float) -> tuple[float, float]:
+    """A chunk's home times: from its first fine chunk to the next chunk's."""
+    return k * size, (float("inf") if following is None else following * size)
+
+
+def read_home(job: str, k: int, following: int | None, size: float) -> list[Event]:
+    """The home events of ``job``'s chunk starting at fine chunk ``k`` (spans starting in
+    it, marks inside it), up to the next chunk's first fine chunk (``None``: on)."""
     from ettweb.rollups.logic import _as_event, _select_events
 
     with connection.cursor() as cursor:
         cursor.execute(_select_events(f"WHERE job = %s AND {_HOME} >= %s AND {_HOME} < %s"),
-                       [job, k * size, (k + 1) * size])
+                       [job, *_bounds(k, following, size)])
         return [_as_event(row) for row in cursor.fetchall()]
+
+
+def count_home(wanted: Mapping[str, Sequence[int]], size: float) -> dict[str, dict[int, int]]:
+    """Events per fine chunk for each job's listed fine chunks, in one query (an index-only
+    count: what placing new fine chunks in chunks needs, ``chunks.plan``)."""
+    pairs = [(job, f) for job, fines in wanted.items() for f in fines]
+    counts: dict[str, dict[int, int]] = {}
+    if not pairs:
+        return counts
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT c.j, c.f, count(*) FROM {EVENTS} e JOIN unnest(%s::text[], %s::int8[]) "
+            f"AS c(j, f) ON e.job = c.j AND {_HOME} >= c.f * %s AND {_HOME} < (c.f + 1) * %s "
+            "GROUP BY 1, 2", [[job for job, _ in pairs], [f for _, f in pairs], size, size])
+        for job, f, n in cursor.fetchall():
+            counts.setdefault(job, {})[int(f)] = int(n)
+    return counts
+
+
+def prefetch_home(ranges: Iterable[tuple[str, int, int | None]], size: float,
+                  budget: int) -> dict[tuple[str, int, int | None], list[Event]] | None:
+    """The home events of many chunks (job, first fine chunk, next chunk's) in one query,
+    grouped by chunk (one left out has none); ``None`` when they are more than ``budget``
+    events (the caller then reads chunk by chunk, in bounded memory). Why: a refresh of 200
+    small jobs read one chunk per query, hundreds of round trips."""
+    from ettweb.rollups.logic import _EVENT_COLUMNS, _as_event
+
+    wanted = sorted(set(ranges), key=lambda r: (r[0], r[1]))
+    grouped: dict[tuple[str, int, int | None], list[Event]] = {}
+    if not wanted:
+        return grouped
+    bounds = [_bounds(k, following, size) for _, k, following in wanted]
+    columns = ", ".join(f"e.{connection.ops.quote_name(name)}" for name in _EVENT_COLUMNS)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns}, c.n FROM {EVENTS} e JOIN unnest(%s::text[], %s::float8[], "
+            f"%s::float8[], %s::int[]) AS c(j, lo, hi, n) ON e.job = c.j "
+            f"AND {_HOME} >= c.lo AND {_HOME} < c.hi LIMIT %s",
+            [[job for job, _, _ in wanted], [lo for lo, _ in bounds], [hi for _, hi in bounds],
+             list(range(len(wanted))), budget + 1])
+        rows = cursor.fetchall()
+    if len(rows) > budget:
+        return None
+    for row in rows:
+        grouped.setdefault(wanted[row[-1]], []).append(_as_event(row[:-1]))
+    return grouped
 
 
 def read_carry(job: str, k: int) -> list[Event]:
@@ -149,14 +222,18 @@ def read_segments(job: str, ks: Sequence[int]) -> dict[int, list[Segment]]:
         return {int(k): segments_from_json(_loads(raw)) for k, raw in cursor.fetchall()}
 
 
-def read_timelines(job: str) -> dict[int, list[Timeline]]:
-    """Every chunk's category timeline pieces of ``job`` (small: merged per category)."""
+def read_timelines(job_ids: Sequence[str]) -> dict[str, dict[int, list[Timeline]]]:
+    """Every chunk's category timeline pieces of ``job_ids`` (small: merged per category),
+    per job, in one query."""
+    found: dict[str, dict[int, list[Timeline]]] = {}
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT chunk, timelines FROM {CHUNKS} WHERE job = %s", [job])
-        return {int(k): [Timeline(int(a), tuple((str(c), float(s), float(e))
-                                                for c, s, e in pieces), float(bin_s))
-                         for a, bin_s, pieces in _loads(raw)]
-                for k, raw in cursor.fetchall()}
+        cursor.execute(f"SELECT job, chunk, timelines FROM {CHUNKS} WHERE job = ANY(%s)",
+                       [list(job_ids)])
+        for job, k, raw in cursor.fetchall():
+            found.setdefault(job, {})[int(k)] = [
+                Timeline(int(a), tuple((str(c), float(s), float(e)) for c, s, e in pieces),
+                         float(bin_s)) for a, bin_s, pieces in _loads(raw)]
+    return found
 
 
 def chunk_lanes(job: str, k: int) -> list[list[Any]] | None:
@@ -175,17 +252,19 @@ def chunk_index(job: str) -> list[int]:
 
 
 class ChunkWriter:
-    """Writes a job's recomputed chunks in groups (delete, then COPY): a refresh holds at
-    most ``WRITE_EVERY`` chunks' big fields at once, whatever the job's length."""
+    """Writes recomputed chunks, of any number of jobs, in groups (delete, then COPY): a
+    refresh holds at most ``WRITE_EVERY`` chunks' big fields at once, whatever the jobs'
+    length, and a refresh of many small jobs writes them in a few statements."""
 
-    def __init__(self, job: str, size: float) -> None:
-        self.job, self.size = job, size
+    def __init__(self, size: float) -> None:
+        self.size = size
         self.rows: list[tuple[Any, ...]] = []
+        self.gone: list[tuple[str, int]] = []
         self.now = timezone.now()
 
-    def add(self, state: ChunkState) -> None:
+    def add(self, job: str, state: ChunkState) -> None:
         self.rows.append((
-            self.job, state.chunk, self.size, _text(state.summary_json()),
+            job, state.chunk, self.size, _text(state.summary_json()),
             _text(state.state_json()), _text(state.carry or []),
             _text(segments_to_json(state.segments or [])),
             _text([[t.attempt, t.bin_s, [list(p) for p in t.pieces]]
@@ -194,20 +273,25 @@ class ChunkWriter:
         if len(self.rows) >= WRITE_EVERY:
             self.flush()
 
-    def flush(self, deleted: Sequence[int] = ()) -> None:
-        """Write what is buffered and delete the chunks in ``deleted``."""
-        gone = [row[1] for row in self.rows] + list(deleted)
+    def delete(self, job: str, chunks: Iterable[int]) -> None:
+        """Delete these chunks of ``job`` at the next flush (they are no longer occupied)."""
+        self.gone += [(job, k) for k in chunks]
+
+    def flush(self) -> None:
+        """Write what is buffered and delete what was asked."""
+        gone = [(row[0], row[1]) for row in self.rows] + self.gone
         raw = connection.connection
         assert raw is not None  # the caller holds a transaction, hence a connection
         with raw.cursor() as cursor:
             if gone:
-                cursor.execute(f"DELETE FROM {CHUNKS} WHERE job = %s AND chunk = ANY(%s)",
-                               [self.job, gone])
+                cursor.execute(f"DELETE FROM {CHUNKS} c USING unnest(%s::text[], %s::int8[]) "
+                               "AS g(job, chunk) WHERE c.job = g.job AND c.chunk = g.chunk",
+                               [[job for job, _ in gone], [k for _, k in gone]])
             if self.rows:
                 with cursor.copy(f"COPY {CHUNKS} ({', '.join(_COLUMNS)}) FROM STDIN") as copy:
                     for row in self.rows:
                         copy.write_row(row)
-        self.rows = []
+        self.rows, self.gone = [], []
 
 
 def _text(value: Any) -> str:

@@ -39,6 +39,7 @@ from ettweb.attribution.components import PRODUCTIVE
 from ettweb.attribution.engine import DAY_S, Event, JobAttribution
 from ettweb.attribution.lanes import Timeline
 from ettweb.ingest.models import Event as StoredEvent
+from ettweb.ingest.models import Job
 from ettweb.rollups import chunked
 from ettweb.rollups.buckets import bucket_sql, gpu_bucket
 from ettweb.rollups.models import (
@@ -506,45 +507,80 @@ def _refresh_chunk(job_ids: list[str], *, only_marked: bool = False,
         if not job_ids:
             return RefreshStats()
         size = chunked.chunk_s()
-        if whole:
-            chunked.delete_chunks(job_ids)
+        if whole:  # final chunks stay: their events are gone (retention)
+            chunked.delete_chunks(job_ids, keep_final=True)
         dirty = chunked.claim_chunks(job_ids)
         stored, resized = chunked.stored_states(job_ids, size)
-        fresh = [job for job in job_ids if job not in stored]
+        fresh = [job for job in job_ids if whole or job not in stored]
         if resized:
             chunked.delete_chunks(sorted(resized))
         for job, found in chunked.home_chunks(fresh, size).items():
             dirty[job] = dirty.get(job, set()) | found
-        rows: list[_JobRows] = []
-        gone: list[str] = []
-        events = 0
-        for job in job_ids:
-            job_rows_, read = _refresh_job(job, dirty.get(job, set()), stored.get(job, {}), size)
-            events += read
-            if job_rows_ is None:
-                gone.append(job)
-            else:
-                rows.append(job_rows_)
+        plans = _plan(job_ids, dirty, stored, size)
+        prefetched = chunked.prefetch_home(
+            ((job, k, following) for job, placed in plans.items()
+             for k, following in _dirty_ranges(placed)), size, chunks.CACHED_EVENTS)
+        writer = chunked.ChunkWriter(size)
+        done = {job: _refresh_job(job, plans[job], stored.get(job, {}), size, writer,
+                                  prefetched) for job in job_ids}
+        writer.flush()
+        timelines = chunked.read_timelines([job for job, d in done.items() if d.skeleton])
+        rows = [_summed(job, d, timelines.get(job, {}), size) for job, d in done.items()
+                if d.skeleton is not None]
+        gone = [job for job, d in done.items() if d.skeleton is None]
+        events = sum(d.events_read for d in done.values())
         written, deleted, days = _write_jobs(rows, gone)
     return RefreshStats(jobs=len(rows), events=events, day_rows_written=written,
                         day_rows_deleted=deleted, days_written=tuple(sorted(days)))
 
 
-def _refresh_job(job: str, dirty: set[int], stored: dict[int, chunks.ChunkState],
-                 size: float) -> tuple[_JobRows | None, int]:
-    """Recompute one job's changed chunks and sum them up; ``None``: no events left.
-    Returns the rows and the number of events read."""
-    writer = chunked.ChunkWriter(job, size)
-    done = chunks.refresh(dirty, stored, lambda k: chunked.read_home(job, k, size),
-                          lambda k: chunked.read_carry(job, k), size, write=writer.add)
-    writer.flush(done.deleted)
-    if done.skeleton is None:
-        return None, done.events_read
+def _plan(job_ids: Sequence[str], dirty: Mapping[str, set[int]],
+          stored: Mapping[str, dict[int, chunks.ChunkState]],
+          size: float) -> dict[str, chunks.Plan]:
+    """Place every job's dirty fine chunks in chunks, with one count query for all."""
+    unplaced = {job: chunks.unplaced(dirty.get(job, set()), stored.get(job, {}), size)
+                for job in job_ids}
+    counts = chunked.count_home({job: f for job, f in unplaced.items() if f}, size)
+    return {job: chunks.plan(dirty.get(job, set()), stored.get(job, {}), counts.get(job, {}),
+                             size) for job in job_ids}
+
+
+def _dirty_ranges(placed: chunks.Plan) -> list[tuple[int, int | None]]:
+    """The (first fine chunk, next chunk's) of the chunks a plan reads again."""
+    following = chunks.followers(placed.chunks)
+    return [(k, following[k]) for k in sorted(placed.dirty)]
+
+
+def _refresh_job(job: str, placed: chunks.Plan, stored: dict[int, chunks.ChunkState],
+                 size: float, writer: chunked.ChunkWriter,
+                 prefetched: dict[tuple[str, int, int | None], list[Event]] | None = None,
+                 ) -> chunks.Refreshed:
+    """Recompute one job's changed chunks and queue them for ``writer``. ``prefetched``:
+    the dirty chunks' home events, read for the whole transaction at once (``None``: too
+    many, read each)."""
+    planned = set(_dirty_ranges(placed))
+
+    def read_home(k: int, following: int | None) -> list[Event]:
+        if prefetched is not None and (k, following) in planned:
+            return prefetched.get((job, k, following), [])
+        return chunked.read_home(job, k, following, size)
+
+    done = chunks.refresh_planned(placed, stored, read_home,
+                                  lambda k: chunked.read_carry(job, k), size,
+                                  write=lambda state: writer.add(job, state))
+    writer.delete(job, done.deleted)
+    return done
+
+
+def _summed(job: str, done: chunks.Refreshed, timelines: dict[int, list[Timeline]],
+            size: float) -> _JobRows:
+    """One refreshed job's rows, summed from its chunks (written by now)."""
+    assert done.skeleton is not None
     assembled = chunks.assemble(job, done.skeleton, done.states,
                                 lambda ks: chunked.read_segments(job, ks), size)
-    timeline = chunks.job_timeline(done.skeleton, chunked.read_timelines(job), size)
+    timeline = chunks.job_timeline(done.skeleton, timelines, size)
     return job_rows(assembled.attribution, assembled.days, timeline,
-                    events=done.skeleton.events, chunk_count=len(done.states)), done.events_read
+                    events=done.skeleton.events, chunk_count=len(done.states))
 
 
 def _note_cost(stats: RefreshStats) -> None:
@@ -648,7 +684,7 @@ def _with_elapsed(stats: RefreshStats, began: float) -> RefreshStats:
 # --------------------------------------------------------------------------- full rebuild
 
 _ROLLUP_MODELS = (AttemptTimeline, JobLostRollup, RecoveryPartRollup, RecoveryRollup,
-                  AttemptRollup, DailyCategoryRollup, JobRollup, AttributionChunk)
+                  AttemptRollup, DailyCategoryRollup, JobRollup)
 #: Sums of the day rows, kept with them (``_write_days``) and checked by ``day_sum_drift``.
 _DAY_SUM_MODELS = (FleetDayRollup, LabelDayRollup, JobDayRollup)
 
@@ -659,7 +695,8 @@ def rebuild_all(progress: Callable[[int], None] | None = None) -> RefreshStats:
 
     One transaction: the tables are truncated first, so a concurrent ``refresh_jobs`` waits
     for the rebuild to commit and then re-reads its job. Each job is then refreshed as a
-    new one, chunk by chunk: memory stays bounded by a chunk, however long the job.
+    new one, chunk by chunk: memory stays bounded by a chunk, however long the job. Chunks
+    made final by retention are kept and summed as they are.
     """
     began = time.perf_counter()
     with transaction.atomic():
@@ -673,11 +710,15 @@ def rebuild_all(progress: Callable[[int], None] | None = None) -> RefreshStats:
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
             cursor.execute(f"TRUNCATE {tables}")
             cursor.execute("SET CONSTRAINTS ALL DEFERRED")
-            cursor.execute(f"SELECT DISTINCT job FROM {StoredEvent._meta.db_table} ORDER BY 1")
+            # Final chunks stay (retention dropped their events): the rest is recomputed.
+            cursor.execute(f"DELETE FROM {AttributionChunk._meta.db_table} WHERE NOT final")
+            cursor.execute(f"SELECT job_id FROM {Job._meta.db_table} UNION "
+                           f"SELECT job FROM {AttributionChunk._meta.db_table} ORDER BY 1")
             jobs = [job for (job,) in cursor.fetchall()]
         total = RefreshStats()
         for at in range(0, len(jobs), JOBS_PER_TRANSACTION):
-            total = _merge(total, _refresh_chunk(jobs[at:at + JOBS_PER_TRANSACTION]))
+            total = _merge(total, _refresh_chunk(jobs[at:at + JOBS_PER_TRANSACTION],
+                                                 whole=True))
             if progress is not None:
                 progress(min(JOBS_PER_TRANSACTION, len(jobs) - at))
     return _with_elapsed(total, began)

@@ -25,6 +25,7 @@ from ettweb.attribution.chunks import (
     check_chunk_s,
     chunk_of,
     day_values,
+    home_of,
     home_time,
     refresh,
     segments_from_json,
@@ -92,17 +93,20 @@ def assert_equal_to_engine(got: Assembled, events: list[Event]) -> None:
 
 
 @settings(max_examples=400, deadline=None)
-@given(stretched_jobs())
-def test_chunk_by_chunk_from_nothing_is_the_engine(job: tuple[list[Event], float]) -> None:
+@given(stretched_jobs(), st.sampled_from([1, 3, 20_000]))
+def test_chunk_by_chunk_from_nothing_is_the_engine(job: tuple[list[Event], float],
+                                                   group_events: int) -> None:
+    """Whatever the chunks' sizes: one fine chunk each (``group_events`` 1), a few, or the
+    whole of a day's events."""
     events, chunk_s = job
-    assert_equal_to_engine(attribute_in_chunks(events, chunk_s), events)
+    assert_equal_to_engine(attribute_in_chunks(events, chunk_s, group_events), events)
 
 
 class _Store:
     """What the database keeps of one job's chunks, kept here through JSON."""
 
-    def __init__(self, chunk_s: float) -> None:
-        self.chunk_s = chunk_s
+    def __init__(self, chunk_s: float, group_events: int = 20_000) -> None:
+        self.chunk_s, self.group_events = chunk_s, group_events
         self.events: dict[int, list[Event]] = {}
         self.rows: dict[int, dict[str, str]] = {}
 
@@ -125,9 +129,12 @@ class _Store:
                 for k, row in self.rows.items()}
 
     def refresh(self, dirty: set[int]) -> tuple[Assembled | None, list[int]]:
-        done = refresh(dirty, self.stored(), lambda k: list(self.events.get(k, [])),
-                       lambda k: json.loads(self.rows[k]["carry"]), self.chunk_s,
-                       write=self.write, with_lanes=False, cached_events=3)
+        done = refresh(dirty, self.stored(), lambda k, following: home_of(self.events, k,
+                                                                          following),
+                       lambda k: json.loads(self.rows[k]["carry"]),
+                       lambda fines: {f: len(self.events.get(f, [])) for f in fines},
+                       self.chunk_s, write=self.write, with_lanes=False, cached_events=3,
+                       group_events=self.group_events)
         for k in done.deleted:
             del self.rows[k]
         if done.skeleton is None:
@@ -138,16 +145,16 @@ class _Store:
 
 
 @settings(max_examples=300, deadline=None)
-@given(stretched_jobs(), st.randoms(use_true_random=False))
+@given(stretched_jobs(), st.sampled_from([1, 3, 20_000]), st.randoms(use_true_random=False))
 def test_batches_in_any_order_refresh_to_the_engines_numbers(
-        job: tuple[list[Event], float], rng: random.Random) -> None:
+        job: tuple[list[Event], float], group_events: int, rng: random.Random) -> None:
     """Random batches, shuffled (late ones included); after each, the refresh of only the
     chunks it touched equals the engine over every event so far."""
     events, chunk_s = job
     check_chunk_s(chunk_s)
     shuffled = events[:]
     rng.shuffle(shuffled)
-    store = _Store(chunk_s)
+    store = _Store(chunk_s, group_events)
     seen: list[Event] = []
     while shuffled:
         size = rng.randint(1, 4)
@@ -176,15 +183,22 @@ def _steady_job(minutes: int, ranks: int = 2) -> list[Event]:
 
 
 def test_a_new_minute_recomputes_only_the_chunk_it_lands_in() -> None:
-    """The cost of a refresh follows the new events: the live chunk (and a chunk a span
-    crossing into it came from, never more), whatever the job's age."""
-    events = _steady_job(6 * 60)
-    store = _Store(3600.0)
+    """The cost of a refresh follows the new events: the live chunk, whatever the job's
+    age; the minute that opens a new chunk also recomputes the one before, once (its
+    extent now ends where the new one starts)."""
+    events = _steady_job(358)  # the last minute starts at 5 h 58 min 30 s
+    store = _Store(3600.0, group_events=100)  # a chunk per hour (120 spans an hour)
     store.refresh(store.add(events[:-2]))
     got, written = store.refresh(store.add(events[-2:]))
     assert got is not None
     assert_equal_to_engine(got, events)
     assert written == [chunk_of(home_time(events[-1]), 3600.0)]
+    more = _steady_job(360)[len(events):]  # two minutes more: the first opens hour 6
+    got, written = store.refresh(store.add(more))
+    assert got is not None
+    assert_equal_to_engine(got, [*events, *more])
+    assert written == [chunk_of(home_time(events[-1]), 3600.0), chunk_of(home_time(more[-1]),
+                                                                          3600.0)]
 
 
 def test_a_late_event_days_back_recomputes_what_it_changes() -> None:
@@ -192,7 +206,7 @@ def test_a_late_event_days_back_recomputes_what_it_changes() -> None:
     chunk is recomputed. A late train span that raises the high-water mark recomputes the
     chunks its mark reaches (here none further: the steps grow by themselves)."""
     events = _steady_job(6 * 60)
-    store = _Store(3600.0)
+    store = _Store(3600.0, group_events=100)
     store.refresh(store.add(events))
     old = events[5]["start"] + 1.0
     beat = validate_event({"v": 1, "id": "late", "job": "j", "attempt": 0, "kind": "mark",

@@ -1,4 +1,4 @@
-"""``/jobs/<job>/`` reads stored rows only: timeline and rank lanes per attempt, the lost-time
+"""``/jobs/<job>/`` reads stored rows only: timeline and rank lanes per chunk, the lost-time
 waterfall, recoveries with their parts, repeated steps per attempt, CSV of its tables."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from ettweb.attribution import chunks
 from ettweb.attribution.engine import attribute_job
 from ettweb.colours import colour_of
 from ettweb.dashboard.figures import unit_for
@@ -23,7 +24,7 @@ from ettweb.dashboard.jobfigures import MAX_LANE_ATTEMPTS, OPEN_ATTEMPTS, rank_l
 from ettweb.ingest.logic import ingest_lines
 from ettweb.queries.job import LaneRow
 from ettweb.rollups.logic import load_events, refresh_jobs
-from ettweb.rollups.models import AttemptLane, AttemptTimeline, JobRollup
+from ettweb.rollups.models import AttemptTimeline, AttributionChunk, JobRollup
 from tests.ettweb.attribution.attribution_events import Timeline, worked_example
 from tests.ettweb.attribution.rank_events import ranked_job, staggered_job
 from tests.ettweb.charts import figure_ids, figure_of, traces_of
@@ -50,9 +51,9 @@ def page(client: Client, job: str, query: str = "") -> str:
     return response.content.decode()
 
 
-def event_queries(client: Client, job: str) -> list[str]:
+def event_queries(client: Client, job: str, query: str = "") -> list[str]:
     with CaptureQueriesContext(connection) as queries:
-        page(client, job)
+        page(client, job, query)
     return [q["sql"] for q in queries.captured_queries if EVENTS_TABLE.search(q["sql"])]
 
 
@@ -67,8 +68,8 @@ def test_the_page_reads_no_event(viewer: Client) -> None:
 def test_a_rollup_from_before_the_stored_timeline_is_refreshed_once(viewer: Client) -> None:
     store(worked_example())
     AttemptTimeline.objects.all().delete()
-    AttemptLane.objects.all().delete()
-    JobRollup.objects.filter(job="j1").update(timeline_digest="")
+    AttributionChunk.objects.all().delete()
+    JobRollup.objects.filter(job="j1").update(timeline_digest="", chunks=0)
     assert event_queries(viewer, "j1")  # the first view refreshes the job from its events
     assert AttemptTimeline.objects.filter(job_id="j1").count() == 2
     assert event_queries(viewer, "j1") == []
@@ -123,7 +124,7 @@ def test_each_attempt_has_its_rank_lanes_and_many_lanes_start_folded(viewer: Cli
     html = page(viewer, "many")
     assert re.search(r'<details class="rank-lanes" id="lanes-attempt-0">', html)  # folded
     assert re.search(r'<details class="rank-lanes" id="lanes-attempt-1" open>', html)
-    assert "Attempt 0: 10 lanes for 10 ranks" in html
+    assert re.search(r"Attempt 0, [0-9: -]+ UTC to [0-9: -]+ UTC: 10 lanes for 10 ranks", html)
     lanes = figure_of(html, "lanes-0")
     assert lanes["layout"]["yaxis"]["ticktext"] == [f"rank {r}" for r in range(10)]
     compile_bars = next(tr for tr in lanes["data"] if tr["name"] == "compile")
@@ -147,6 +148,37 @@ def test_a_crash_loop_draws_the_lanes_of_its_latest_attempts(viewer: Client) -> 
     opened = re.findall(r'<details class="rank-lanes" id="lanes-attempt-(\d+)" open>', html)
     last = MAX_LANE_ATTEMPTS + 1
     assert opened == [str(a) for a in range(last - OPEN_ATTEMPTS + 1, last + 1)]
+
+
+def test_the_lanes_step_through_the_job_one_chunk_at_a_time(
+        viewer: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per-rank detail is kept per chunk (15 minutes each once a chunk is full, here past
+    10 events): ``lanes_at`` shows the chunk holding that second, with links to the chunks
+    before and after it."""
+    monkeypatch.setattr(chunks, "GROUP_EVENTS", 10)
+    t = Timeline("long")
+    t.mark(0, "attempt_start", 0.0, gpus=2)
+    t.span(0, "compile", 0.0, 120.0)
+    for minute in range(58):
+        for rank in (0, 1):
+            t.span(0, "train", 120.0 + 60 * minute, 180.0 + 60 * minute, rank=rank,
+                   steps=(10 * minute, 10 * minute + 10))
+    t.span(0, "eval", 3600.0, 3660.0, rank=1)
+    store(t)
+    first = page(viewer, "long")
+    assert "step through the job" in first and 'href="?lanes_at=0"' in first
+    assert re.search(r"Attempt 0, 1970-01-01 00:00 UTC to 1970-01-01 00:15 UTC", first)
+    html = page(viewer, "long", "?lanes_at=2000")  # chunk 2: 30 to 45 minutes
+    assert re.search(r"Attempt 0, 1970-01-01 00:30 UTC to 1970-01-01 00:45 UTC", html)
+    assert 'href="?lanes_at=900">← earlier' in html and 'href="?lanes_at=2700">later' in html
+    lanes = figure_of(html, "lanes-0")
+    assert {tr["name"] for tr in lanes["data"]} == {"train"}
+    last = page(viewer, "long", "?lanes_at=3601")
+    assert {tr["name"] for tr in figure_of(last, "lanes-0")["data"]} == {"eval"}
+    assert "later stretch" not in last
+    assert event_queries(viewer, "long", "?lanes_at=2000") == []
+    bad = viewer.get("/jobs/long/", {"lanes_at": "soon"})
+    assert bad.status_code == 400 and b"lanes_at" in bad.content
 
 
 def test_rank_lanes_are_valid_plotly_json_built_without_plotly_objects() -> None:

@@ -10,6 +10,7 @@ import pytest
 from django.db import connection
 from rollup_fleet import fleet
 
+from ettweb.attribution import chunks
 from ettweb.attribution.engine import attribute_job
 from ettweb.attribution.lanes import LANE_TARGET, category_timeline, job_lanes
 from ettweb.ingest.logic import ingest_lines
@@ -98,16 +99,20 @@ def test_ranks_that_differ_are_stored_as_their_own_lanes() -> None:
     assert ranks == [("0-3, 7-19, 21-31", 28), ("4-6, 20", 4)]
 
 
-def test_a_long_job_keeps_lanes_per_chunk_and_one_bounded_timeline() -> None:
-    """Three hours of one attempt: twelve chunks of lanes, each over its own 15 minutes; the
-    timeline is one row whose pieces the engine's whole-job timeline also has."""
-    long = Timeline("long")
-    long.mark(0, "attempt_start", 0.0, gpus=4)
-    long.span(0, "compile", 0.0, 120.0)
-    for minute in range(178):
-        long.span(0, "train", 120.0 + 60 * minute, 180.0 + 60 * minute,
-                  steps=(10 * minute, 10 * minute + 10))
-    _store(long)
+def test_a_small_job_is_one_chunk_a_day() -> None:
+    """Three hours of a one-rank job: 180 events, one chunk (one read, one row); its
+    lanes cover the whole attempt, as the engine's do."""
+    _store(_three_hours("small"))
+    assert chunked.chunk_index("small") == [0]
+    assert _stored("small") == _engine("small")
+
+
+def test_a_large_job_keeps_lanes_per_quarter_hour_and_one_bounded_timeline(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``GROUP_EVENTS`` events a chunk is one fine chunk (15 minutes): twelve chunks of
+    lanes, each over its own quarter hour; the timeline is one row, the engine's."""
+    monkeypatch.setattr(chunks, "GROUP_EVENTS", 10)
+    _store(_three_hours("long"))
     assert chunked.chunk_index("long") == list(range(12))
     for k in range(12):
         lanes = chunked.chunk_lanes("long", k) or []
@@ -115,6 +120,16 @@ def test_a_long_job_keeps_lanes_per_chunk_and_one_bounded_timeline() -> None:
         runs = lanes[0][5]
         assert runs[0][1] >= k * 900.0 and runs[-1][2] <= (k + 1) * 900.0
     assert _stored("long")["timeline"] == _engine("long")["timeline"]
+
+
+def _three_hours(job: str) -> Timeline:
+    t = Timeline(job)
+    t.mark(0, "attempt_start", 0.0, gpus=4)
+    t.span(0, "compile", 0.0, 120.0)
+    for minute in range(178):
+        t.span(0, "train", 120.0 + 60 * minute, 180.0 + 60 * minute,
+               steps=(10 * minute, 10 * minute + 10))
+    return t
 
 
 def test_repeated_steps_per_attempt_sum_to_the_jobs() -> None:
