@@ -17,6 +17,8 @@ minute. This bench measures exactly that curve, on today's refresh and on any la
    hidden by another's.
 3. **Exactness**: after the last batch, the stored job rollup and day rows are compared
    with the engine run from scratch over every stored event.
+4. **Storage**: the bytes the job's events (partitions and indexes), their dedup ids and
+   its chunks take, per event and per chunk: what the README's capacity plan scales.
 
 The last line is one JSON object: per age the events stored, each batch's refresh time
 and the worker's peak RSS, the ratios of the oldest age to the youngest, the exactness
@@ -193,6 +195,30 @@ def exactness() -> dict[str, Any]:
             "ett_pct": row.ett_pct, "expected_ett_pct": expected.ett_pct}
 
 
+def storage() -> dict[str, Any]:
+    """What the job takes in Postgres: the events (every partition, indexes included), the
+    dedup ids and the chunks, in bytes and per event / per chunk (the capacity plan's)."""
+    from django.db import connection
+
+    from ettweb.rollups.models import AttributionChunk
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0) FROM pg_inherits i "
+            "JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = 'ingest_event'")
+        (events_bytes,) = cursor.fetchone() or (0,)
+        cursor.execute("SELECT pg_total_relation_size('ingest_eventid'), "
+                       "pg_total_relation_size('rollups_attributionchunk'), "
+                       "(SELECT count(*) FROM ingest_event)")
+        ids_bytes, chunk_bytes, events = cursor.fetchone() or (0, 0, 0)
+    chunks = AttributionChunk.objects.count()
+    return {"events": int(events), "event_bytes": int(events_bytes),
+            "event_id_bytes": int(ids_bytes), "chunk_bytes": int(chunk_bytes),
+            "chunks": chunks,
+            "bytes_per_event": round((int(events_bytes) + int(ids_bytes)) / max(1, events), 1),
+            "bytes_per_chunk": round(int(chunk_bytes) / max(1, chunks))}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     _setup_django()
     began = time.perf_counter()
@@ -205,6 +231,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                          args.database)
             rows.append(row)
         exact = exactness()
+        stored = storage()
     first, last = rows[0], rows[-1]
     ratio = last["median_refresh_s"] / first["median_refresh_s"]
     rss_base = rows[1] if len(rows) > 2 else first
@@ -214,7 +241,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "batches_per_age": args.batches, "ages": rows,
         "refresh_ratio": round(ratio, 2), "refresh_ratio_of": [last["age"], first["age"]],
         "rss_ratio": round(rss_ratio, 2), "rss_ratio_of": [last["age"], rss_base["age"]],
-        **exact, "seconds": round(time.perf_counter() - began, 1),
+        **exact, "storage": stored, "seconds": round(time.perf_counter() - began, 1),
         "targets": {"refresh_ratio": TARGET_RATIO, "refresh_s": TARGET_REFRESH_S,
                     "rss_ratio": TARGET_RSS_RATIO},
         "meets_target": bool(exact["exact"] and ratio <= TARGET_RATIO

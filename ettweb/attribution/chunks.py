@@ -4,13 +4,13 @@ ETT_SPEC §3 is unchanged; this module computes the same numbers as :func:`engin
 from pieces that can be stored and recomputed one at a time (issue 15). Pure Python, no
 Django: the rollup refresh keeps the pieces in Postgres, the property tests in a dict.
 
-**Chunks.** A job's timeline is cut at multiples of ``chunk_s`` (an hour by default; it
-divides a UTC day, so a chunk lies in one day). An event's *home* chunk holds its start (a
-span) or its time (a mark): the key the events table is partitioned on, so one chunk's
-events are one index range scan. A chunk is *occupied* when it has home events or spans
-still open from an earlier chunk; only occupied chunks are stored. Window time in no
-occupied chunk has no span active anywhere near it: it is ``unattributed`` (or ``failure``
-after a failed attempt's last event) and is added when the chunks are summed.
+**Chunks.** A job's timeline is cut into *fine chunks* at multiples of ``chunk_s`` (15
+minutes by default; it divides a UTC day). An event's *home* fine chunk holds its start (a
+span) or its time (a mark): the key the events table is partitioned on, so a fine chunk's
+events are one index range scan. A stored *chunk* is a run of fine chunks of one UTC day
+with up to ``GROUP_EVENTS`` events (a short small job is one chunk, a thousand-rank job one
+per fine chunk), named by its first fine chunk; it sweeps from there until the next chunk
+starts, so every second after the job's first event lies in exactly one chunk.
 
 **What a chunk stores.**
 
@@ -21,12 +21,13 @@ after a failed attempt's last event) and is added when the chunks are summed.
   the largest ``step_end`` of the train spans that ended by then (§3.3.1's high-water
   mark). The next chunk starts from them: every train span's split is known from the spans
   ending in its own chunk plus the carried mark;
-* its *parts*: per attempt, seconds per split ("signature") of the swept window inside the
-  chunk, the first productive second, repeated steps and the anomalies its events show; and
-  the swept segments, the category timeline and the rank lanes of the chunk.
+* its *parts*: per attempt, seconds per UTC day and split ("signature") of the swept window
+  inside the chunk, the first productive second, repeated steps and the anomalies its events
+  show; and the swept segments, the category timeline and the rank lanes of the chunk.
 
 **When a chunk is recomputed.** Each stored chunk keeps a *key*: everything outside its own
-events that its parts depend on — the carried mark and spans it started from, and, per
+events that its parts depend on — where the next chunk starts, the carried mark and spans
+it started from, and, per
 attempt, the window bounds clipped to the chunk, the failure tail if it falls inside, and a
 window bound, a later attempt's start or an earlier attempt's lowest step only when one of
 its events lies beyond it (the clamping and the anomalies look at them only then). A refresh
@@ -626,9 +627,11 @@ class Refreshed:
 
 
 #: A chunk takes in fine chunks (of ``chunk_s``) until it holds about this many events:
-#: a small job is one chunk a day (one read, one row), a thousand-rank job one per fine
-#: chunk (a refresh reads a quarter hour of it, never the whole).
-GROUP_EVENTS: Final = 20_000
+#: a short small job is one chunk (one read, one row), a thousand-rank job one per fine
+#: chunk (a refresh reads a quarter hour of it, never the whole). A refresh costs about
+#: the live chunk's events plus a little per chunk of the job; 2,000 balances the two for
+#: a small job reporting for weeks (README, "Attribution at scale").
+GROUP_EVENTS: Final = 2_000
 
 
 @dataclass(frozen=True)

@@ -40,9 +40,11 @@ LOCK_KEY: Final = 0x45_54_54_52
 def lock_for_ingest() -> float | None:
     """Call in a batch's transaction before storing: holds off a drop until commit and
     returns the horizon (``None``: nothing dropped yet)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock_shared(%s)", [LOCK_KEY])
-    return horizon()
+    with connection.cursor() as cursor:  # one round trip: this runs for every batch
+        cursor.execute(f"SELECT pg_advisory_xact_lock_shared(%s), (SELECT before FROM "
+                       f"{EventHorizon._meta.db_table} ORDER BY id LIMIT 1)", [LOCK_KEY])
+        row = cursor.fetchone()
+    return None if row is None or row[1] is None else float(row[1])
 
 
 def horizon() -> float | None:

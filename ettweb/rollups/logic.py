@@ -1,10 +1,11 @@
 """Keep the rollup tables equal to what the engine says about the stored events.
 
-Why recompute whole jobs rather than patch totals: attribution is not additive. One late
-event can change a piece of timeline hours away (an attempt window grows, a train span's
-high-water mark moves), so the only exact incremental unit is the job. A job is small next to
-the fleet, so refreshing the jobs a batch touched costs a small fraction of a full rebuild,
-and numbers always equal the offline report's.
+Attribution is not additive: one late event can change a piece of timeline hours away (an
+attempt window grows, a train span's high-water mark moves). So the refresh keeps each
+job's attribution in chunks (``ettweb.attribution.chunks``, stored by ``rollups.chunked``)
+that know what they depend on, recomputes the chunks new events land in and those whose
+inputs they changed, and sums the chunks into the job's rows: the numbers always equal the
+offline report's, and a refresh costs what the new events cost, not what the job has lived.
 
 What IS incremental is the writing: per-day rows are compared with what is stored and only
 the rows that changed are written, so a late backlog days old rewrites exactly the days it
@@ -36,7 +37,7 @@ from django.utils import timezone
 
 from ettweb.attribution import chunks
 from ettweb.attribution.components import PRODUCTIVE
-from ettweb.attribution.engine import DAY_S, Event, JobAttribution
+from ettweb.attribution.engine import DAY_S, Event, JobAttribution, Segment
 from ettweb.attribution.lanes import Timeline
 from ettweb.ingest.models import Event as StoredEvent
 from ettweb.ingest.models import Job
@@ -514,19 +515,25 @@ def _refresh_chunk(job_ids: list[str], *, only_marked: bool = False,
         fresh = [job for job in job_ids if whole or job not in stored]
         if resized:
             chunked.delete_chunks(sorted(resized))
-        for job, found in chunked.home_chunks(fresh, size).items():
-            dirty[job] = dirty.get(job, set()) | found
-        plans = _plan(job_ids, dirty, stored, size)
+        loaded = _load_fresh(fresh, size)
+        if loaded is None:  # too many events to hold: find their chunks, read them one by one
+            for job, found in chunked.home_chunks(fresh, size).items():
+                dirty[job] = dirty.get(job, set()) | found
+            loaded = {}
+        for job, by_fine in loaded.items():
+            dirty[job] = dirty.get(job, set()) | set(by_fine)
+        plans = _plan(job_ids, dirty, stored, size, loaded)
         prefetched = chunked.prefetch_home(
-            ((job, k, following) for job, placed in plans.items()
+            ((job, k, following) for job, placed in plans.items() if job not in loaded
              for k, following in _dirty_ranges(placed)), size, chunks.CACHED_EVENTS)
         writer = chunked.ChunkWriter(size)
+        kept = _KeptSegments()
         done = {job: _refresh_job(job, plans[job], stored.get(job, {}), size, writer,
-                                  prefetched) for job in job_ids}
+                                  prefetched, loaded.get(job), kept) for job in job_ids}
         writer.flush()
         timelines = chunked.read_timelines([job for job, d in done.items() if d.skeleton])
-        rows = [_summed(job, d, timelines.get(job, {}), size) for job, d in done.items()
-                if d.skeleton is not None]
+        rows = [_summed(job, d, timelines.get(job, {}), size, kept)
+                for job, d in done.items() if d.skeleton is not None]
         gone = [job for job, d in done.items() if d.skeleton is None]
         events = sum(d.events_read for d in done.values())
         written, deleted, days = _write_jobs(rows, gone)
@@ -534,13 +541,39 @@ def _refresh_chunk(job_ids: list[str], *, only_marked: bool = False,
                         day_rows_deleted=deleted, days_written=tuple(sorted(days)))
 
 
+def _load_fresh(job_ids: Sequence[str], size: float,
+                ) -> dict[str, dict[int, list[Event]]] | None:
+    """Every event of jobs with no chunks yet (new jobs, a whole recompute) grouped by
+    fine chunk, in one query; ``None`` when they are more than ``CACHED_EVENTS`` (then
+    read chunk by chunk, in bounded memory). Why: finding, counting and reading a small
+    new job's chunks one query each probed every daily partition three times (an import of
+    20,000 jobs over 180 days went from 47 s to over 10 minutes)."""
+    if not job_ids:
+        return {}
+    loaded: dict[str, dict[int, list[Event]]] = {job: {} for job in job_ids}
+    with connection.cursor() as cursor:
+        cursor.execute(_select_events("WHERE job = ANY(ARRAY(SELECT unnest(%s::text[]))) "
+                                      "LIMIT %s"), [list(job_ids), chunks.CACHED_EVENTS + 1])
+        rows = cursor.fetchall()
+    if len(rows) > chunks.CACHED_EVENTS:
+        return None
+    for row in rows:
+        event = _as_event(row)
+        fine = chunks.chunk_of(chunks.home_time(event), size)
+        loaded[event["job"]].setdefault(fine, []).append(event)
+    return loaded
+
+
 def _plan(job_ids: Sequence[str], dirty: Mapping[str, set[int]],
-          stored: Mapping[str, dict[int, chunks.ChunkState]],
-          size: float) -> dict[str, chunks.Plan]:
-    """Place every job's dirty fine chunks in chunks, with one count query for all."""
+          stored: Mapping[str, dict[int, chunks.ChunkState]], size: float,
+          loaded: Mapping[str, dict[int, list[Event]]]) -> dict[str, chunks.Plan]:
+    """Place every job's dirty fine chunks in chunks, with one count query for all (none
+    for the jobs whose events are ``loaded``)."""
     unplaced = {job: chunks.unplaced(dirty.get(job, set()), stored.get(job, {}), size)
-                for job in job_ids}
+                for job in job_ids if job not in loaded}
     counts = chunked.count_home({job: f for job, f in unplaced.items() if f}, size)
+    for job, by_fine in loaded.items():
+        counts[job] = {fine: len(events) for fine, events in by_fine.items()}
     return {job: chunks.plan(dirty.get(job, set()), stored.get(job, {}), counts.get(job, {}),
                              size) for job in job_ids}
 
@@ -554,30 +587,59 @@ def _dirty_ranges(placed: chunks.Plan) -> list[tuple[int, int | None]]:
 def _refresh_job(job: str, placed: chunks.Plan, stored: dict[int, chunks.ChunkState],
                  size: float, writer: chunked.ChunkWriter,
                  prefetched: dict[tuple[str, int, int | None], list[Event]] | None = None,
-                 ) -> chunks.Refreshed:
+                 loaded: dict[int, list[Event]] | None = None,
+                 kept: _KeptSegments | None = None) -> chunks.Refreshed:
     """Recompute one job's changed chunks and queue them for ``writer``. ``prefetched``:
     the dirty chunks' home events, read for the whole transaction at once (``None``: too
-    many, read each)."""
+    many, read each); ``loaded``: all the job's events by fine chunk (a new job's)."""
     planned = set(_dirty_ranges(placed))
 
     def read_home(k: int, following: int | None) -> list[Event]:
+        if loaded is not None:
+            return chunks.home_of(loaded, k, following)
         if prefetched is not None and (k, following) in planned:
             return prefetched.get((job, k, following), [])
         return chunked.read_home(job, k, following, size)
 
+    def write(state: chunks.ChunkState) -> None:
+        if kept is not None:
+            kept.add(job, state)
+        writer.add(job, state)
+
     done = chunks.refresh_planned(placed, stored, read_home,
-                                  lambda k: chunked.read_carry(job, k), size,
-                                  write=lambda state: writer.add(job, state))
+                                  lambda k: chunked.read_carry(job, k), size, write=write)
     writer.delete(job, done.deleted)
     return done
 
 
+class _KeptSegments:
+    """The segments of the chunks a refresh recomputed, kept for its recoveries while they
+    are few (``LIMIT`` in all): a refresh of 200 new jobs read them back one query a job."""
+
+    LIMIT: Final = 50_000
+
+    def __init__(self) -> None:
+        self.segments: dict[tuple[str, int], list[Segment]] = {}
+        self.count = 0
+
+    def add(self, job: str, state: chunks.ChunkState) -> None:
+        segments = state.segments or []
+        if self.count + len(segments) <= self.LIMIT:
+            self.segments[(job, state.chunk)] = segments
+            self.count += len(segments)
+
+    def read(self, job: str, ks: Sequence[int]) -> dict[int, list[Segment]]:
+        found = {k: self.segments[(job, k)] for k in ks if (job, k) in self.segments}
+        missing = [k for k in ks if k not in found]
+        return {**found, **chunked.read_segments(job, missing)} if missing else found
+
+
 def _summed(job: str, done: chunks.Refreshed, timelines: dict[int, list[Timeline]],
-            size: float) -> _JobRows:
+            size: float, kept: _KeptSegments) -> _JobRows:
     """One refreshed job's rows, summed from its chunks (written by now)."""
     assert done.skeleton is not None
     assembled = chunks.assemble(job, done.skeleton, done.states,
-                                lambda ks: chunked.read_segments(job, ks), size)
+                                lambda ks: kept.read(job, ks), size)
     timeline = chunks.job_timeline(done.skeleton, timelines, size)
     return job_rows(assembled.attribution, assembled.days, timeline,
                     events=done.skeleton.events, chunk_count=len(done.states))
@@ -594,18 +656,20 @@ def refresh_delay_s(base_s: float) -> float:
     """How long a newly marked job's refresh should wait: ``base_s`` (the debounce), or
     longer when the jobs now waiting would otherwise keep the workers refreshing.
 
-    Why: a refresh recomputes its whole job, and a running job is marked again by its next
-    batch as soon as its refresh took the mark. With many big jobs marked at once (32 jobs of
-    tens of thousands of events in the soak, a few batches a second each), refreshing each
-    one every ``base_s`` costs more than the workers have, and ingestion starves behind it.
-    So the wait stretches until one round over every waiting job costs at most
-    ``REFRESH_SHARE`` of one worker's time: the waiting jobs' stored events times the
-    measured seconds per event, over the share; never beyond ``MAX_REFRESH_DELAY_S``.
+    Why: a running job is marked again by its next batch as soon as its refresh took the
+    mark. With many jobs marked at once (32 jobs of tens of thousands of events in the soak,
+    a few batches a second each), refreshing each one every ``base_s`` can cost more than
+    the workers have, and ingestion starves behind it. So the wait stretches until one round
+    over every waiting job costs at most ``REFRESH_SHARE`` of one worker's time: what the
+    waiting jobs' refreshes read (one chunk each, the job's events over its chunks: a refresh
+    recomputes the chunk new events land in) times the measured seconds per event read, over
+    the share; never beyond ``MAX_REFRESH_DELAY_S``.
     """
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT COALESCE(SUM(j.events), 0) FROM {DirtyJob._meta.db_table} d "
-            f"JOIN {JobRollup._meta.db_table} j ON j.job = d.job")
+            f"SELECT COALESCE(SUM(j.events::float8 / GREATEST(j.chunks, 1)), 0) "
+            f"FROM {DirtyJob._meta.db_table} d JOIN {JobRollup._meta.db_table} j "
+            "ON j.job = d.job")
         (events,) = cursor.fetchone() or (0,)
     round_s = float(events) * _seconds_per_event
     return min(MAX_REFRESH_DELAY_S, max(base_s, round_s / REFRESH_SHARE))

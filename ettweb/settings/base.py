@@ -255,9 +255,9 @@ ETT_PARTITION_DAYS_BACK: int = env.int_("ETT_PARTITION_DAYS_BACK", 35, minimum=0
 ETT_PARTITION_DAYS_AHEAD: int = env.int_("ETT_PARTITION_DAYS_AHEAD", 7, minimum=0)
 # Rollups: a job's refresh runs this many seconds after its first new batch, so the batches
 # arriving meanwhile share one refresh (the dashboard lags by about this much). A refresh
-# recomputes the whole job, so a job reporting steadily is recomputed about once per delay;
-# 5 s keeps trend pages current while a backlog is stored first (bench.ingest: 47k events/s
-# with 5 s, 39-42k with 2 s, the refreshes then competing with the backlog's batches).
+# recomputes the chunks the new events land in, so a job reporting steadily has its live
+# chunk recomputed about once per delay (README "Capacity plan"); 5 s keeps trend pages
+# current while a backlog is stored first.
 ETT_ROLLUP_REFRESH_DELAY_S: float = env.float_("ETT_ROLLUP_REFRESH_DELAY_S", 5.0, minimum=0.0)
 # Attribution is kept per chunk of this many seconds of each job's timeline (it must divide
 # a day): a refresh recomputes the chunks new events touch. Shorter chunks: a refresh of a

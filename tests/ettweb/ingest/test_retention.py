@@ -113,6 +113,32 @@ def test_a_drop_waits_for_marked_chunks_to_be_refreshed() -> None:
     assert _numbers("long") == _approx(_engine(b.events))
 
 
+def test_a_carry_no_recompute_can_read_is_let_go() -> None:
+    """Spans open across chunk boundaries (one per rank) are kept with each chunk for the
+    next one's recompute; once both sides are final, nothing reads them."""
+    b = FleetBuilder()
+    b.mark("wide", 0, "attempt_start", EPOCH, attrs={"gpus": 64})
+    t = EPOCH + 7.0  # slices that never line up with a chunk's edge
+    for minute in range(36 * 60):
+        for rank in range(64):
+            b.span("wide", 0, "train", t, t + 60.0, rank=rank, step_start=10 * minute,
+                   step_end=10 * minute + 10)
+        t += 60.0
+    ingest_lines(b.lines(), any_age_partitions=True)
+    refresh_jobs(["wide"])
+    before = _numbers("wide")
+    carried = AttributionChunk.objects.filter(job="wide").exclude(carry=[]).count()
+    assert carried == AttributionChunk.objects.filter(job="wide").count() - 1  # all but last
+    day_one = AttributionChunk.objects.filter(job="wide", chunk__lt=(EPOCH + DAY) // 900)
+    assert day_one.count() == 48  # 960 events a quarter hour: two a chunk
+    drop_expired(now=EPOCH + 2 * DAY, days=1)
+    final = list(AttributionChunk.objects.filter(job="wide", final=True).order_by("chunk"))
+    assert len(final) == 48 and all(c.carry == [] for c in final[:-1])
+    assert final[-1].carry  # the chunk after it is not final: it may still read it
+    refresh_jobs(["wide"], whole=True)
+    assert _numbers("wide") == _approx(before)
+
+
 def test_the_default_partition_is_dropped_too() -> None:
     b = FleetBuilder()
     _job(b, "toy", 1000.0, hours=2)  # 1970: the default partition's

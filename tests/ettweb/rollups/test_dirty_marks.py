@@ -141,16 +141,20 @@ def test_a_batch_committing_after_the_refresh_claimed_the_mark_marks_the_job_aga
 @pytest.mark.django_db
 def test_the_refresh_wait_stretches_with_the_waiting_jobs_events(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """One round over the waiting jobs may cost a quarter of a worker: 3 waiting jobs of
-    100,000 events at 20 us an event is 6 s of refreshing, so each waits 24 s, not 5 s."""
+    """One round over the waiting jobs may cost a quarter of a worker: 3 waiting jobs whose
+    refreshes read a chunk of 100,000 events each, at 20 us an event, is 6 s of refreshing,
+    so each waits 24 s, not 5 s. A job's refresh reads one chunk, not the job: a job of 4M
+    events in 400 chunks costs as much as one of 10,000 in one."""
     from ettweb.rollups import logic
 
     monkeypatch.setattr(logic, "_seconds_per_event", 20e-6)
     assert logic.refresh_delay_s(5.0) == 5.0  # nothing waits: the debounce alone
     for job in ("a", "b", "c", "idle"):
-        JobRollup.objects.create(job=job, events=100_000)
+        JobRollup.objects.create(job=job, events=100_000, chunks=1)
     mark_dirty(["a", "b", "c"], now=100.0, stale_after_s=60.0)
     assert logic.refresh_delay_s(5.0) == pytest.approx(3 * 100_000 * 20e-6 / 0.25)
+    JobRollup.objects.filter(job__in=["a", "b", "c"]).update(events=4_000_000, chunks=400)
+    assert logic.refresh_delay_s(1.0) == pytest.approx(3 * 10_000 * 20e-6 / 0.25)
     assert logic.refresh_delay_s(30.0) == 30.0  # never shorter than the debounce
     monkeypatch.setattr(logic, "_seconds_per_event", 1e-3)
     assert logic.refresh_delay_s(5.0) == logic.MAX_REFRESH_DELAY_S < logic.MARK_STALE_AFTER_S
