@@ -42,11 +42,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
-from itertools import accumulate, pairwise
+from itertools import pairwise
 from operator import itemgetter
 from typing import Any, Final
 
@@ -72,6 +72,7 @@ from .engine import (
     _overlap_shares,
     _shares,
     _Totals,
+    _train_signatures,
     _train_split,
     attempt_windows,
     gc_paused,
@@ -561,25 +562,8 @@ def _sign(home_train: list[Event], local: list[Event], h_in: int,
 def _sign_bisecting(home_train: list[Event], local: list[Event], h_in: int,
                     sigs: dict[str, Signature]) -> dict[int, int]:
     """:func:`_sign` for a chunk holding zero-length train spans (the engine's walk)."""
-    by_end = sorted(local, key=_END)
-    ends = [span["end"] for span in by_end]
-    prefix = list(accumulate((span["step_end"] for span in by_end), max))
-    repeated: dict[int, int] = {}
-    for span in home_train:
-        start = span["start"]
-        hi = bisect_right(ends, start)
-        if span["end"] > start:
-            high = prefix[hi - 1] if hi else 0
-        else:
-            lo = bisect_left(ends, start)
-            high = prefix[lo - 1] if lo else 0
-            for other in by_end[lo:hi]:
-                if other is not span and other["step_end"] > high:
-                    high = other["step_end"]
-        high = max(high, h_in)
-        steps, sigs[span["id"]] = _train_split(span["step_start"], span["step_end"], high)
-        if steps:
-            repeated[span["attempt"]] = repeated.get(span["attempt"], 0) + steps
+    found, repeated = _train_signatures(home_train, local, h_in)
+    sigs.update(found)
     return repeated
 
 

@@ -466,16 +466,19 @@ class _Totals:
                 self.gpu_seconds[category] = self.gpu_seconds.get(category, 0.0) + seconds * gpus
 
 
-def _train_signatures(train: list[Event]) -> tuple[dict[str, Signature], dict[int, int]]:
+def _train_signatures(train: list[Event], history: list[Event] | None = None, floor: int = 0,
+                      ) -> tuple[dict[str, Signature], dict[int, int]]:
     """§3.3.1 and §3.6: each train span's split and the job's repeated steps per attempt.
 
     H of a span = max step_end of the job's train spans that ended at or before its start,
     across attempts and ranks: the steps a restart or rollback redoes. Sorted ends + prefix
     maxima make each lookup a bisection instead of a scan. A zero-length span ends at its
     own start; it must not count as its own history, so spans ending exactly at the query
-    time are looked at one by one (rare).
+    time are looked at one by one (rare). ``history`` (default: ``train``) and ``floor``
+    (an H every span starts from) serve one chunk of a job (``chunks``): its spans, read
+    against the spans ending in it and the high-water mark carried in.
     """
-    by_end = sorted(train, key=_END)
+    by_end = sorted(train if history is None else history, key=_END)
     ends = [span["end"] for span in by_end]
     prefix = list(accumulate((span["step_end"] for span in by_end), max))
     sigs: dict[str, Signature] = {}
@@ -491,6 +494,7 @@ def _train_signatures(train: list[Event]) -> tuple[dict[str, Signature], dict[in
             for other in by_end[lo:hi]:
                 if other is not span and other["step_end"] > high:
                     high = other["step_end"]
+        high = max(high, floor)
         if high <= span["step_start"]:  # the common case: all new steps
             sigs[span["id"]] = _PRODUCTIVE_SIG
             continue

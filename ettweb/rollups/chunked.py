@@ -319,7 +319,3 @@ def _text(value: Any) -> str:
 def _lane_row(lane: Lane) -> list[Any]:
     return [lane.attempt, lane.ranks[0], lane.label, len(lane.ranks), lane.bin_s,
             [list(run) for run in lane.runs]]
-
-
-def states_of(stored: Mapping[str, dict[int, ChunkState]], job: str) -> dict[int, ChunkState]:
-    return stored.get(job, {})

@@ -31,8 +31,9 @@ def test_bench_refresh_small_job_prints_its_result_line() -> None:
     assert result["refresh_ratio"] == pytest.approx(
         old["median_refresh_s"] / young["median_refresh_s"], rel=0.05)
     assert isinstance(result["meets_target"], bool)
-    # A batch reads the chunk it lands in, not the job.
-    assert all(max(row["events_read"]) < row["events"] for row in result["ages"])
+    # A batch reads the chunk it lands in, not the job (at an hour old, four ranks' job is
+    # one chunk: a small job's chunk holds up to GROUP_EVENTS events).
+    assert max(old["events_read"]) < old["events"] / 2
     stored = result["storage"]
     assert stored["events"] == old["events"] and stored["bytes_per_event"] > 0
     assert stored["chunks"] >= 1 and stored["bytes_per_chunk"] > 0

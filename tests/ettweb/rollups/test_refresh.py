@@ -132,6 +132,52 @@ def test_rebuild_all_equals_incremental_refresh() -> None:
     assert _snapshot() == incremental
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_batches_in_random_order_refresh_every_job_exactly(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seeded fleet's events in shuffled batches (late ones everywhere), refreshed
+    after each batch through Postgres: every job, day x category and recovery equals the
+    engine from scratch. Small chunks (``GROUP_EVENTS`` 5) so jobs span many of them."""
+    import random
+
+    from ettweb.attribution import chunks
+    from ettweb.attribution.chunks import day_values
+
+    monkeypatch.setattr(chunks, "GROUP_EVENTS", 5)
+    lines = fleet(seed=seed, jobs=5).lines()
+    rng = random.Random(seed)
+    rng.shuffle(lines)
+    at = 0
+    while at < len(lines):
+        size = rng.randint(1, 40)
+        refresh_jobs(ingest_lines(lines[at:at + size]).jobs)
+        at += size
+    events = load_events(sorted(JobRollup.objects.values_list("job", flat=True)))
+    assert len(events) == 5
+    for job, job_events in events.items():
+        whole = attribute_job(job_events)
+        row = JobRollup.objects.get(job=job)
+        assert (row.wall_gpu_s, row.productive_gpu_s) == (
+            pytest.approx(whole.wall_gpu_s, rel=1e-9), pytest.approx(whole.productive_gpu_s,
+                                                                     rel=1e-9))
+        assert row.lost_gpu_s == pytest.approx(whole.lost_gpu_s, rel=1e-9)
+        assert (row.repeated_steps, row.failures, row.anomalies) == (
+            whole.repeated_steps, whole.failures, whole.anomalies)
+        stored = {(d, c): (sec, g) for d, c, sec, g in DailyCategoryRollup.objects.filter(
+            job_id=job).values_list("day", "category", "seconds", "gpu_seconds")}
+        wanted = day_values(whole)
+        assert set(stored) == set(wanted)
+        assert all(stored[key] == pytest.approx(value, rel=1e-9)
+                   for key, value in wanted.items())
+        recoveries = list(RecoveryRollup.objects.filter(job_id=job).order_by("attempt"))
+        assert [(r.attempt, r.start, r.end) for r in recoveries] == [
+            (r.attempt, r.start, r.end) for r in whole.recoveries]
+        for mine, theirs in zip(recoveries, whole.recoveries, strict=True):
+            assert mine.by_category_gpu == pytest.approx(
+                {k: v for k, v in theirs.by_category_gpu_s.items() if v}, rel=1e-9)
+
+
 def _snapshot() -> dict[str, Any]:
     def approx_rows(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         return [tuple(pytest.approx(v, rel=1e-9) if isinstance(v, float) else v for v in row)
