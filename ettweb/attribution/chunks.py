@@ -73,11 +73,11 @@ from .engine import (
     _shares,
     _Totals,
     _train_signatures,
-    _train_split,
     attempt_windows,
     gc_paused,
     per_day,
     recoveries_from,
+    split_repeated,
     sweep_chunk,
 )
 from .lanes import (
@@ -552,10 +552,8 @@ def _sign(home_train: list[Event], local: list[Event], h_in: int,
             j += 1
         if high <= span["step_start"]:  # the common case: all new steps
             sigs[span["id"]] = _PRODUCTIVE_SIG
-            continue
-        steps, sigs[span["id"]] = _train_split(span["step_start"], span["step_end"], high)
-        if steps:
-            repeated[span["attempt"]] = repeated.get(span["attempt"], 0) + steps
+        else:
+            split_repeated(span, high, sigs, repeated)
     return repeated
 
 

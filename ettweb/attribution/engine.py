@@ -498,10 +498,17 @@ def _train_signatures(train: list[Event], history: list[Event] | None = None, fl
         if high <= span["step_start"]:  # the common case: all new steps
             sigs[span["id"]] = _PRODUCTIVE_SIG
             continue
-        repeated, sigs[span["id"]] = _train_split(span["step_start"], span["step_end"], high)
-        if repeated:
-            by_attempt[span["attempt"]] = by_attempt.get(span["attempt"], 0) + repeated
+        split_repeated(span, high, sigs, by_attempt)
     return sigs, dict(sorted(by_attempt.items()))
+
+
+def split_repeated(span: Event, high: int, sigs: dict[str, Signature],
+                   by_attempt: dict[int, int]) -> None:
+    """A train span with H above its first step: its split into ``sigs`` and its repeated
+    steps onto its attempt's count (§3.3.1, §3.6)."""
+    repeated, sigs[span["id"]] = _train_split(span["step_start"], span["step_end"], high)
+    if repeated:
+        by_attempt[span["attempt"]] = by_attempt.get(span["attempt"], 0) + repeated
 
 
 def _train_split(step_start: int, step_end: int, high_water: int) -> tuple[int, Signature]:
