@@ -55,13 +55,12 @@ from collector.schema import FAILED_STATUSES, TRAIN_PHASE
 from .components import PRODUCTIVE
 from .engine import (
     _ONE,
+    _PRODUCTIVE_SIG,
     _SPLIT,
     _TRAIN,
     ANOMALY_KINDS,
     DAY_S,
-    FAILURE,
     RESTART_GAP,
-    UNATTRIBUTED,
     AttemptWindow,
     Event,
     JobAttribution,
@@ -91,14 +90,12 @@ from .lanes import (
     rank_lanes,
 )
 
-#: The default chunk: one UTC hour.
-CHUNK_S: Final = 3600.0
+#: The default fine chunk: a quarter hour (``ETT_CHUNK_S``'s default).
+CHUNK_S: Final = 900.0
 #: Events a refresh keeps in memory between reading a chunk for its summary and sweeping it
 #: (above it, the chunk is read again): bounds a refresh's memory whatever the backlog.
 CACHED_EVENTS: Final = 150_000
 _INF: Final = float("inf")
-_FAILURE_SIG: Final[Signature] = (_ONE, FAILURE)
-_UNATTRIBUTED_SIG: Final[Signature] = (_ONE, UNATTRIBUTED)
 _RESTART_SIG: Final[Signature] = (_ONE, RESTART_GAP)
 #: The anomalies a chunk's own events show; the others come from the summaries' fold.
 CHUNK_ANOMALIES: Final = ("span_outside_attempt", "heartbeat_outside_attempt",
@@ -106,7 +103,6 @@ CHUNK_ANOMALIES: Final = ("span_outside_attempt", "heartbeat_outside_attempt",
 _CARRIED_FIELDS: Final = ("id", "attempt", "rank", "phase", "start", "end", "blocking")
 _END: Final = itemgetter("end")
 _START: Final = itemgetter("start")
-_PRODUCTIVE_SIG: Final[Signature] = (_ONE, PRODUCTIVE)
 
 
 def check_chunk_s(chunk_s: float) -> float:
@@ -460,10 +456,12 @@ def _relevant(a: float, b: float, summary: Mapping[int, AttemptSummary],
 def compute_chunk(chunk: int, following: int | None, chunk_s: float, home: Sequence[Event],
                   carry_in: Sequence[Event], h_in: int, skeleton: Skeleton, *,
                   summary: Mapping[int, AttemptSummary] | None = None,
-                  with_lanes: bool = True) -> ChunkState:
+                  key: str | None = None, with_lanes: bool = True) -> ChunkState:
     """Attribute one chunk from its home events, the carry of the chunk before it and the
     job's skeleton: exactly what the whole job's sweep gives over the chunk's extent (from
-    its first fine chunk to the next chunk's, ``following``; ``None``: to the job's end)."""
+    its first fine chunk to the next chunk's, ``following``; ``None``: to the job's end).
+    ``summary`` and ``key``: the chunk's, when the caller has them already (a refresh does:
+    the key digests the carry, a thousand spans for a thousand-rank job)."""
     a, b = _extent(chunk, following, chunk_s)
     summary = dict(summary) if summary is not None else summarize(home)
     spans = [e for e in home if e["kind"] == "span"]
@@ -476,10 +474,6 @@ def compute_chunk(chunk: int, following: int | None, chunk_s: float, home: Seque
     h_out = max([h_in, *(t["step_end"] for t in local if t["end"] <= b)])
     carry_out = sorted((_carried(span, sigs) for span in (*carry_in, *spans) if span["end"] > b),
                        key=itemgetter("id"))
-    carry_ext: dict[int, tuple[float, float]] = {}
-    for c in carry_out:
-        lo, hi = carry_ext.get(c["attempt"], (_INF, -_INF))
-        carry_ext[c["attempt"]] = (min(lo, c["start"]), max(hi, c["end"]))
     spans_of: dict[int, list[Event]] = {}
     for span in (*carry_in, *spans):
         spans_of.setdefault(span["attempt"], []).append(span)
@@ -489,18 +483,15 @@ def compute_chunk(chunk: int, following: int | None, chunk_s: float, home: Seque
     segments: list[Segment] = []
     parts: dict[int, AttemptPart] = {}
     lanes: list[Lane] = []
-    carry_in_ext: dict[int, tuple[float, float]] = {}
-    for c in carry_in:
-        lo, hi = carry_in_ext.get(c["attempt"], (_INF, -_INF))
-        carry_in_ext[c["attempt"]] = (min(lo, c["start"]), max(hi, c["end"]))
     for attempt in _relevant(a, b, summary, skeleton):
         w = replace(skeleton.by_attempt[attempt], gpus=1)
         mine = spans_of.get(attempt, [])
         durations: dict[tuple[int, Signature], float] = {}
-        lo, hi = max(w.start, a), min(w.end, b)
-        while lo < hi:  # day by day: a chunk's extent may run past midnight
+        a2, b2 = max(w.start, a), min(w.end, b)
+        lo = a2
+        while lo < b2:  # day by day: a chunk's extent may run past midnight
             day = math.floor(lo / DAY_S)
-            stop = min(hi, (day + 1) * DAY_S)
+            stop = min(b2, (day + 1) * DAY_S)
             for sig, seconds in sweep_chunk(w, mine, sigs, lo, stop, segments).items():
                 durations[(day, sig)] = durations.get((day, sig), 0.0) + seconds
             lo = stop
@@ -511,18 +502,28 @@ def compute_chunk(chunk: int, following: int | None, chunk_s: float, home: Seque
                                                sigs),
             repeated_steps=repeated.get(attempt, 0),
             anomalies=_chunk_anomalies(own, w, skeleton))
-        a2, b2 = max(w.start, a), min(w.end, b)
         if with_lanes and a2 < b2:
             lanes += rank_lanes(replace(w, start=a2, end=b2), mine)
-    key = chunk_key(chunk, following, chunk_s, summary, carry_in_ext,
-                    _carry_digest(list(carry_in)), h_in, skeleton)
+    if key is None:
+        key = chunk_key(chunk, following, chunk_s, summary, _extents(carry_in),
+                        _carry_digest(list(carry_in)), h_in, skeleton)
     return ChunkState(chunk=chunk, summary=summary, key=key, h_out=h_out,
-                      carry_digest=_carry_digest(carry_out), carry_ext=carry_ext, parts=parts,
+                      carry_digest=_carry_digest(carry_out), carry_ext=_extents(carry_out),
+                      parts=parts,
                       events=len(home),
                       last_fine=max((chunk_of(home_time(e), chunk_s) for e in home),
                                     default=-1),
                       carry=carry_out, segments=segments,
                       timelines=category_timeline(segments), lanes=lanes)
+
+
+def _extents(spans: Iterable[Event]) -> dict[int, tuple[float, float]]:
+    """Per attempt, the earliest start and latest end of ``spans`` (a carry's)."""
+    extents: dict[int, tuple[float, float]] = {}
+    for span in spans:
+        lo, hi = extents.get(span["attempt"], (_INF, -_INF))
+        extents[span["attempt"]] = (min(lo, span["start"]), max(hi, span["end"]))
+    return extents
 
 
 def _sign(home_train: list[Event], local: list[Event], h_in: int,
@@ -639,12 +640,11 @@ def plan(dirty: Collection[int], stored: Mapping[int, ChunkState],
     placed: set[int] = set()
     pending: list[int] = []
     for f in sorted(dirty):
-        i = bisect_right(starts, f) - 1
-        if i >= 0 and _day(starts[i], chunk_s) == _day(f, chunk_s) and (
-                i < len(starts) - 1 or f <= stored[starts[i]].last_fine):
-            placed.add(starts[i])
-        else:
+        holder = _holder(f, starts, stored, chunk_s)
+        if holder is None:
             pending.append(f)
+        else:
+            placed.add(holder)
     for f in pending:
         n = counts.get(f, 0)
         if not n:
@@ -701,13 +701,19 @@ def unplaced(dirty: Collection[int], stored: Mapping[int, ChunkState],
     """The dirty fine chunks no stored chunk surely holds: :func:`plan` needs their event
     counts to place them."""
     starts = sorted(stored)
-    found = []
-    for f in sorted(dirty):
-        i = bisect_right(starts, f) - 1
-        if not (i >= 0 and _day(starts[i], chunk_s) == _day(f, chunk_s) and (
-                i < len(starts) - 1 or f <= stored[starts[i]].last_fine)):
-            found.append(f)
-    return found
+    return [f for f in sorted(dirty) if _holder(f, starts, stored, chunk_s) is None]
+
+
+def _holder(f: int, starts: Sequence[int], stored: Mapping[int, ChunkState],
+            chunk_s: float) -> int | None:
+    """The stored chunk whose run surely holds fine chunk f: the one before it, of the same
+    day, unless that is the last chunk and f lies past its events (then f may join it or
+    start a chunk of its own, by the events it brings)."""
+    i = bisect_right(starts, f) - 1
+    if i >= 0 and _day(starts[i], chunk_s) == _day(f, chunk_s) and (
+            i < len(starts) - 1 or f <= stored[starts[i]].last_fine):
+        return starts[i]
+    return None
 
 
 def refresh_planned(placed: Plan, stored: Mapping[int, ChunkState],
@@ -757,10 +763,11 @@ def _refresh(placed: Plan, stored: Mapping[int, ChunkState],
         h_in = previous.h_out if previous is not None else 0
         summary = summaries.get(k, {})
         old = stored.get(k)
+        key = chunk_key(k, following[k], chunk_s, summary, carry_ext, carry_digest, h_in,
+                        skeleton)
         if old is not None and old.final:
             state = old
-        elif (k in placed.dirty or old is None or old.key != chunk_key(
-                k, following[k], chunk_s, summary, carry_ext, carry_digest, h_in, skeleton)):
+        elif k in placed.dirty or old is None or old.key != key:
             carry_in: list[Event] = []
             if previous is not None and carry_digest:
                 if previous.carry is None:
@@ -772,20 +779,25 @@ def _refresh(placed: Plan, stored: Mapping[int, ChunkState],
                 events = read_home(k, following[k])
                 result.events_read += len(events)
             state = compute_chunk(k, following[k], chunk_s, events, carry_in, h_in, skeleton,
-                                  summary=summary, with_lanes=with_lanes)
+                                  summary=summary, key=key, with_lanes=with_lanes)
             result.written.append(k)
             if write is not None:
                 write(state)
         else:
             state = old
         if previous is not None:  # its carry has been read: let the big fields go
-            previous.carry = previous.segments = previous.timelines = previous.lanes = None
+            _let_go(previous)
         result.states[k] = state
         previous = state
     if previous is not None:
-        previous.carry = previous.segments = previous.timelines = previous.lanes = None
+        _let_go(previous)
     result.deleted = sorted(set(stored) - set(result.states))
     return result
+
+
+def _let_go(state: ChunkState) -> None:
+    """Drop a chunk's big fields once written and read: a refresh holds about one chunk's."""
+    state.carry = state.segments = state.timelines = state.lanes = None
 
 
 # =========================================================================== the job's sums
@@ -815,32 +827,17 @@ def day_values(attribution: JobAttribution) -> dict[tuple[date, str], tuple[floa
     return values
 
 
-def _utc_day(ts: float) -> date:
+def utc_day(ts: float) -> date:
+    """The UTC day an epoch second falls on."""
     return datetime.fromtimestamp((ts // DAY_S) * DAY_S, UTC).date()
 
 
-def _open_pieces(skeleton: Skeleton, occupied: Sequence[int],
-                 chunk_s: float) -> list[Segment]:
-    """The restart gaps between windows (§3.2), and window time before the first chunk
-    (none in a job whose events are all stored: its first event opens a chunk): nothing is
-    active there, so it is ``failure`` from a failed attempt's last event on, else
-    ``unattributed`` (§3.3.4-5). One-category segments, GPUs 1."""
-    pieces: list[Segment] = []
-    previous: AttemptWindow | None = None
-    first = occupied[0] * chunk_s if occupied else _INF
-    for w in skeleton.windows:
-        if previous is not None and w.start > previous.end:
-            pieces.append(Segment(previous.end, w.start, w.attempt, 1,
-                                  {RESTART_GAP: w.start - previous.end}))
-        previous = w
-        lo, hi = w.start, min(w.end, first)
-        if hi <= lo:
-            continue
-        turn = min(max(w.last_event, lo), hi) if w.status in FAILED_STATUSES else hi
-        for a, b, category in ((lo, turn, UNATTRIBUTED), (turn, hi, FAILURE)):
-            if b > a:
-                pieces.append(Segment(a, b, w.attempt, 1, {category: b - a}))
-    return pieces
+def _restart_gaps(skeleton: Skeleton) -> list[Segment]:
+    """The restart gaps between windows (§3.2), one-category segments (GPUs 1): the only
+    time no chunk sweeps. (Every window starts at one of its events, so after the job's
+    first chunk has started.)"""
+    return [Segment(previous.end, w.start, w.attempt, 1, {RESTART_GAP: w.start - previous.end})
+            for previous, w in pairwise(skeleton.windows) if w.start > previous.end]
 
 
 def assemble(job: str, skeleton: Skeleton, states: Mapping[int, ChunkState],
@@ -872,23 +869,21 @@ def assemble(job: str, skeleton: Skeleton, states: Mapping[int, ChunkState],
     for k in occupied:
         for attempt, part in states[k].parts.items():
             for (day, sig), seconds in part.durations.items():
-                add(attempt, sig, seconds, _utc_day(day * DAY_S))
-    open_pieces = _open_pieces(skeleton, occupied, chunk_s)
-    for piece in open_pieces:
-        ((category, _),) = piece.shares.items()
-        sig = (_ONE, category)
-        cursor = piece.start
-        while cursor < piece.end:
-            stop = min(piece.end, (cursor // DAY_S + 1) * DAY_S)
-            add(piece.attempt, sig, stop - cursor, _utc_day(cursor))
+                add(attempt, sig, seconds, utc_day(day * DAY_S))
+    gaps = _restart_gaps(skeleton)
+    for gap in gaps:
+        cursor = gap.start
+        while cursor < gap.end:  # split at midnight (§3.5)
+            stop = min(gap.end, (cursor // DAY_S + 1) * DAY_S)
+            add(gap.attempt, _RESTART_SIG, stop - cursor, utc_day(cursor))
             cursor = stop
     totals = _Totals()
     for w in windows:
         totals.add(durations[w.attempt], w.gpus)
     firsts = [_first_of(w.attempt, states, occupied) for w in windows]
     recovered = recoveries_from(windows, firsts)
-    recoveries = [_recovery(attempt, start, end, occupied, open_pieces, gpus, read_segments,
-                            chunk_s) for attempt, start, end in recovered]
+    recoveries = [_recovery(attempt, start, end, occupied, gaps, gpus, read_segments, chunk_s)
+                  for attempt, start, end in recovered]
     anomalies = dict(skeleton.anomalies)
     repeated: dict[int, int] = {}
     for k in occupied:
@@ -924,7 +919,7 @@ def _first_of(attempt: int, states: Mapping[int, ChunkState],
 
 
 def _recovery(attempt: int, start: float, end: float, occupied: Sequence[int],
-              open_pieces: Sequence[Segment], gpus: Mapping[int, int],
+              gaps: Sequence[Segment], gpus: Mapping[int, int],
               read_segments: Callable[[Sequence[int]], Mapping[int, list[Segment]]],
               chunk_s: float) -> Recovery:
     """One recovery's categories (§3.7), read off the segments of the chunks whose extent
@@ -934,7 +929,7 @@ def _recovery(attempt: int, start: float, end: float, occupied: Sequence[int],
     segments = [seg for k, segs in read_segments(inside).items() for seg in segs]
     seconds: dict[str, float] = {}
     gpu_seconds: dict[str, float] = {}
-    for seg in (*segments, *open_pieces):
+    for seg in (*segments, *gaps):
         if seg.end <= start or seg.start >= end:
             continue
         for category, part in _overlap_shares(seg, start, end).items():
@@ -944,18 +939,17 @@ def _recovery(attempt: int, start: float, end: float, occupied: Sequence[int],
 
 
 def job_timeline(skeleton: Skeleton, timelines: Mapping[int, Sequence[Timeline]],
-                 chunk_s: float = CHUNK_S, max_pieces: int = MAX_PIECES) -> list[Timeline]:
+                 max_pieces: int = MAX_PIECES) -> list[Timeline]:
     """The job page's category timeline (one bounded row per attempt) from the chunks'
-    timelines and the time no chunk holds (restart gaps, idle window time)."""
+    timelines and the restart gaps (a gap belongs to the attempt after it)."""
     rows: dict[int, list[Piece]] = {w.attempt: [] for w in skeleton.windows}
     pieces: list[tuple[float, int, Sequence[Piece]]] = []
     for chunk_rows in timelines.values():
         for timeline in chunk_rows:
             if timeline.pieces:
                 pieces.append((timeline.pieces[0][1], timeline.attempt, timeline.pieces))
-    for seg in _open_pieces(skeleton, sorted(timelines), chunk_s):
-        ((category, _),) = seg.shares.items()
-        pieces.append((seg.start, seg.attempt, ((category, seg.start, seg.end),)))
+    for gap in _restart_gaps(skeleton):
+        pieces.append((gap.start, gap.attempt, ((RESTART_GAP, gap.start, gap.end),)))
     for _, attempt, run in sorted(pieces, key=lambda p: (p[0], p[1])):
         row = rows.setdefault(attempt, [])
         for piece in run:

@@ -145,7 +145,6 @@ class JobResult:
     #: none asked for, ``lanes_later`` is the job's first chunk.
     lanes_earlier: float | None = None
     lanes_later: float | None = None
-    chunk_s: float = 0.0
 
     @property
     def job_start(self) -> float:
@@ -265,14 +264,12 @@ class JobQueryRunner:
             quarantined=quarantined_lines(QuarantinedEvent.objects.filter(job=self.query.job)),
             meta=_job_meta(self.query.job, rollup), timeline=timeline, lanes=lanes.rows,
             lanes_at=lanes.at, lanes_earlier=lanes.earlier, lanes_later=lanes.later,
-            chunk_s=lanes.chunk_s,
         )
 
 
 @dataclass(frozen=True)
 class _Lanes:
     rows: tuple[LaneRow, ...]
-    chunk_s: float
     at: float | None = None
     earlier: float | None = None
     later: float | None = None
@@ -285,38 +282,38 @@ def _lanes(job: str, attempts: Sequence[AttemptRow], at: float | None) -> _Lanes
     size = chunk_s()
     occupied = chunk_index(job)
     if not occupied:
-        return _Lanes((), size)
-
-    def holding(t: float) -> int:
-        return max(0, bisect_right(occupied, math.floor(t / size)) - 1)
+        return _Lanes(())
 
     def extent(i: int) -> tuple[float, float]:
         end = occupied[i + 1] * size if i + 1 < len(occupied) else math.inf
         return occupied[i] * size, end
+
+    def holding(t: float) -> int:
+        return max(0, bisect_right(occupied, math.floor(t / size)) - 1)
 
     wanted: dict[int, list[AttemptRow]] = {}
     if at is None:
         for attempt in attempts:
             wanted.setdefault(holding(attempt.start), []).append(attempt)
     else:
-        i = holding(at)
-        lo, hi = extent(i)
-        wanted[i] = [a for a in attempts if a.start < hi and a.end > lo]
+        shown = holding(at)
+        lo, hi = extent(shown)
+        wanted[shown] = [a for a in attempts if a.start < hi and a.end > lo]
+    stored = chunk_lanes(job, [occupied[i] for i in wanted])
     rows: list[LaneRow] = []
-    for i, shown in sorted(wanted.items()):
+    for i, chosen in sorted(wanted.items()):
         lo, hi = extent(i)
-        windows = {a.attempt: (max(a.start, lo), min(a.end, hi)) for a in shown}
-        for attempt, _, ranks, count, bin_s, runs in chunk_lanes(job, occupied[i]) or []:
+        windows = {a.attempt: (max(a.start, lo), min(a.end, hi)) for a in chosen}
+        for attempt, _, ranks, count, bin_s, runs in stored.get(occupied[i], []):
             if attempt in windows:
                 rows.append(LaneRow(int(attempt), str(ranks), int(count), _pieces(runs),
                                     float(bin_s), *windows[attempt]))
     rows.sort(key=lambda lane: lane.attempt)
     if at is None:  # "later" starts the walk through the job at its first chunk
-        return _Lanes(tuple(rows), size, later=occupied[0] * size)
-    i = holding(at)
-    earlier = occupied[i - 1] * size if i > 0 else None
-    later = occupied[i + 1] * size if i + 1 < len(occupied) else None
-    return _Lanes(tuple(rows), size, occupied[i] * size, earlier, later)
+        return _Lanes(tuple(rows), later=occupied[0] * size)
+    earlier = occupied[shown - 1] * size if shown > 0 else None
+    later = occupied[shown + 1] * size if shown + 1 < len(occupied) else None
+    return _Lanes(tuple(rows), occupied[shown] * size, earlier, later)
 
 
 def _job_meta(job: str, rollup: JobRollup) -> JobMeta:

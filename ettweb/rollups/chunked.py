@@ -9,6 +9,7 @@ back. Everything here is plain SQL on the two tables; the logic lives in the eng
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -37,6 +38,36 @@ WRITE_EVERY: Final = 16
 _HOME: Final = 'coalesce("start", "ts")'
 _COLUMNS: Final = ("job", "chunk", "chunk_s", "summary", "state", "carry", "segments",
                    "timelines", "lanes", "final", "written_at")
+
+
+#: The columns a refresh reads of each event (host is not needed).
+EVENT_COLUMNS: Final = ("event_id", "job", "attempt", "kind", "phase", "mark", "start", "end",
+                        "ts", "rank", "step_start", "step_end", "step", "blocking", "attrs")
+
+
+def select_events(where: str) -> str:
+    """``SELECT`` of the columns :func:`as_event` reads, from the events table."""
+    columns = ", ".join(connection.ops.quote_name(name) for name in EVENT_COLUMNS)
+    return f"SELECT {columns} FROM {EVENTS} {where}"
+
+
+def as_event(row: Sequence[Any]) -> Event:
+    """A stored row as the normalized schema-v1 dict the engine reads (host is not needed)."""
+    (event_id, job, attempt, kind, phase, mark, start, end, ts, rank,
+     step_start, step_end, step, blocking, attrs) = row
+    if isinstance(attrs, str):  # Django's psycopg setup hands jsonb over as text
+        attrs = {} if attrs == "{}" else json.loads(attrs)
+    event: Event = {"v": 1, "id": event_id, "job": job, "attempt": attempt, "kind": kind,
+                    "rank": rank, "blocking": blocking, "attrs": attrs}
+    if kind == "span":
+        event["phase"], event["start"], event["end"] = phase, start, end
+        if step_start is not None:
+            event["step_start"], event["step_end"] = step_start, step_end
+    else:
+        event["mark"], event["ts"] = mark, ts
+        if step is not None:
+            event["step"] = step
+    return event
 
 
 def chunk_s() -> float:
@@ -159,21 +190,19 @@ def _bounds(k: int, following: int | None, size: float) -> tuple[float, float]:
 def read_home(job: str, k: int, following: int | None, size: float) -> list[Event]:
     """The home events of ``job``'s chunk starting at fine chunk ``k`` (spans starting in
     it, marks inside it), up to the next chunk's first fine chunk (``None``: on)."""
-    from ettweb.rollups.logic import _as_event, _select_events
-
     with connection.cursor() as cursor:
-        cursor.execute(_select_events(f"WHERE job = %s AND {_HOME} >= %s AND {_HOME} < %s"),
+        cursor.execute(select_events(f"WHERE job = %s AND {_HOME} >= %s AND {_HOME} < %s"),
                        [job, *_bounds(k, following, size)])
-        return [_as_event(row) for row in cursor.fetchall()]
+        return [as_event(row) for row in cursor.fetchall()]
 
 
 def count_home(wanted: Mapping[str, Sequence[int]], size: float) -> dict[str, dict[int, int]]:
     """Events per fine chunk for each job's listed fine chunks, in one query (an index
     range per job: what placing new fine chunks in chunks needs, ``chunks.plan``).
 
-    ``LATERAL``, so each job's range is its own index scan: joined on the ranges instead,
-    the planner hashed the job and tested every event against every range (minutes for a
-    backlog of 192 fine chunks of one job).
+    One index range per job, read once (``LATERAL``): joined on the listed fine chunks
+    instead, the count for bench.refresh's backlog of 192 fine chunks of one job was still
+    running after 3 minutes when stopped.
     """
     spans = {job: (min(fines), max(fines) + 1) for job, fines in wanted.items() if fines}
     counts: dict[str, dict[int, int]] = {}
@@ -201,16 +230,14 @@ def prefetch_home(ranges: Iterable[tuple[str, int, int | None]], size: float,
     grouped by chunk (one left out has none); ``None`` when they are more than ``budget``
     events (the caller then reads chunk by chunk, in bounded memory). Why: a refresh of 200
     small jobs read one chunk per query, hundreds of round trips."""
-    from ettweb.rollups.logic import _EVENT_COLUMNS, _as_event
-
     wanted = sorted(set(ranges), key=lambda r: (r[0], r[1]))
     grouped: dict[tuple[str, int, int | None], list[Event]] = {}
     if not wanted:
         return grouped
     bounds = [_bounds(k, following, size) for _, k, following in wanted]
-    columns = ", ".join(f"e.{connection.ops.quote_name(name)}" for name in _EVENT_COLUMNS)
+    columns = ", ".join(f"e.{connection.ops.quote_name(name)}" for name in EVENT_COLUMNS)
     with connection.cursor() as cursor:
-        cursor.execute(  # LATERAL: one index range per chunk (see count_home)
+        cursor.execute(  # LATERAL: one index range per chunk, as in count_home
             f"SELECT {columns}, c.n FROM unnest(%s::text[], %s::float8[], %s::float8[], "
             f"%s::int[]) AS c(j, lo, hi, n) CROSS JOIN LATERAL (SELECT * FROM {EVENTS} e "
             f"WHERE e.job = c.j AND {_HOME} >= c.lo AND {_HOME} < c.hi) e LIMIT %s",
@@ -220,7 +247,7 @@ def prefetch_home(ranges: Iterable[tuple[str, int, int | None]], size: float,
     if len(rows) > budget:
         return None
     for row in rows:
-        grouped.setdefault(wanted[row[-1]], []).append(_as_event(row[:-1]))
+        grouped.setdefault(wanted[row[-1]], []).append(as_event(row[:-1]))
     return grouped
 
 
@@ -254,12 +281,13 @@ def read_timelines(job_ids: Sequence[str]) -> dict[str, dict[int, list[Timeline]
     return found
 
 
-def chunk_lanes(job: str, k: int) -> list[list[Any]] | None:
-    """The rank lanes stored with chunk ``k`` of ``job`` (``None``: no such chunk)."""
+def chunk_lanes(job: str, ks: Sequence[int]) -> dict[int, list[list[Any]]]:
+    """The rank lanes stored with the chunks ``ks`` of ``job``, per chunk (one query; a
+    chunk not stored is left out)."""
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT lanes FROM {CHUNKS} WHERE job = %s AND chunk = %s", [job, k])
-        row = cursor.fetchone()
-    return None if row is None else list(_loads(row[0]))
+        cursor.execute(f"SELECT chunk, lanes FROM {CHUNKS} WHERE job = %s AND chunk = ANY(%s)",
+                       [job, list(ks)])
+        return {int(k): list(_loads(raw)) for k, raw in cursor.fetchall()}
 
 
 def chunk_index(job: str) -> list[int]:

@@ -203,8 +203,9 @@ def test_a_new_minute_recomputes_only_the_chunk_it_lands_in() -> None:
 
 def test_a_late_event_days_back_recomputes_what_it_changes() -> None:
     """A heartbeat arriving late in an old chunk changes no carry and no window: only its
-    chunk is recomputed. A late train span that raises the high-water mark recomputes the
-    chunks its mark reaches (here none further: the steps grow by themselves)."""
+    chunk is recomputed. A late train span that raises the high-water mark past every step
+    recomputes its chunk and every later one (each starts from the mark); one that stays
+    below the steps that follow changes no later chunk's mark and recomputes its own."""
     events = _steady_job(6 * 60)
     store = _Store(3600.0, group_events=100)
     store.refresh(store.add(events))
@@ -215,3 +216,19 @@ def test_a_late_event_days_back_recomputes_what_it_changes() -> None:
     assert got is not None
     assert_equal_to_engine(got, [*events, beat])
     assert written == [chunk_of(old, 3600.0)]
+    modest = validate_event({"v": 1, "id": "modest", "job": "j", "attempt": 0, "kind": "span",
+                             "phase": "train", "start": old, "end": old + 1.0, "rank": 9,
+                             "step_start": 0, "step_end": 20})
+    got, written = store.refresh(store.add([modest]))
+    assert got is not None
+    assert_equal_to_engine(got, [*events, beat, modest])
+    assert written == [chunk_of(old, 3600.0)]
+    huge = validate_event({"v": 1, "id": "huge", "job": "j", "attempt": 0, "kind": "span",
+                           "phase": "train", "start": old, "end": old + 1.0, "rank": 9,
+                           "step_start": 0, "step_end": 10**9})
+    got, written = store.refresh(store.add([huge]))
+    assert got is not None
+    assert_equal_to_engine(got, [*events, beat, modest, huge])
+    last = chunk_of(home_time(events[-1]), 3600.0)
+    assert written == list(range(chunk_of(old, 3600.0), last + 1))
+    assert got.attribution.repeated_steps > 0

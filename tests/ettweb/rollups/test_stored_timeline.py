@@ -41,8 +41,8 @@ def _store(timeline: Timeline) -> None:
 def _lanes(job: str) -> list[tuple[Any, ...]]:
     """Every stored lane of the job, chunk by chunk: (attempt, ranks, count, bin, runs)."""
     return [(attempt, ranks, count, bin_s, [tuple(r) for r in runs])
-            for k in chunked.chunk_index(job)
-            for attempt, _, ranks, count, bin_s, runs in chunked.chunk_lanes(job, k) or []]
+            for k, lanes in sorted(chunked.chunk_lanes(job, chunked.chunk_index(job)).items())
+            for attempt, _, ranks, count, bin_s, runs in lanes]
 
 
 def _stored(job: str) -> dict[str, Any]:
@@ -114,8 +114,9 @@ def test_a_large_job_keeps_lanes_per_quarter_hour_and_one_bounded_timeline(
     monkeypatch.setattr(chunks, "GROUP_EVENTS", 10)
     _store(_three_hours("long"))
     assert chunked.chunk_index("long") == list(range(12))
+    stored = chunked.chunk_lanes("long", range(12))
     for k in range(12):
-        lanes = chunked.chunk_lanes("long", k) or []
+        lanes = stored[k]
         assert len(lanes) == 1
         runs = lanes[0][5]
         assert runs[0][1] >= k * 900.0 and runs[-1][2] <= (k + 1) * 900.0
