@@ -1,18 +1,29 @@
 """``python -m bench.lifecycle``: what the lifecycle optimizations buy, measured by ETT itself.
 
 Runs the reference trainer (``python -m trainer``) on one plan — same steps, same failure
-schedule (crashes at ~30% and ~70% of the steps) — once per profile (``baseline``,
-``optimized``) and, for the ablation, once per optimization alone. Every number comes from
+schedule (crashes at ~30% and ~70% of the steps) — for each profile (``baseline``,
+``optimized``), **interleaved and repeated** (``--repeats 2``: baseline, optimized, optimized,
+baseline), so that a machine whose load drifts during the hour moves both profiles alike. Why:
+one run per profile cannot tell an effect from the machine's mood (measured on 2026-12-01: the
+same command gave +20.5% and +12.5%). Every optimized run shares one compile store
+(trainer.compile_store), emptied when the benchmark starts, and before the repetitions one
+more optimized run — the first job of the model, against the empty store — fills it: the
+benchmark shows that cold-store job and the warm-store jobs after it. Every number comes from
 the events those runs spooled through the Reporter, fed to the offline report
-(``python -m ettweb.attribution``): the same numbers the dashboard shows. Prints a table per
-profile, the ablation (each optimization's own component against a control: the baseline and
-every run whose switch leaves that component alone), and as its
-last line one JSON object with both ETT% and their ratio.
+(``python -m ettweb.attribution``): the same numbers the dashboard shows.
 
-``--quick`` is a small plan (a few minutes on 2 cores; the ablation is off unless asked for);
-``--plan-only`` prints the plan and the commands and runs nothing; ``--resume`` reuses the
-runs an interrupted invocation finished (same command, same work dir) and runs the rest —
-the default plan with its ablation takes two to three hours on 2 cores. ``--device`` is passed to
+Prints every run (its ETT%, wall time, time to start, compile seconds and the load average
+while it ran), each profile's median run in full, and per profile the median ETT% and its
+min-max over the interleaved runs (the cold-store run is shown beside them, not in them: it
+is what the first job of a model pays, once per model and torch version); a gain is called
+only when the ranges do not overlap. The last line is one JSON
+object: the medians, their ratio, the ranges, each run and the verdict. ``--ablation`` adds one
+run per optimization alone (each against a control: the baseline and every run whose switch
+leaves that component alone); it takes another two hours on 2 cores.
+
+``--quick`` is a small plan, one run per profile (a few minutes on 2 cores); ``--plan-only``
+prints the plan and the commands and runs nothing; ``--resume`` reuses the runs an interrupted
+invocation finished (same command, same work dir) and runs the rest. ``--device`` is passed to
 every run (``cuda``: the trainer's hybrid placement, tables on CPU and dense part on the GPU).
 """
 
@@ -22,14 +33,16 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from trainer import launch
+from trainer import compile_store, launch
 from trainer.config import DEVICES, OPTIMIZATIONS, resolve_device
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,8 +122,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.error = fail  # type: ignore[method-assign]  # one line, no usage dump
     parser.add_argument("--quick", action="store_true", help="the small plan")
     parser.add_argument("--steps", type=int, default=None, help="override the plan's steps")
-    parser.add_argument("--ablation", action=argparse.BooleanOptionalAction, default=None,
-                        help="run each optimization alone too (default: on, off with --quick)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="runs of each profile, interleaved in pairs of alternating order "
+                             "(default: 2, 1 with --quick)")
+    parser.add_argument("--cold-store-run", action=argparse.BooleanOptionalAction,
+                        default=None,
+                        help="first, one optimized run against the emptied compile store (the "
+                             "first job of the model), which fills it for the runs after it; "
+                             "shown and counted with the optimized runs (default: on when "
+                             "--repeats is 2 or more)")
+    parser.add_argument("--ablation", action=argparse.BooleanOptionalAction, default=False,
+                        help="also run each optimization alone (about two more hours on 2 "
+                             "cores; default: off)")
     parser.add_argument("--only", default=None, metavar="A,B",
                         help="ablation: only these optimizations")
     parser.add_argument("--nproc-per-node", type=int, default=1, help="ranks per run")
@@ -129,6 +152,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.steps is not None and args.steps < 10:
         fail(f"--steps {args.steps}: at least 10 (failures go at 30% and 70%)")
+    if args.repeats is None:
+        args.repeats = 1 if args.quick else 2
+    if args.repeats < 1:
+        fail(f"--repeats {args.repeats}: must be at least 1")
+    if args.cold_store_run is None:
+        args.cold_store_run = args.repeats >= 2
     if args.nproc_per_node < 1:
         fail(f"--nproc-per-node {args.nproc_per_node}: must be at least 1")
     only = tuple(x.strip() for x in (args.only or "").split(",") if x.strip())
@@ -152,18 +181,39 @@ def build_plan(args: argparse.Namespace) -> Plan:
     return Plan(**{**asdict(plan), **changes})
 
 
-def runs_of(plan: Plan, ablation: bool, only: tuple[str, ...]) -> list[tuple[str, list[str]]]:
-    """(run name, extra trainer flags) for every run of the benchmark, baseline first."""
-    runs = [("baseline", ["--profile", "baseline"]), ("optimized", ["--profile", "optimized"])]
+def runs_of(plan: Plan, repeats: int, cold_store_run: bool, ablation: bool,
+            only: tuple[str, ...]) -> list[tuple[str, list[str]]]:
+    """(run name, extra trainer flags) for every run of the benchmark, in the order they run.
+
+    The optional cold-store run comes first (the first job of the model fills the store); then
+    the profiles in pairs whose order alternates (baseline, optimized, optimized, baseline,
+    ...), so that a drift of the machine's load falls on both profiles alike; the ablation
+    last.
+    """
+    profiles = {"baseline": ["--profile", "baseline"], "optimized": ["--profile", "optimized"]}
+    runs = [(COLD_RUN, profiles["optimized"])] if cold_store_run else []
+    for i in range(1, repeats + 1):
+        order = ("baseline", "optimized") if i % 2 else ("optimized", "baseline")
+        runs += [(f"{profile}-{i}", profiles[profile]) for profile in order]
     if ablation:
         runs += [(f"only-{name}", ["--opt", name]) for name in only]
     return runs
+
+
+COLD_RUN = "optimized-cold"
+STORE = "compile-store"
+
+
+def profile_of(name: str) -> str:
+    """``baseline-2`` -> ``baseline``; ``optimized-cold`` -> ``optimized``; ``only-X`` stays."""
+    return name if name.startswith("only-") else name.split("-", 1)[0]
 
 
 def command(plan: Plan, name: str, extra: list[str], work: Path) -> list[str]:
     return [sys.executable, "-m", "trainer", "--job", f"lifecycle-{plan.name}-{name}",
             "--spool-dir", str(work / name / "spool"),
             "--checkpoint-dir", str(work / name / "checkpoints"),
+            "--compile-store", str(work / STORE),
             *plan.trainer_flags(), *extra]
 
 
@@ -171,32 +221,72 @@ REPORT = "report.json"
 
 
 def finished_run(plan: Plan, name: str, extra: list[str], work: Path) -> dict[str, Any] | None:
-    """The report a previous invocation kept for this run, if it ran the very same command."""
+    """The record a previous invocation kept for this run, if it ran the very same command."""
     try:
         kept = json.loads((work / name / REPORT).read_text())
     except (OSError, ValueError):
         return None
     if kept.get("command") != command(plan, name, extra, work):
         return None
-    job: dict[str, Any] = kept["job"]
-    return job
+    return {"job": kept["job"], "load_average": kept.get("load_average"),
+            "store": kept.get("store", "none")}
+
+
+class LoadSampler:
+    """The 1-minute load average, sampled every few seconds while a run runs: the machine's
+    mood during that run, printed beside its ETT%."""
+
+    def __init__(self, every_s: float = 5.0) -> None:
+        self.every_s = every_s
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while True:
+            self.samples.append(os.getloadavg()[0])
+            if self._stop.wait(self.every_s):
+                return
+
+    def __enter__(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def mean(self) -> float:
+        return round(statistics.fmean(self.samples), 2) if self.samples else 0.0
+
+
+def store_state(work: Path, extra: list[str]) -> str:
+    """``cold`` / ``warm``: whether the compile store held an entry when a run that uses it
+    started (``none``: the run's switches leave the store alone)."""
+    uses = "optimized" in extra or "compile_cache" in extra
+    if not uses:
+        return "none"
+    return "warm" if any((work / STORE).glob("*.tar")) else "cold"
 
 
 def run_one(plan: Plan, name: str, extra: list[str], work: Path) -> dict[str, Any]:
     """One supervised job, then its offline report (ETT_SPEC §5) entry, kept for ``--resume``."""
     shutil.rmtree(work / name, ignore_errors=True)
     env = {key: value for key, value in os.environ.items()
-           if key not in ("TORCHINDUCTOR_CACHE_DIR", "TORCH_COMPILE_JOB_ID")}
+           if key not in ("TORCHINDUCTOR_CACHE_DIR", "TORCH_COMPILE_JOB_ID",
+                          compile_store.STORE_ENV)}
+    store = store_state(work, extra)
     started = time.monotonic()
     log = (work / f"{name}.log")
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as out:
+    with log.open("w") as out, LoadSampler() as load:
         code = subprocess.call(command(plan, name, extra, work), cwd=REPO, env=env,
                                stdout=out, stderr=subprocess.STDOUT)
+        if code == 0:
+            wait_for_publish(work / name / "checkpoints", plan.steps)
     if code != 0:
         raise SystemExit(f"bench.lifecycle: run {name} exited {code}; see {log}")
-    wait_for_publish(work / name / "checkpoints", plan.steps)
-    print(f"  {name}: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     spool = sorted(str(p) for p in (work / name / "spool").glob("*.jsonl"))
     report = json.loads(subprocess.run(
         [sys.executable, "-m", "ettweb.attribution", *spool], cwd=REPO, check=True,
@@ -204,9 +294,12 @@ def run_one(plan: Plan, name: str, extra: list[str], work: Path) -> dict[str, An
     if report["rejected"]:
         raise SystemExit(f"bench.lifecycle: {name}: rejected events {report['rejected'][:3]}")
     (job,) = report["jobs"]
+    print(f"  {name}: {time.monotonic() - started:.0f} s, ETT {job['ett_pct']:.2f}%, "
+          f"store {store}, load {load.mean}", file=sys.stderr, flush=True)
+    record = {"job": dict(job), "load_average": load.mean, "store": store}
     (work / name / REPORT).write_text(json.dumps(
-        {"command": command(plan, name, extra, work), "job": job}))
-    return dict(job)
+        {"command": command(plan, name, extra, work), **record}))
+    return record
 
 
 def wait_for_publish(checkpoints: Path, steps: int) -> None:
@@ -315,29 +408,133 @@ def ablation_table(baseline: dict[str, Any], results: dict[str, dict[str, Any]],
     return lines
 
 
-def summary(baseline: dict[str, Any], optimized: dict[str, Any], plan: Plan,
-            alone: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    base, best = baseline["ett_pct"], optimized["ett_pct"]
+@dataclass(frozen=True)
+class ProfileRuns:
+    """Every run of one profile: the median, the range, and the run to show in full."""
+
+    profile: str
+    names: tuple[str, ...]
+    ett_pct: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return round(statistics.median(self.ett_pct), 2)
+
+    @property
+    def low(self) -> float:
+        return min(self.ett_pct)
+
+    @property
+    def high(self) -> float:
+        return max(self.ett_pct)
+
+    @property
+    def median_run(self) -> str:
+        """The run whose ETT% is the (lower) median: the one whose components are printed."""
+        value = statistics.median_low(self.ett_pct)
+        return self.names[self.ett_pct.index(value)]
+
+
+def profile_runs(profile: str, results: dict[str, dict[str, Any]]) -> ProfileRuns:
+    """The interleaved runs of ``profile``. The cold-store run is left out and shown on its
+    own: it answers another question (what the first job of a model pays, once per model and
+    torch version), and in the headline it would stand for every later job of the fleet."""
+    names = tuple(name for name in results
+                  if profile_of(name) == profile and name != COLD_RUN)
+    return ProfileRuns(profile, names, tuple(results[n]["job"]["ett_pct"] for n in names))
+
+
+def verdict(baseline: ProfileRuns, optimized: ProfileRuns) -> str:
+    """``gain`` only when every optimized run beats every baseline run: overlapping ranges
+    cannot tell an effect from the machine's mood, and one run per profile has no range."""
+    if len(baseline.names) < 2 or len(optimized.names) < 2:
+        return "no call: one run of a profile has no range (--repeats 2 or more)"
+    if optimized.low > baseline.high:
+        return "gain"
+    if optimized.high < baseline.low:
+        return "loss"
+    return "no call: the ranges overlap"
+
+
+def runs_table(results: dict[str, dict[str, Any]]) -> list[str]:
+    lines = ["== runs, in the order they ran",
+             f"  {'run':<16} {'store':>6} {'ETT%':>7} {'wall s':>8} {'start s':>8} "
+             f"{'pt2 s':>7} {'repeat':>7} {'load':>5}"]
+    for name, run in results.items():
+        job = run["job"]
+        pt2 = job["lost_by_component_s"].get("pt2_compiler", 0.0)
+        lines.append(f"  {name:<16} {run['store']:>6} {job['ett_pct']:7.2f} "
+                     f"{job['wall_s']:8.1f} {job['time_to_start_s']:8.1f} {pt2:7.1f} "
+                     f"{job['repeated_steps']:7d} {run['load_average'] or 0:5.2f}")
+    return lines
+
+
+def run_summary(name: str, run: dict[str, Any]) -> dict[str, Any]:
+    job = run["job"]
+    return {"name": name, "profile": profile_of(name), "store": run["store"],
+            "ett_pct": job["ett_pct"], "wall_s": round(job["wall_s"], 1),
+            "time_to_start_s": round(job["time_to_start_s"], 1),
+            "pt2_compiler_s": round(job["lost_by_component_s"].get("pt2_compiler", 0.0), 1),
+            "lost_by_component_s": {k: round(v, 2) for k, v in
+                                    sorted(job["lost_by_component_s"].items())},
+            "load_average": run["load_average"]}
+
+
+def summary(results: dict[str, dict[str, Any]], plan: Plan) -> dict[str, Any]:
+    baseline, optimized = profile_runs("baseline", results), profile_runs("optimized", results)
+    base, best = baseline.median, optimized.median
+    alone = {n.removeprefix("only-"): run["job"] for n, run in results.items()
+             if n.startswith("only-")}
+    walls = {p.profile: statistics.median(results[n]["job"]["wall_s"] for n in p.names)
+             for p in (baseline, optimized)}
     return {"plan": plan.name, "device": plan.device, "steps": plan.steps,
             "fail_at_steps": list(plan.fail_at_steps),
+            "order": list(results),
             "baseline_ett_pct": base, "optimized_ett_pct": best,
+            "baseline_range": [baseline.low, baseline.high],
+            "optimized_range": [optimized.low, optimized.high],
             "ratio": round(best / base, 4) if base else None,
             "relative_gain_pct": round(100 * (best / base - 1), 2) if base else None,
             "points": round(best - base, 2),
+            "verdict": verdict(baseline, optimized),
             # ETT% counts a slower step as more productive time: the wall time of the same work
             # (same steps, same failures) says whether the job really finished sooner.
-            "baseline_wall_s": round(baseline["wall_s"], 1),
-            "optimized_wall_s": round(optimized["wall_s"], 1),
-            "ablation": {row.opt: row.verdict for row in ablation_rows(baseline, alone or {})},
+            "baseline_wall_s": round(walls["baseline"], 1),
+            "optimized_wall_s": round(walls["optimized"], 1),
+            "cold_store_ett_pct": results[COLD_RUN]["job"]["ett_pct"] if COLD_RUN in results
+            else None,
+            "runs": [run_summary(n, run) for n, run in results.items()],
+            "ablation": {row.opt: row.verdict for row in
+                         ablation_rows(results[baseline.median_run]["job"], alone)},
             "load_average": list(os.getloadavg())}
+
+
+def summary_lines(result: dict[str, Any]) -> list[str]:
+    lines = ["== summary (ETT%: median, min-max over the interleaved runs of each profile)"]
+    for profile in ("baseline", "optimized"):
+        low, high = result[f"{profile}_range"]
+        lines.append(f"  {profile:<10} median {result[f'{profile}_ett_pct']:6.2f}   "
+                     f"range {low:.2f}-{high:.2f}   median wall {result[f'{profile}_wall_s']} s")
+    lines.append(f"  ratio of medians {result['ratio']} ({result['relative_gain_pct']:+.2f}%, "
+                 f"{result['points']:+.2f} points): {result['verdict']}")
+    cold = [r for r in result["runs"] if r["store"] == "cold"]
+    warm = [r for r in result["runs"] if r["store"] == "warm" and r["profile"] == "optimized"]
+    if cold and warm:
+        lines.append(f"  compile store: the first job of the model (cold store) "
+                     f"{cold[0]['ett_pct']}%, starts in {cold[0]['time_to_start_s']} s, "
+                     "pt2_compiler "
+                     f"{cold[0]['pt2_compiler_s']} s; the next ones (warm store, median) "
+                     f"{statistics.median(r['ett_pct'] for r in warm):.2f}%, start in "
+                     f"{statistics.median(r['time_to_start_s'] for r in warm):.1f} s, "
+                     f"pt2_compiler {statistics.median(r['pt2_compiler_s'] for r in warm):.1f} s")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     plan = build_plan(args)
-    ablation = (not args.quick) if args.ablation is None else args.ablation
     work = Path(args.work_dir).absolute()
-    runs = runs_of(plan, ablation, args.only)
+    runs = runs_of(plan, args.repeats, args.cold_store_run, args.ablation, args.only)
     for name, extra in runs:  # an impossible plan stops here, before any run starts
         launch.parse(command(plan, name, extra, work)[3:])
     if args.plan_only:
@@ -345,19 +542,28 @@ def main(argv: list[str] | None = None) -> int:
                           "runs": [{"name": n, "command": command(plan, n, e, work)}
                                    for n, e in runs]}))
         return 0
+    if not args.resume:  # the first job of the model finds the store empty
+        shutil.rmtree(work / STORE, ignore_errors=True)
     results = {}
-    for name, extra in runs:
+    for number, (name, extra) in enumerate(runs, 1):
         kept = finished_run(plan, name, extra, work) if args.resume else None
         if kept is not None:
             print(f"  {name}: reused from {work / name / REPORT}", file=sys.stderr, flush=True)
+        else:
+            print(f"[{number}/{len(runs)}] {name} ...", file=sys.stderr, flush=True)
         results[name] = kept if kept is not None else run_one(plan, name, extra, work)
-    lines = profile_table("baseline", results["baseline"]) + \
-        profile_table("optimized", results["optimized"])
-    alone = {n.removeprefix("only-"): job for n, job in results.items() if n.startswith("only-")}
+    result = summary(results, plan)
+    lines = runs_table(results)
+    for profile in (profile_runs("baseline", results), profile_runs("optimized", results)):
+        lines += profile_table(f"{profile.profile}: its median run, {profile.median_run}",
+                               results[profile.median_run]["job"])
+    alone = {n.removeprefix("only-"): run["job"] for n, run in results.items()
+             if n.startswith("only-")}
     if alone:
-        lines += ablation_table(results["baseline"], alone, plan.device)
-    final = json.dumps(summary(results["baseline"], results["optimized"], plan, alone))
-    text = "\n".join([*lines, final])
+        median_baseline = profile_runs("baseline", results).median_run
+        lines += ablation_table(results[median_baseline]["job"], alone, plan.device)
+    lines += summary_lines(result)
+    text = "\n".join([*lines, json.dumps(result)])
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text + "\n")

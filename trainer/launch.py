@@ -15,14 +15,16 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from collector.reporter import Reporter
-from trainer import warmup
+from trainer import compile_store, warmup
 from trainer.config import (
     LAUNCH_TS_ENV,
     SUPERVISED_ENV,
@@ -54,6 +56,7 @@ class SupervisorOptions:
     cluster: str | None
     compile_cache_dir: str | None
     restarts_by: str = "supervisor"
+    compile_store: str | None = None
 
 
 class Cancelled(Exception):
@@ -91,6 +94,15 @@ def build_parser() -> OneLineParser:
                      help="inductor cache for every attempt (default: $TORCHINDUCTOR_CACHE_DIR; "
                           f"else <checkpoint-dir>/{COMPILE_CACHE_FOLDER} with --opt "
                           "compile_cache, or a fresh folder per attempt without it)")
+    sup.add_argument("--compile-store", default=None, metavar="DIR",
+                     help="with --opt compile_cache: the compile caches shared across jobs; a "
+                          "new job of the same model, config, torch version, device and world "
+                          "size starts from its entry, and an attempt that compiled something "
+                          "new publishes to it (default: $" + compile_store.STORE_ENV + ", else "
+                          "<checkpoint-dir>/../" + compile_store.STORE_FOLDER + "; not used with "
+                          "--compile-cache-dir, which is already shared)")
+    sup.add_argument("--no-compile-store", action="store_true",
+                     help="keep the job's compile caches to itself")
     return parser
 
 
@@ -106,8 +118,20 @@ def parse(argv: list[str] | None = None) -> tuple[TrainConfig, SupervisorOptions
     options = SupervisorOptions(args.nproc_per_node, args.restart_delay, args.max_restarts,
                                 args.team, args.cluster,
                                 str(Path(cache).absolute()) if cache else None,
-                                args.restarts_by)
+                                args.restarts_by, store_folder(args, cfg))
     return cfg, options
+
+
+def store_folder(args: argparse.Namespace, cfg: TrainConfig) -> str | None:
+    """The shared compile store this job uses, or None: only a job whose caches are its own
+    (``compile_cache``, no operator folder) has anything to fetch or share."""
+    if args.no_compile_store or not cfg.compile or "compile_cache" not in cfg.opts:
+        return None
+    if args.compile_cache_dir or os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        return None
+    folder = (args.compile_store or os.environ.get(compile_store.STORE_ENV)
+              or Path(cfg.checkpoint_dir).parent / compile_store.STORE_FOLDER)
+    return str(Path(folder).absolute())
 
 
 class Supervisor:
@@ -116,11 +140,19 @@ class Supervisor:
     def __init__(self, cfg: TrainConfig, options: SupervisorOptions) -> None:
         self.cfg = cfg
         self.options = options
+        self.store = StoreSync(cfg, options, self.say) if options.compile_store else None
 
     def run(self) -> int:
         """Returns the process exit status: 0 completed, 1 failed, 130 cancelled."""
-        if self.options.restarts_by == "torchrun":
-            return self.run_under_torchrun()
+        try:
+            if self.options.restarts_by == "torchrun":
+                return self.run_under_torchrun()
+            return self.run_attempts()
+        finally:
+            if self.store is not None:
+                self.store.wait()  # a job's last publish finishes before the supervisor exits
+
+    def run_attempts(self) -> int:
         attempt = 0
         while True:
             status = self.run_attempt(attempt)
@@ -146,6 +178,8 @@ class Supervisor:
                             heartbeat_s=0)  # liveness comes from the trainer, which knows steps
         try:
             reporter.attempt_start(gpus=self.options.nproc_per_node, **self._attempt_attrs())
+            if self.store is not None:
+                self.store.fetch(self.compile_cache(attempt), reporter)
             self.say(f"attempt {attempt} starting: {' '.join(self.command())}")
             env = self.child_env(attempt)
             warm_up = self._start_warm_up(attempt, env)
@@ -155,6 +189,8 @@ class Supervisor:
                 _reap_warm_up(warm_up)
             reporter.attempt_end(status, **detail)
             self.say(f"attempt {attempt} {status} (exit code {detail['exit_code']})")
+            if self.store is not None:
+                self.store.publish_soon(self.compile_cache(attempt))
             return status
         finally:
             reporter.shutdown()
@@ -169,6 +205,8 @@ class Supervisor:
         host, whose folders survive.
         """
         env = self.child_env(0, supervised=False)
+        if self.store is not None:
+            self.store.fetch(self.compile_cache(0), None)
         self.say(f"torchrun restarts failed attempts (up to {self.options.max_restarts}): "
                  f"{' '.join(self.command())}")
         child = subprocess.Popen(self.command(), env=env, start_new_session=True)
@@ -179,6 +217,8 @@ class Supervisor:
             return EXIT_CANCELLED
         finally:
             self._drop_fresh_cache(0)
+            if self.store is not None:
+                self.store.publish_soon(self.compile_cache(0))
         self.say("torchrun: " + ("completed" if code == 0 else f"failed (exit code {code})"))
         return 0 if code == 0 else 1
 
@@ -195,8 +235,16 @@ class Supervisor:
         """``init_overlap``: the compile warm-up process (trainer.warmup), started before the
         trainer so that its torch import overlaps the trainer's; the trainer finds its lock
         file in the environment and waits for it before compiling. One per attempt, shared by
-        all ranks of this node (they compile the same graphs into the same cache)."""
+        all ranks of this node (they compile the same graphs into the same cache).
+
+        Not when the attempt's cache already holds artifacts (a restart with ``compile_cache``,
+        or a job the compile store filled): the trainer's own compile then hits the cache, and
+        a warm-up would only make it wait (measured: 3.3 s of blocking wait a warm attempt, for
+        a compile that hit the cache in 2.2 s anyway; Dynamo's tracing is per process).
+        """
         if not (self.cfg.compile and "init_overlap" in self.cfg.opts):
+            return None
+        if compile_store.has_artifacts(self.compile_cache(attempt)):
             return None
         lock = self.compile_cache(attempt) / f"warm-up-attempt-{attempt}.lock"
         env[warmup.WARM_UP_ENV] = str(lock)
@@ -236,7 +284,9 @@ class Supervisor:
 
         Why the cache settings: inductor's default cache is under /tmp, which a rescheduled
         container loses; a kept folder turns the restart's compile from ~30 s into ~3 s on CPU,
-        and TORCH_COMPILE_JOB_ID lets PT2 reuse its saved shape profiles (PYTORCH_NOTES).
+        and TORCH_COMPILE_JOB_ID lets PT2 reuse its saved shape profiles (PYTORCH_NOTES): the
+        job's name, or with the compile store its artifact key, so the next job of the model
+        finds them too.
         """
         env = dict(os.environ)
         env.update({"ETT_SPOOL_DIR": self.cfg.spool_dir,
@@ -244,7 +294,9 @@ class Supervisor:
         if supervised:
             env.update({"ETT_ATTEMPT": str(attempt), SUPERVISED_ENV: "1",
                         LAUNCH_TS_ENV: repr(time.time())})
-        if self.options.compile_cache_dir or "compile_cache" in self.cfg.opts:
+        if self.store is not None:  # the saved shape profiles travel with the store's entry
+            env["TORCH_COMPILE_JOB_ID"] = f"ett-{compile_store.key_digest(self.store.key)}"
+        elif self.options.compile_cache_dir or "compile_cache" in self.cfg.opts:
             env["TORCH_COMPILE_JOB_ID"] = self.cfg.job
         return env
 
@@ -270,6 +322,67 @@ class Supervisor:
 
     def say(self, message: str) -> None:
         print(f"[{self.cfg.job} supervisor] {message}", file=sys.stderr, flush=True)
+
+
+class StoreSync:
+    """One job's side of the shared compile store (trainer.compile_store).
+
+    Before an attempt whose cache folder is still empty (a new job), the entry for this job's
+    artifact key is unpacked into it, reported as a blocking ``compile`` span (stage
+    ``store_fetch``: the seconds belong to pt2_compiler). After an attempt, what it compiled is
+    published in a background thread, so neither the restart nor the job's end waits for the
+    tar; the next fetch or publish, and the supervisor's exit, wait for it.
+    """
+
+    def __init__(self, cfg: TrainConfig, options: SupervisorOptions,
+                 say: Callable[[str], None]) -> None:
+        assert options.compile_store is not None
+        self.store = compile_store.CompileStore(Path(options.compile_store))
+        self.cfg = cfg
+        self.world_size = options.nproc_per_node
+        self.say = say
+        self._key: dict[str, Any] | None = None
+        self._known: dict[str, list[int]] = {}
+        self._publishing: threading.Thread | None = None
+
+    @property
+    def key(self) -> dict[str, Any]:
+        if self._key is None:  # nvidia-smi on a GPU: asked once, when first needed
+            self._key = compile_store.artifact_key(self.cfg, self.world_size)
+        return self._key
+
+    def fetch(self, cache: Path, reporter: Reporter | None) -> None:
+        """Fill an empty ``cache`` from the store; ``reporter`` reports the span (None under
+        torchrun's restarts, where no attempt is marked by this process yet)."""
+        self.wait()
+        if compile_store.has_artifacts(cache):
+            return
+        start = time.time()
+        outcome, self._known = self.store.fetch(self.key, cache)
+        if reporter is not None:
+            reporter.span("compile", start, max(time.time(), start),
+                          attrs={"stage": "store_fetch", **outcome.attrs()})
+        entry = self.store.entry(self.key)
+        if outcome.status == "damaged":
+            self.say(f"compile store entry skipped, compiling without it: {outcome.reason}")
+        else:
+            self.say(f"compile store {entry}: {outcome.describe()}")
+
+    def publish_soon(self, cache: Path) -> None:
+        self.wait()
+
+        def publish() -> None:
+            outcome, self._known = self.store.publish(self.key, cache, self._known)
+            if outcome.status != "unchanged":
+                self.say(f"compile store {self.store.entry(self.key)}: {outcome.describe()}")
+
+        self._publishing = threading.Thread(target=publish, name="compile-store-publish")
+        self._publishing.start()
+
+    def wait(self) -> None:
+        if self._publishing is not None:
+            self._publishing.join()
+            self._publishing = None
 
 
 def _reap_warm_up(warm_up: subprocess.Popen[bytes] | None) -> None:

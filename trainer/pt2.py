@@ -12,10 +12,12 @@ and misses of that compilation in the span's ``attrs``.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -109,6 +111,47 @@ def compile_arches(arches: list[nn.Module], *, dynamic_batch: bool,
         arch.forward = torch.compile(arch.forward, options=options or None)
         if dynamic_batch:
             arch.register_forward_pre_hook(mark_batch_dynamic, with_kwargs=True)
+
+
+#: The mega-cache artifacts in a cache folder (trainer.compile_store.MEGA_CACHE_FILE; not
+#: imported from there so that this module does not need the store's).
+MEGA_CACHE_FILE = "mega-cache.bin"
+
+
+def load_mega_cache(folder: Path) -> str:
+    """Load the portable mega-cache kept in ``folder``, if any; says what happened.
+
+    Why on a GPU only: the mega-cache bundles Inductor, AOTAutograd, PGO, autotune and Triton
+    kernel artifacts, but on CPU it leaves out the built C++ kernels (PYTORCH_NOTES), so there
+    the whole cache folder is what travels. A file that does not load is reported and
+    ignored: the compile then runs cold, never fails.
+    """
+    path = folder / MEGA_CACHE_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return "absent"
+    except OSError as exc:
+        return f"unreadable: {exc}"[:120]
+    try:
+        torch.compiler.load_cache_artifacts(data)
+    except Exception as exc:  # a damaged artifact must cost a cold compile, not the job
+        return f"skipped: {type(exc).__name__}: {exc}"[:120]
+    return f"loaded {len(data)} bytes"
+
+
+def save_mega_cache(folder: Path) -> int:
+    """Write this process's compile artifacts as the mega-cache in ``folder`` (atomically:
+    a rank reading it never sees half); returns its size (0: nothing to save)."""
+    saved = torch.compiler.save_cache_artifacts()
+    if saved is None:
+        return 0
+    data, _ = saved
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f"{MEGA_CACHE_FILE}.{os.getpid()}.tmp"
+    tmp.write_bytes(data)
+    tmp.replace(folder / MEGA_CACHE_FILE)
+    return len(data)
 
 
 def is_recompile(compile_id: str) -> bool:

@@ -43,6 +43,7 @@ from torchrec.optim.keyed import CombinedOptimizer
 from collector.reporter import Reporter, TrainTracker
 from trainer import checkpoint, plan_cache, publish, recovery, warmup
 from trainer.checkpoint import Checkpointer
+from trainer.compile_store import has_artifacts
 from trainer.config import LAUNCH_TS_ENV, SUPERVISED_ENV, TrainConfig, parse_train_config
 from trainer.data import StepLoader, SyntheticClicks
 from trainer.model import (
@@ -60,7 +61,13 @@ from trainer.model import (
     sharders,
     table_init_deferrable,
 )
-from trainer.pt2 import CompileWatch, compile_arches, inductor_options
+from trainer.pt2 import (
+    CompileWatch,
+    compile_arches,
+    inductor_options,
+    load_mega_cache,
+    save_mega_cache,
+)
 
 EXIT_SIMULATED_FAILURE = 1
 EXIT_INTERRUPTED = 130
@@ -99,6 +106,7 @@ class Trainer:
         default_factory=lambda: deque(maxlen=STEP_TIMES_KEPT))
     _last_beat: float = field(default_factory=time.monotonic)
     _last_log: tuple[float, int] = (0.0, 0)
+    _mega_cache_saved: bool = False
 
     def train_step(self, batch: Batch, tracker: TrainTracker) -> float:
         """One optimizer step; the embedding optimizer runs fused inside ``backward``.
@@ -115,6 +123,17 @@ class Trainer:
             return float(loss.item())
         finally:
             self.watch.tracker = None
+
+    def save_mega_cache(self) -> None:
+        """After the first step that compiled (a GPU attempt with ``compile_cache``): keep the
+        mega-cache in the cache folder, so a restart and, through the compile store, the next
+        job of this model load it. Rank 0 writes it; a ``compile`` span holds the seconds."""
+        self._mega_cache_saved = True
+        folder = mega_cache_folder(self.cfg)
+        if folder is None or self.rank != 0:
+            return
+        with self.reporter.phase("compile", stage="mega_cache_save") as span:
+            span.attrs["bytes"] = save_mega_cache(folder)
 
     def crash_if_due(self) -> None:
         if self.cfg.fail_step_of(self.reporter.attempt) == self.step:
@@ -134,6 +153,9 @@ class Trainer:
                 began = time.monotonic()
                 writing = self.checkpointer.writing
                 loss = self.train_step(self.loader.next_batch(), tracker)
+                if self.watch.compilations and not self._mega_cache_saved:
+                    with tracker.paused():
+                        self.save_mega_cache()
                 self.step += 1
                 tracker.advance(self.step)
                 times = self._writing_step_times if writing else self._step_times
@@ -451,6 +473,8 @@ def build_trainer(cfg: TrainConfig, reporter: Reporter, rank: int, world_size: i
         with reporter.phase("compile", stage="setup") as span:
             if compile_warm_up is not None:
                 span.attrs["warm_up"] = compile_warm_up.wait()[:120]
+            if (mega_cache := mega_cache_folder(cfg)) is not None:
+                span.attrs["mega_cache"] = load_mega_cache(mega_cache)
             compile_arches(dense_arches(dlrm_of(dmp)), dynamic_batch=cfg.has("dynamic_shapes"),
                            options=inductor_options(cfg.has("autotune_pruning"), device.type))
     trainer = Trainer(cfg, reporter, rank, world_size, dmp, optimizer, loader, checkpointer,
@@ -515,8 +539,20 @@ def start_compile_warm_up(cfg: TrainConfig) -> CompileWarmUp | None:
     given = os.environ.get(warmup.WARM_UP_ENV)
     if given:
         return CompileWarmUp(Path(given))
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if cache and has_artifacts(Path(cache)):
+        return None  # our own compile hits the cache: a warm-up would only be waited for
     lock = Path(tempfile.mkdtemp(prefix="ett-warm-up-")) / "warm-up.lock"
     return CompileWarmUp(lock, warmup.spawn(cfg.to_argv(), lock))
+
+
+def mega_cache_folder(cfg: TrainConfig) -> Path | None:
+    """Where a GPU attempt keeps the portable mega-cache (its compile cache folder, which the
+    compile store shares), or None: on CPU, or without ``compile_cache``."""
+    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not (cfg.on_cuda and cfg.compile and cfg.has("compile_cache") and folder):
+        return None
+    return Path(folder)
 
 
 def _newest_checkpoint_step(cfg: TrainConfig) -> int:
