@@ -129,8 +129,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         default=None,
                         help="first, one optimized run against the emptied compile store (the "
                              "first job of the model), which fills it for the runs after it; "
-                             "shown and counted with the optimized runs (default: on when "
-                             "--repeats is 2 or more)")
+                             "shown beside the optimized runs, not in their median (default: "
+                             "on when --repeats is 2 or more)")
     parser.add_argument("--ablation", action=argparse.BooleanOptionalAction, default=False,
                         help="also run each optimization alone (about two more hours on 2 "
                              "cores; default: off)")

@@ -50,6 +50,9 @@ STORE_FOLDER = "compile-store"
 MANIFEST = "ett-compile-store-manifest.json"
 #: The GPU's mega-cache artifacts (``torch.compiler.save_cache_artifacts``) in a cache folder.
 MEGA_CACHE_FILE = "mega-cache.bin"
+#: Inductor's CPU vector-ISA verdict for this machine (trainer.pt2.settle_cpu_vec_isa): shared
+#: like an artifact, but alone it does not make a cache warm.
+VEC_ISA_FILE = "ett-vec-isa.json"
 #: What in a cache folder is not an artifact: lock files of the warm-up handoff and of
 #: Inductor itself, and half-written temporary files.
 _SKIPPED_SUFFIXES = (".lock", ".tmp")
@@ -150,8 +153,9 @@ def _artifacts(folder: Path) -> Iterator[Path]:
 
 
 def has_artifacts(folder: Path) -> bool:
-    """Whether ``folder`` holds any compiled artifact (lock files do not count)."""
-    return folder.is_dir() and next(_artifacts(folder), None) is not None
+    """Whether ``folder`` holds any compiled artifact (lock files and the ISA verdict do not
+    count: a folder with only those compiles cold)."""
+    return folder.is_dir() and any(path.name != VEC_ISA_FILE for path in _artifacts(folder))
 
 
 def _crc32(path: Path) -> int:

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from collector.reporter import Reporter, TrainTracker
+from trainer.compile_store import MEGA_CACHE_FILE, VEC_ISA_FILE
 
 #: counters[group][name] read from ``torch._dynamo.utils.counters`` → attrs key.
 CACHE_COUNTERS = {
@@ -113,9 +114,59 @@ def compile_arches(arches: list[nn.Module], *, dynamic_batch: bool,
             arch.register_forward_pre_hook(mark_batch_dynamic, with_kwargs=True)
 
 
-#: The mega-cache artifacts in a cache folder (trainer.compile_store.MEGA_CACHE_FILE; not
-#: imported from there so that this module does not need the store's).
-MEGA_CACHE_FILE = "mega-cache.bin"
+def settle_cpu_vec_isa(cache: str | None) -> str:
+    """Inductor's CPU vector-ISA probe, run once per machine and kept in the compile cache.
+
+    Why: before its first CPU kernel in every process, Inductor checks each vector ISA the CPU
+    claims (AVX-512, AVX2, ...) by building a probe library and loading it in a child Python:
+    measured 1.36 s of the 1.9 s a warm compile took on 2 cores, paid again by every attempt
+    and every warm-up. The verdict depends only on the machine and torch, so it is kept in the
+    cache folder (:data:`~trainer.compile_store.VEC_ISA_FILE`) with that fingerprint. When
+    every claimed ISA passed, ``cpp.vec_isa_ok = True`` says so without probing (Inductor's
+    documented switch: the ISA list it yields is the one the probes gave). It is set in every
+    process that compiles against the folder, the first one (which probes) included, since the
+    setting is part of the FX-graph cache key. A recorded failure, another machine or torch,
+    or an operator's own ``TORCHINDUCTOR_VEC_ISA_OK`` leave Inductor to probe as before.
+    """
+    import json
+    import platform
+
+    from torch._inductor import config, cpu_vec_isa
+
+    if not cache or config.cpp.vec_isa_ok is not None:
+        return "left to inductor"
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return "left to inductor (not x86)"
+    try:
+        flags = cpu_vec_isa.x86_isa_checker()
+        candidates = [isa for isa in cpu_vec_isa.supported_vec_isa_list
+                      if all(flag in flags for flag in str(isa).split())]
+    except Exception as exc:  # another torch's internals: probe as Inductor always did
+        return f"left to inductor ({type(exc).__name__})"
+    fingerprint = {"torch": torch.__version__, "flags": sorted(flags),
+                   "candidates": [str(isa) for isa in candidates]}
+    path = Path(cache) / VEC_ISA_FILE
+    try:
+        recorded = json.loads(path.read_text())
+    except (OSError, ValueError):
+        recorded = None
+    if isinstance(recorded, dict) and recorded.get("fingerprint") == fingerprint:
+        verdict = "recorded"
+        all_ok = recorded.get("all_ok") is True
+    else:
+        verdict = "probed"
+        all_ok = all(bool(isa) for isa in candidates)  # bool() runs Inductor's own probe
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"fingerprint": fingerprint, "all_ok": all_ok}))
+            tmp.replace(path)
+        except OSError:
+            pass  # an unwritable cache only costs the next process its own probe
+    if not all_ok:
+        return f"{verdict}: an ISA failed, left to inductor"
+    config.cpp.vec_isa_ok = True
+    return f"{verdict}: {' '.join(fingerprint['candidates']) or 'none'}"
 
 
 def load_mega_cache(folder: Path) -> str:

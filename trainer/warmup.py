@@ -122,7 +122,7 @@ def warm_up(train_argv: list[str]) -> Reporter:
     from collector.reporter import Reporter
     from trainer.config import parse_train_config
     from trainer.model import ModelShape, build_unsharded, dense_arches
-    from trainer.pt2 import CompileWatch, compile_arches, inductor_options
+    from trainer.pt2 import CompileWatch, compile_arches, inductor_options, settle_cpu_vec_isa
 
     cfg = parse_train_config(train_argv)
     torch.set_num_threads(cfg.threads)
@@ -134,6 +134,8 @@ def warm_up(train_argv: list[str]) -> Reporter:
     shape = ModelShape(cfg.embedding_rows, cfg.embedding_dim, cfg.dense_features,
                        cfg.sparse_features)
     arches = dense_arches(build_unsharded(shape, cfg.seed, device).model)
+    if device.type == "cpu":  # as the trainer does: the setting is in the FX-graph cache key
+        settle_cpu_vec_isa(os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
     compile_arches(arches, dynamic_batch=cfg.has("dynamic_shapes"),
                    options=inductor_options(cfg.has("autotune_pruning"), device.type))
     reporter = Reporter(cfg.job, spool_dir=cfg.spool_dir, rank=0, heartbeat_s=0)

@@ -1,8 +1,9 @@
 """``python -m bench.lifecycle`` argument handling, without running any training.
 
 The benchmark itself takes minutes; these tests check what it *would* run (``--plan-only``):
-the same plan and failure schedule for every profile, one run per optimization in the
-ablation, and one-line errors for bad input before any work starts.
+the same plan and failure schedule for every profile, interleaved repeats after a cold-store
+run, one run per optimization in the ablation, and one-line errors for bad input before any
+work starts; and, on made-up reports, how runs become medians, ranges and a verdict.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,10 +36,10 @@ def test_quick_plan_runs_both_profiles_on_the_same_plan(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout.splitlines()[-1])
     runs = {run["name"]: run["command"] for run in plan["runs"]}
-    assert list(runs) == ["baseline", "optimized"]  # --quick: no ablation unless asked
+    assert list(runs) == ["baseline-1", "optimized-1"]  # --quick: one each, no ablation
     steps = plan["plan"]["steps"]
     assert plan["fail_at_steps"] == [steps * 3 // 10, steps * 7 // 10]
-    base, best = runs["baseline"], runs["optimized"]
+    base, best = runs["baseline-1"], runs["optimized-1"]
     assert flag_value(base, "--profile") == "baseline"
     assert flag_value(best, "--profile") == "optimized"
     for flag in ("--steps", "--fail-at-steps", "--batch-size", "--checkpoint-every", "--mtbf"):
@@ -49,13 +51,32 @@ def test_quick_plan_runs_both_profiles_on_the_same_plan(tmp_path: Path) -> None:
 def test_ablation_runs_each_optimization_alone(tmp_path: Path) -> None:
     done = bench("--quick", "--ablation", "--plan-only", "--work-dir", str(tmp_path))
     names = [run["name"] for run in json.loads(done.stdout)["runs"]]
-    assert names == ["baseline", "optimized", *(f"only-{o}" for o in OPTIMIZATIONS)]
+    assert names == ["baseline-1", "optimized-1", *(f"only-{o}" for o in OPTIMIZATIONS)]
+
+
+def test_default_plan_interleaves_repeats_after_a_cold_store_run(tmp_path: Path) -> None:
+    """The first job of the model meets the empty store; then the profiles alternate in
+    mirrored pairs, so a load that drifts during the hour falls on both alike."""
+    done = bench("--plan-only", "--work-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    runs = {run["name"]: run["command"] for run in json.loads(done.stdout)["runs"]}
+    assert list(runs) == ["optimized-cold", "baseline-1", "optimized-1", "optimized-2",
+                          "baseline-2"]
+    stores = {flag_value(command, "--compile-store") for command in runs.values()}
+    assert stores == {str(tmp_path / "compile-store")}  # one store for every job of the model
+    assert [flag_value(c, "--profile") for c in runs.values()] == [
+        "optimized", "baseline", "optimized", "optimized", "baseline"]
+    three = bench("--plan-only", "--repeats", "3", "--no-cold-store-run",
+                  "--work-dir", str(tmp_path))
+    assert [run["name"] for run in json.loads(three.stdout)["runs"]] == [
+        "baseline-1", "optimized-1", "optimized-2", "baseline-2", "baseline-3", "optimized-3"]
 
 
 @pytest.mark.parametrize(("flags", "reason"), [
     (["--only", "warp"], "--only: unknown optimization 'warp'"),
     (["--steps", "3"], "--steps 3: at least 10"),
     (["--nproc-per-node", "0"], "--nproc-per-node 0: must be at least 1"),
+    (["--repeats", "0"], "--repeats 0: must be at least 1"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
 ])
 def test_bad_input_is_one_line_before_any_work(flags: list[str], reason: str,
@@ -86,10 +107,13 @@ def test_resume_reuses_finished_runs_of_the_same_command_only(tmp_path: Path) ->
     summary = json.loads(done.stdout.splitlines()[-1])
     assert (summary["baseline_ett_pct"], summary["optimized_ett_pct"]) == (40.0, 60.0)
     assert summary["ratio"] == 1.5
-    same = lifecycle.finished_run(lifecycle.QUICK, "baseline", ["--profile", "baseline"], tmp_path)
-    assert same is not None and same["ett_pct"] == 40.0
+    assert summary["verdict"].startswith("no call: one run of a profile has no range")
+    flags = ["--profile", "baseline"]
+    same = lifecycle.finished_run(lifecycle.QUICK, "baseline-1", flags, tmp_path)
+    assert same is not None and same["job"]["ett_pct"] == 40.0
+    assert same["store"] == "none" and same["load_average"] is None  # an older record
     other = dataclasses.replace(lifecycle.QUICK, steps=500)  # another plan: another command
-    assert lifecycle.finished_run(other, "baseline", ["--profile", "baseline"], tmp_path) is None
+    assert lifecycle.finished_run(other, "baseline-1", flags, tmp_path) is None
 
 
 def test_a_difference_within_the_noise_is_a_tie_not_an_effect() -> None:
@@ -136,3 +160,44 @@ def test_lower_means_outside_the_whole_control() -> None:
     assert ablation_verdict(9.0, control) == "lower"
     assert ablation_verdict(10.8, control) == "tie"  # above the baseline, not above every run
     assert ablation_verdict(11.1, control) == "NOT lower"
+
+
+def record(ett_pct: float, store: str = "none", load: float = 1.0) -> dict[str, Any]:
+    return {"job": fake_job(ett_pct), "load_average": load, "store": store}
+
+
+def test_a_gain_is_called_only_when_the_ranges_do_not_overlap() -> None:
+    from bench.lifecycle import ProfileRuns, verdict
+
+    def runs(profile: str, *ett: float) -> ProfileRuns:
+        return ProfileRuns(profile, tuple(f"{profile}-{i}" for i in range(len(ett))), ett)
+
+    assert verdict(runs("baseline", 76.0, 78.2), runs("optimized", 91.0, 92.5)) == "gain"
+    # the medians differ by 12 points, but one optimized run fell inside the baseline's range
+    assert verdict(runs("baseline", 76.0, 88.0), runs("optimized", 87.0, 93.0, 94.0)) == (
+        "no call: the ranges overlap")
+    assert verdict(runs("baseline", 90.0, 91.0), runs("optimized", 80.0, 81.0)) == "loss"
+    assert verdict(runs("baseline", 76.0), runs("optimized", 91.0, 92.0)).startswith("no call")
+    three = runs("optimized", 93.0, 90.0, 91.0)
+    assert (three.median, three.low, three.high, three.median_run) == (
+        91.0, 90.0, 93.0, "optimized-2")
+
+
+def test_the_cold_store_run_is_shown_beside_the_medians_not_in_them() -> None:
+    from bench.lifecycle import DEFAULT, runs_table, summary, summary_lines
+
+    results = {"optimized-cold": record(80.0, "cold", 1.4), "baseline-1": record(75.0),
+               "optimized-1": record(91.0, "warm"), "optimized-2": record(93.0, "warm"),
+               "baseline-2": record(77.0, load=2.0)}
+    result = summary(results, DEFAULT)
+    assert result["optimized_range"] == [91.0, 93.0]  # 80.0, the cold store, is not in it
+    assert (result["optimized_ett_pct"], result["baseline_ett_pct"]) == (92.0, 76.0)
+    assert result["ratio"] == round(92.0 / 76.0, 4) and result["verdict"] == "gain"
+    assert result["cold_store_ett_pct"] == 80.0
+    assert result["order"] == list(results)
+    assert [run["load_average"] for run in result["runs"]] == [1.4, 1.0, 1.0, 1.0, 2.0]
+    text = "\n".join(runs_table(results) + summary_lines(result))
+    assert "optimized-cold     cold   80.00" in text
+    assert "baseline-2         none   77.00" in text and " 2.00" in text
+    assert "optimized  median  92.00   range 91.00-93.00" in text
+    assert "the first job of the model (cold store) 80.0%" in text
