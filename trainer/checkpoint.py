@@ -21,7 +21,6 @@ import re
 import shutil
 import threading
 import time
-import zlib
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,12 +33,12 @@ from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 from torch.optim import Optimizer
 
 from collector.reporter import Reporter
+from trainer.integrity import crc32_of
 
 KEEP = 2
 _NAME = re.compile(r"step-(\d{8})")
 _METADATA = ".metadata"
 MANIFEST = "manifest.json"
-_CHUNK = 1 << 22
 
 
 def checkpoint_path(directory: Path, step: int) -> Path:
@@ -58,17 +57,9 @@ def good_checkpoints(directory: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def _crc32(path: Path) -> int:
-    crc = 0
-    with path.open("rb") as file:
-        while chunk := file.read(_CHUNK):
-            crc = zlib.crc32(chunk, crc)
-    return crc
-
-
 def write_manifest(folder: Path, step: int) -> None:
     """Record every file's size and CRC-32, so a later load can prove the folder intact."""
-    files = {p.name: [p.stat().st_size, _crc32(p)] for p in sorted(folder.iterdir())
+    files = {p.name: [p.stat().st_size, crc32_of(p)] for p in sorted(folder.iterdir())
              if p.is_file() and p.name != MANIFEST}
     (folder / MANIFEST).write_text(json.dumps({"step": step, "files": files}))
 
@@ -86,7 +77,7 @@ def verify(folder: Path) -> str | None:
             return f"{name} is missing"
         if path.stat().st_size != size:
             return f"{name} has {path.stat().st_size} bytes, expected {size}"
-        if _crc32(path) != crc:
+        if crc32_of(path) != crc:
             return f"{name} fails its checksum"
     return None
 

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.config import TrainConfig
+from trainer.integrity import CHUNK, crc32_of
 
 STORE_ENV = "ETT_COMPILE_STORE"
 STORE_FOLDER = "compile-store"
@@ -56,7 +57,6 @@ VEC_ISA_FILE = "ett-vec-isa.json"
 #: What in a cache folder is not an artifact: lock files of the warm-up handoff and of
 #: Inductor itself, and half-written temporary files.
 _SKIPPED_SUFFIXES = (".lock", ".tmp")
-_CHUNK = 1 << 20
 #: Versions that decide whether artifacts are reusable (distribution name -> key field).
 _VERSIONED = ("torch", "torchrec", "fbgemm-gpu-cpu", "fbgemm-gpu", "triton")
 
@@ -158,17 +158,9 @@ def has_artifacts(folder: Path) -> bool:
     return folder.is_dir() and any(path.name != VEC_ISA_FILE for path in _artifacts(folder))
 
 
-def _crc32(path: Path) -> int:
-    crc = 0
-    with path.open("rb") as file:
-        while chunk := file.read(_CHUNK):
-            crc = zlib.crc32(chunk, crc)
-    return crc
-
-
 def folder_manifest(folder: Path) -> dict[str, list[int]]:
     """``relative path -> [size, CRC-32]`` of every artifact under ``folder``."""
-    return {path.relative_to(folder).as_posix(): [path.stat().st_size, _crc32(path)]
+    return {path.relative_to(folder).as_posix(): [path.stat().st_size, crc32_of(path)]
             for path in _artifacts(folder)}
 
 
@@ -287,7 +279,7 @@ def _unpack(entry: Path, into: Path) -> dict[str, list[int]]:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 got_crc, got_size = 0, 0
                 with target.open("wb") as out:
-                    while chunk := source.read(_CHUNK):
+                    while chunk := source.read(CHUNK):
                         got_crc = zlib.crc32(chunk, got_crc)
                         got_size += len(chunk)
                         out.write(chunk)

@@ -264,7 +264,7 @@ def test_help_names_the_flags(tmp_path: Path, compile_cache: Path) -> None:
     for flag in ("--job", "--steps", "--batch-size", "--checkpoint-every", "--checkpoint-dir",
                  "--spool-dir", "--fail-at-step", "--restart-delay", "--max-restarts", "--seed",
                  "--nproc-per-node", "--compile", "--no-compile", "--embedding-rows",
-                 "--embedding-dim"):
+                 "--embedding-dim", "--compile-store", "--no-compile-store"):
         assert flag in run.stdout, flag
 
 
