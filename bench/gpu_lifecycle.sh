@@ -210,7 +210,7 @@ if wants bench; then
     "$PY" -m bench.lifecycle --quick --device "$DEVICE" --work-dir "$WORK/bench" \
     --out "$DEST/lifecycle-gpu.txt"
   for run in baseline optimized; do  # the trainer's own output, also when the bench failed
-    [ -f "$WORK/bench/$run.log" ] && cp "$WORK/bench/$run.log" "$DEST/bench-$run.log"
+    [ -f "$WORK/bench/$run-1.log" ] && cp "$WORK/bench/$run-1.log" "$DEST/bench-$run.log"
   done
   [ -f "$DEST/lifecycle-gpu.txt" ] || note "bench: no table (see bench.log)"
 fi
