@@ -365,6 +365,9 @@ class StoreSync:
         entry = self.store.entry(self.key)
         if outcome.status == "damaged":
             self.say(f"compile store entry skipped, compiling without it: {outcome.reason}")
+        elif outcome.status == "miss" and not outcome.reason:
+            self.say(f"compile store {entry}: no entry yet; this job compiles cold and "
+                     "publishes one for the next job of this model")
         else:
             self.say(f"compile store {entry}: {outcome.describe()}")
 

@@ -282,3 +282,31 @@ def test_the_next_job_of_the_model_starts_from_the_store(
     assert all(e["attrs"]["fxgraph_cache_hit"] >= 1 for e in compiled)
     (setup,) = [e for e in spans if e["attrs"].get("stage") == "setup"]
     assert "warm_up" not in setup["attrs"]  # a warm first attempt has nothing to warm up
+
+
+def test_the_first_job_of_a_model_is_told_it_fills_the_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)  # an operator's shared folder
+    monkeypatch.delenv(compile_store.STORE_ENV, raising=False)
+    cfg, options = launch.parse(["--job", "first", "--spool-dir", str(tmp_path / "spool"),
+                                 "--checkpoint-dir", str(tmp_path / "checkpoints"),
+                                 "--opt", "compile_cache"])
+    assert options.compile_store == str(tmp_path / "compile-store")  # beside the checkpoints
+    said: list[str] = []
+    sync = launch.StoreSync(cfg, options, said.append)
+    sync.fetch(tmp_path / "cache", None)
+    assert said == [f"compile store {sync.store.entry(sync.key)}: no entry yet; this job "
+                    "compiles cold and publishes one for the next job of this model"]
+    cache_folder(tmp_path / "cache", ARTIFACTS)
+    sync.publish_soon(tmp_path / "cache")
+    sync.wait()
+    assert said[-1].endswith("published (3 files, 0.0 MB, " + said[-1].split(", ")[-1])
+    assert sync.store.entry(sync.key).is_file()
+    _, none = launch.parse(["--job", "j", "--spool-dir", str(tmp_path / "spool"),
+                            "--checkpoint-dir", str(tmp_path / "checkpoints")])
+    assert none.compile_store is None  # without compile_cache a job has nothing to share
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "operator"))
+    _, shared = launch.parse(["--job", "j", "--spool-dir", str(tmp_path / "spool"),
+                              "--checkpoint-dir", str(tmp_path / "checkpoints"),
+                              "--opt", "compile_cache"])
+    assert shared.compile_store is None  # the operator's folder is shared already
