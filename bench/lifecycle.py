@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from collector.spool import read_records
 from trainer import compile_store, launch
 from trainer.config import DEVICES, OPTIMIZATIONS, resolve_device
 
@@ -261,13 +262,22 @@ class LoadSampler:
         return round(statistics.fmean(self.samples), 2) if self.samples else 0.0
 
 
-def store_state(work: Path, extra: list[str]) -> str:
-    """``cold`` / ``warm``: whether the compile store held an entry when a run that uses it
-    started (``none``: the run's switches leave the store alone)."""
-    uses = "optimized" in extra or "compile_cache" in extra
-    if not uses:
-        return "none"
-    return "warm" if any((work / STORE).glob("*.tar")) else "cold"
+#: The outcome of a job's store fetch (its ``store_fetch`` span) -> the run's label.
+STORE_STATES = {"hit": "warm", "miss": "cold", "damaged": "damaged"}
+
+
+def store_state(spool: Path) -> str:
+    """``warm`` / ``cold`` / ``damaged``: what the run's first attempt found in the compile
+    store, read from the ``store_fetch`` span the supervisor reported (``none``: no fetch,
+    e.g. a profile without ``compile_cache``). Why the span and not a look at the store's
+    folder: an entry for another key (an ablation run's own config) is no hit."""
+    for path in sorted(spool.glob("*.jsonl")):
+        for _end, payload, _problem in read_records(path, final=True):
+            event = json.loads(payload) if payload else {}
+            if event.get("phase") == "compile" and \
+                    event.get("attrs", {}).get("stage") == "store_fetch":
+                return STORE_STATES.get(event["attrs"].get("store"), "none")
+    return "none"
 
 
 def run_one(plan: Plan, name: str, extra: list[str], work: Path) -> dict[str, Any]:
@@ -276,7 +286,6 @@ def run_one(plan: Plan, name: str, extra: list[str], work: Path) -> dict[str, An
     env = {key: value for key, value in os.environ.items()
            if key not in ("TORCHINDUCTOR_CACHE_DIR", "TORCH_COMPILE_JOB_ID",
                           compile_store.STORE_ENV)}
-    store = store_state(work, extra)
     started = time.monotonic()
     log = (work / f"{name}.log")
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -294,6 +303,7 @@ def run_one(plan: Plan, name: str, extra: list[str], work: Path) -> dict[str, An
     if report["rejected"]:
         raise SystemExit(f"bench.lifecycle: {name}: rejected events {report['rejected'][:3]}")
     (job,) = report["jobs"]
+    store = store_state(work / name / "spool")
     print(f"  {name}: {time.monotonic() - started:.0f} s, ETT {job['ett_pct']:.2f}%, "
           f"store {store}, load {load.mean}", file=sys.stderr, flush=True)
     record = {"job": dict(job), "load_average": load.mean, "store": store}
@@ -480,11 +490,16 @@ def run_summary(name: str, run: dict[str, Any]) -> dict[str, Any]:
             "load_average": run["load_average"]}
 
 
+def alone_runs(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The ablation's runs: optimization -> its job's report entry."""
+    return {n.removeprefix("only-"): run["job"] for n, run in results.items()
+            if n.startswith("only-")}
+
+
 def summary(results: dict[str, dict[str, Any]], plan: Plan) -> dict[str, Any]:
     baseline, optimized = profile_runs("baseline", results), profile_runs("optimized", results)
     base, best = baseline.median, optimized.median
-    alone = {n.removeprefix("only-"): run["job"] for n, run in results.items()
-             if n.startswith("only-")}
+    alone = alone_runs(results)
     walls = {p.profile: statistics.median(results[n]["job"]["wall_s"] for n in p.names)
              for p in (baseline, optimized)}
     return {"plan": plan.name, "device": plan.device, "steps": plan.steps,
@@ -554,14 +569,12 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = kept if kept is not None else run_one(plan, name, extra, work)
     result = summary(results, plan)
     lines = runs_table(results)
-    for profile in (profile_runs("baseline", results), profile_runs("optimized", results)):
+    baseline, optimized = profile_runs("baseline", results), profile_runs("optimized", results)
+    for profile in (baseline, optimized):
         lines += profile_table(f"{profile.profile}: its median run, {profile.median_run}",
                                results[profile.median_run]["job"])
-    alone = {n.removeprefix("only-"): run["job"] for n, run in results.items()
-             if n.startswith("only-")}
-    if alone:
-        median_baseline = profile_runs("baseline", results).median_run
-        lines += ablation_table(results[median_baseline]["job"], alone, plan.device)
+    if alone := alone_runs(results):
+        lines += ablation_table(results[baseline.median_run]["job"], alone, plan.device)
     lines += summary_lines(result)
     text = "\n".join([*lines, json.dumps(result)])
     if args.out:

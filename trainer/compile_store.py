@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.config import TrainConfig
-from trainer.integrity import CHUNK, crc32_of
+from trainer.integrity import CHUNK, crc32_of, write_atomic
 
 STORE_ENV = "ETT_COMPILE_STORE"
 STORE_FOLDER = "compile-store"
@@ -196,14 +196,11 @@ class CompileStore:
             manifest = _unpack(entry, staging)
             shutil.rmtree(into, ignore_errors=True)  # no artifacts: at most old lock files
             staging.rename(into)
-        except Damaged as exc:
+        except (Damaged, OSError) as exc:
             shutil.rmtree(staging, ignore_errors=True)
+            problem = str(exc) if isinstance(exc, Damaged) else f"{type(exc).__name__}: {exc}"
             return Outcome("damaged", seconds=time.monotonic() - started,
-                           reason=f"{entry.name}: {exc}"), {}
-        except OSError as exc:
-            shutil.rmtree(staging, ignore_errors=True)
-            return Outcome("damaged", seconds=time.monotonic() - started,
-                           reason=f"{entry.name}: {exc.__class__.__name__}: {exc}"), {}
+                           reason=f"{entry.name}: {problem}"), {}
         return Outcome("hit", len(manifest), sum(size for size, _ in manifest.values()),
                        time.monotonic() - started), manifest
 
@@ -226,18 +223,12 @@ class CompileStore:
                 tmp.replace(entry)
             finally:
                 tmp.unlink(missing_ok=True)
-            _write_atomic(entry.with_suffix(".json"), json.dumps(key, indent=2, sort_keys=True))
+            write_atomic(entry.with_suffix(".json"), json.dumps(key, indent=2, sort_keys=True))
         except OSError as exc:  # a store that cannot be written must not fail the job
             return Outcome("failed", seconds=time.monotonic() - started,
                            reason=f"{exc.__class__.__name__}: {exc}"), known or {}
         return Outcome("published", len(manifest), sum(size for size, _ in manifest.values()),
                        time.monotonic() - started), manifest
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def _pack(folder: Path, manifest: dict[str, list[int]], tar_path: Path) -> None:

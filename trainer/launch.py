@@ -235,16 +235,9 @@ class Supervisor:
         """``init_overlap``: the compile warm-up process (trainer.warmup), started before the
         trainer so that its torch import overlaps the trainer's; the trainer finds its lock
         file in the environment and waits for it before compiling. One per attempt, shared by
-        all ranks of this node (they compile the same graphs into the same cache).
-
-        Not when the attempt's cache already holds artifacts (a restart with ``compile_cache``,
-        or a job the compile store filled): the trainer's own compile then hits the cache, and
-        a warm-up would only make it wait (measured: 3.3 s of blocking wait a warm attempt, for
-        a compile that hit the cache in 2.2 s anyway; Dynamo's tracing is per process).
-        """
-        if not (self.cfg.compile and "init_overlap" in self.cfg.opts):
-            return None
-        if compile_store.has_artifacts(self.compile_cache(attempt)):
+        all ranks of this node (they compile the same graphs into the same cache); none on a
+        warm cache (:func:`trainer.warmup.needed`)."""
+        if not warmup.needed(self.cfg, self.compile_cache(attempt)):
             return None
         lock = self.compile_cache(attempt) / f"warm-up-attempt-{attempt}.lock"
         env[warmup.WARM_UP_ENV] = str(lock)

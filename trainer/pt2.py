@@ -25,6 +25,7 @@ from torch import nn
 
 from collector.reporter import Reporter, TrainTracker
 from trainer.compile_store import MEGA_CACHE_FILE, VEC_ISA_FILE
+from trainer.integrity import write_atomic
 
 #: counters[group][name] read from ``torch._dynamo.utils.counters`` → attrs key.
 CACHE_COUNTERS = {
@@ -101,17 +102,24 @@ def mark_batch_dynamic(module: nn.Module, args: tuple[Any, ...],
             torch._dynamo.mark_dynamic(value, 0)
 
 
-def compile_arches(arches: list[nn.Module], *, dynamic_batch: bool,
-                   options: dict[str, Any]) -> None:
-    """Compile each module's ``forward`` in place (parameter names, hence checkpoints, keep).
+def compile_arches(arches: list[nn.Module], *, dynamic_batch: bool, options: dict[str, Any],
+                   device_type: str) -> str:
+    """Compile each module's ``forward`` in place (parameter names, hence checkpoints, keep);
+    returns what :func:`settle_cpu_vec_isa` did (empty off CPU).
 
     Why ``forward`` and not ``Module.compile``: forward pre-hooks must run in eager code for
-    :func:`mark_batch_dynamic`, and ``Module.compile`` would trace them.
+    :func:`mark_batch_dynamic`, and ``Module.compile`` would trace them. Why the ISA verdict
+    here: it is part of the FX-graph cache key, so every process that compiles into a folder
+    (the trainer and its warm-up) must settle it the same way, before compiling.
     """
+    vec_isa = ""
+    if device_type == "cpu":
+        vec_isa = settle_cpu_vec_isa(os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
     for arch in arches:
         arch.forward = torch.compile(arch.forward, options=options or None)
         if dynamic_batch:
             arch.register_forward_pre_hook(mark_batch_dynamic, with_kwargs=True)
+    return vec_isa
 
 
 def settle_cpu_vec_isa(cache: str | None) -> str:
@@ -158,9 +166,7 @@ def settle_cpu_vec_isa(cache: str | None) -> str:
         all_ok = all(bool(isa) for isa in candidates)  # bool() runs Inductor's own probe
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"fingerprint": fingerprint, "all_ok": all_ok}))
-            tmp.replace(path)
+            write_atomic(path, json.dumps({"fingerprint": fingerprint, "all_ok": all_ok}))
         except OSError:
             pass  # an unwritable cache only costs the next process its own probe
     if not all_ok:
@@ -199,9 +205,7 @@ def save_mega_cache(folder: Path) -> int:
         return 0
     data, _ = saved
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f"{MEGA_CACHE_FILE}.{os.getpid()}.tmp"
-    tmp.write_bytes(data)
-    tmp.replace(folder / MEGA_CACHE_FILE)
+    write_atomic(folder / MEGA_CACHE_FILE, data)
     return len(data)
 
 

@@ -45,7 +45,6 @@ from torchrec.optim.keyed import CombinedOptimizer
 from collector.reporter import Reporter, TrainTracker
 from trainer import checkpoint, plan_cache, publish, recovery, warmup
 from trainer.checkpoint import Checkpointer
-from trainer.compile_store import has_artifacts
 from trainer.config import LAUNCH_TS_ENV, SUPERVISED_ENV, TrainConfig, parse_train_config
 from trainer.data import StepLoader, SyntheticClicks
 from trainer.model import (
@@ -69,7 +68,6 @@ from trainer.pt2 import (
     inductor_options,
     load_mega_cache,
     save_mega_cache,
-    settle_cpu_vec_isa,
 )
 
 EXIT_SIMULATED_FAILURE = 1
@@ -109,7 +107,12 @@ class Trainer:
         default_factory=lambda: deque(maxlen=STEP_TIMES_KEPT))
     _last_beat: float = field(default_factory=time.monotonic)
     _last_log: tuple[float, int] = (0.0, 0)
-    _mega_cache_saved: bool = False
+    #: Rank 0 of a GPU attempt with ``compile_cache`` keeps the mega-cache after the first
+    #: step that compiled; elsewhere nothing is due, and the step loop checks one bool.
+    _mega_cache_due: bool = False
+
+    def __post_init__(self) -> None:
+        self._mega_cache_due = self.rank == 0 and mega_cache_folder(self.cfg) is not None
 
     def train_step(self, batch: Batch, tracker: TrainTracker) -> float:
         """One optimizer step; the embedding optimizer runs fused inside ``backward``.
@@ -131,10 +134,9 @@ class Trainer:
         """After the first step that compiled (a GPU attempt with ``compile_cache``): keep the
         mega-cache in the cache folder, so a restart and, through the compile store, the next
         job of this model load it. Rank 0 writes it; a ``compile`` span holds the seconds."""
-        self._mega_cache_saved = True
+        self._mega_cache_due = False
         folder = mega_cache_folder(self.cfg)
-        if folder is None or self.rank != 0:
-            return
+        assert folder is not None  # due only when there is one
         with self.reporter.phase("compile", stage="mega_cache_save") as span:
             span.attrs["bytes"] = save_mega_cache(folder)
 
@@ -156,7 +158,7 @@ class Trainer:
                 began = time.monotonic()
                 writing = self.checkpointer.writing
                 loss = self.train_step(self.loader.next_batch(), tracker)
-                if self.watch.compilations and not self._mega_cache_saved:
+                if self._mega_cache_due and self.watch.compilations:
                     with tracker.paused():
                         self.save_mega_cache()
                 self.step += 1
@@ -476,13 +478,14 @@ def build_trainer(cfg: TrainConfig, reporter: Reporter, rank: int, world_size: i
         with reporter.phase("compile", stage="setup") as span:
             if compile_warm_up is not None:
                 span.attrs["warm_up"] = compile_warm_up.wait()[:120]
-            if device.type == "cpu":
-                span.attrs["vec_isa"] = settle_cpu_vec_isa(
-                    os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
             if (mega_cache := mega_cache_folder(cfg)) is not None:
                 span.attrs["mega_cache"] = load_mega_cache(mega_cache)
-            compile_arches(dense_arches(dlrm_of(dmp)), dynamic_batch=cfg.has("dynamic_shapes"),
-                           options=inductor_options(cfg.has("autotune_pruning"), device.type))
+            vec_isa = compile_arches(
+                dense_arches(dlrm_of(dmp)), dynamic_batch=cfg.has("dynamic_shapes"),
+                options=inductor_options(cfg.has("autotune_pruning"), device.type),
+                device_type=device.type)
+            if vec_isa:
+                span.attrs["vec_isa"] = vec_isa
     trainer = Trainer(cfg, reporter, rank, world_size, dmp, optimizer, loader, checkpointer,
                       watch, checkpoint_every=cfg.checkpoint_every, device=device,
                       table_init=table_init)
@@ -543,11 +546,11 @@ def start_compile_warm_up(cfg: TrainConfig) -> CompileWarmUp | None:
     if not (cfg.compile and cfg.has("init_overlap")):
         return None
     given = os.environ.get(warmup.WARM_UP_ENV)
-    if given:
+    if given:  # the supervisor decided (trainer.warmup.needed) and started it
         return CompileWarmUp(Path(given))
     cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if cache and has_artifacts(Path(cache)):
-        return None  # our own compile hits the cache: a warm-up would only be waited for
+    if not warmup.needed(cfg, Path(cache) if cache else None):
+        return None
     lock = Path(tempfile.mkdtemp(prefix="ett-warm-up-")) / "warm-up.lock"
     return CompileWarmUp(lock, warmup.spawn(cfg.to_argv(), lock))
 

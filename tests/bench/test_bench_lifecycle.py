@@ -201,3 +201,23 @@ def test_the_cold_store_run_is_shown_beside_the_medians_not_in_them() -> None:
     assert "baseline-2         none   77.00" in text and " 2.00" in text
     assert "optimized  median  92.00   range 91.00-93.00" in text
     assert "the first job of the model (cold store) 80.0%" in text
+
+
+@pytest.mark.parametrize(("found", "state"), [("hit", "warm"), ("miss", "cold"),
+                                              ("damaged", "damaged"), (None, "none")])
+def test_a_runs_store_state_is_what_its_fetch_found(tmp_path: Path, found: str | None,
+                                                     state: str) -> None:
+    """Read from the job's own ``store_fetch`` span: an entry in the folder for another key
+    (an ablation run's config) is no hit."""
+    from bench.lifecycle import store_state
+    from collector.spool import frame
+
+    events = [{"v": 1, "id": "e0", "job": "j", "attempt": 0, "kind": "mark", "rank": 0,
+               "host": "h", "mark": "attempt_start", "ts": 1.0, "attrs": {}}]
+    if found is not None:
+        events.append({"v": 1, "id": "e1", "job": "j", "attempt": 0, "kind": "span", "rank": 0,
+                       "host": "h", "phase": "compile", "start": 1.0, "end": 1.1,
+                       "attrs": {"stage": "store_fetch", "store": found}})
+    (tmp_path / "j.a0.r0.1.x.00000.jsonl").write_text(
+        "".join(frame(json.dumps(e)) + "\n" for e in events))
+    assert store_state(tmp_path) == state

@@ -172,7 +172,7 @@ def test_marked_batch_never_recompiles_and_hooks_report_compiles(tmp_path: Path)
     arch = nn.Sequential(nn.Linear(13, 16), nn.ReLU(), nn.Linear(16, 1))
     watch = CompileWatch(reporter)
     with watch.installed():
-        compile_arches([arch], dynamic_batch=True, options={})
+        compile_arches([arch], dynamic_batch=True, options={}, device_type="cpu")
         tracker = reporter.train(0)
         watch.tracker = tracker
         arch(torch.randn(64, 13)).sum().backward()
@@ -199,7 +199,7 @@ def test_unmarked_batch_recompiles(tmp_path: Path) -> None:
     """The control: without the mark, the smaller batch fails ``fail_on_recompile``."""
     torch._dynamo.reset()
     arch = nn.Sequential(nn.Linear(13, 16), nn.ReLU(), nn.Linear(16, 1))
-    compile_arches([arch], dynamic_batch=False, options={})
+    compile_arches([arch], dynamic_batch=False, options={}, device_type="cpu")
     arch(torch.randn(64, 13)).sum().backward()
     with pytest.raises(RuntimeError, match="Detected recompile"), \
             torch.compiler.set_stance("fail_on_recompile"):
@@ -214,7 +214,7 @@ def test_keyword_inputs_are_marked_dynamic_too() -> None:
 
     torch._dynamo.reset()
     arch = InteractionArch(num_sparse_features=3)
-    compile_arches([arch], dynamic_batch=True, options={})
+    compile_arches([arch], dynamic_batch=True, options={}, device_type="cpu")
     arch(dense_features=torch.randn(64, 8), sparse_features=torch.randn(64, 3, 8))
     with torch.compiler.set_stance("fail_on_recompile"):
         out = arch(dense_features=torch.randn(40, 8), sparse_features=torch.randn(40, 3, 8))
