@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         with bench_database(DATABASE):
             from ettweb.simulate.store import upsert_rollouts
 
-            upsert_rollouts(schedule)
+            rollouts = upsert_rollouts(schedule)
             seconds, summary = timed_import(path)
             _say(summary)
             serving = measure_serving(args.repeats)
@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rate = lines / seconds
     return {
         "benchmark": "rollouts", "jobs": args.jobs, "days": args.days, "seed": args.seed,
-        "events": lines, "rollouts": len(schedule), "import_s": round(seconds, 2),
+        "events": lines, "rollouts": rollouts, "import_s": round(seconds, 2),
         "import_events_per_s": round(rate), **{f"{kind}_{key}": value
                                                for kind, numbers in serving.items()
                                                for key, value in numbers.items()},

@@ -24,6 +24,13 @@ The verdict is ours, not the spec's: ``improved`` when the deciding interval lie
 ``regressed`` when it lies below, otherwise ``inconclusive``. The deciding interval is the
 difference-in-differences one when the rollout has a control with an interval (it removes
 what moved the whole fleet at the same time), else the treated change's.
+
+Beside §6's numbers (the page labels them *unadjusted*) the result carries the rollout's own
+component (§6.1: its lost share, from the same draws), the adjusted estimate (§6.2:
+post-stratified by job size), the overlapping rollouts (§6.4) and, for each inconclusive
+verdict, what it would take to decide. The arithmetic lives in
+:mod:`ettweb.rollouts.estimators`, which the calibration benchmark holds to its
+false-positive rate, power and coverage; this module reads the rollups into it.
 """
 
 from __future__ import annotations
@@ -40,9 +47,18 @@ import numpy as np
 from django.db import connection
 from django.db.models import Max
 
-from ettweb.attribution.components import PRODUCTIVE, component_of
+from ettweb.attribution.components import PRODUCTIVE, UNKNOWN_COMPONENT, component_of
 from ettweb.components.logic import known_components
 from ettweb.queries.base import aggregating, phase_components
+from ettweb.rollouts import estimators
+from ettweb.rollouts.estimators import (
+    MIN_JOBS_FOR_INTERVAL,
+    Detectability,
+    Group,
+    Stratified,
+    as_pair,
+    interval,
+)
 from ettweb.rollouts.logic import iso_utc
 from ettweb.rollouts.models import BootstrapDraws, Rollout
 from ettweb.rollouts.scope import Scope
@@ -57,13 +73,14 @@ from ettweb.rollups.models import (
 DEFAULT_WINDOW_DAYS: Final = 14
 MIN_WINDOW_DAYS: Final = 1
 MAX_WINDOW_DAYS: Final = 90
-BOOTSTRAP_DRAWS: Final = 2000
-#: A group needs this many jobs in each window for an interval (ETT_SPEC §6).
-MIN_JOBS_FOR_INTERVAL: Final = 5
-#: Draws counted per matrix product: bounds memory at (chunk x jobs x 4) floats.
-DRAWS_PER_CHUNK: Final = 200
 Verdict = Literal["improved", "regressed", "inconclusive"]
 VERDICTS: Final[tuple[Verdict, ...]] = ("improved", "regressed", "inconclusive")
+#: The rollout's own component (ETT_SPEC §6.1): its lost share went down, up, or no call.
+ComponentVerdict = Literal["reduced", "increased", "inconclusive"]
+COMPONENT_VERDICTS: Final[tuple[ComponentVerdict, ...]] = ("reduced", "increased",
+                                                           "inconclusive")
+#: What the adjusted estimate is called in the API (``docs/rollouts.md`` explains it).
+ADJUSTED_METHOD: Final = "size-stratified"
 
 
 class WindowError(ValueError):
@@ -154,6 +171,139 @@ class ComponentShift:
 
 
 @dataclass(frozen=True)
+class Inconclusive:
+    """What an inconclusive verdict would take (see :func:`estimators.detectability`): the
+    smallest change this window detects with 80% power, and the days each window would
+    need for a change of the current estimate's size (None: the estimate is 0)."""
+
+    mde_pts: float
+    days_needed: int | None
+    more_days: int | None
+
+    @classmethod
+    def of(cls, found: Detectability | None, window_days: int) -> Inconclusive | None:
+        if found is None:
+            return None
+        return cls(found.mde_pts, found.days_needed, found.more_days(window_days))
+
+    def as_api(self) -> dict[str, Any]:
+        return {"mde_pts": self.mde_pts, "days_needed": self.days_needed,
+                "more_days": self.more_days}
+
+
+@dataclass(frozen=True)
+class LostShare:
+    """One group's lost share of the rollout's component (ETT_SPEC §6.1), in points."""
+
+    before_lost_pct: float | None
+    after_lost_pct: float | None
+    ci95_pts: tuple[float, float] | None
+
+    @property
+    def change_pts(self) -> float | None:
+        if self.before_lost_pct is None or self.after_lost_pct is None:
+            return None
+        return self.after_lost_pct - self.before_lost_pct
+
+    @property
+    def change_rel(self) -> float | None:
+        return estimators.percent_change(self.after_lost_pct, self.before_lost_pct)
+
+    def as_api(self) -> dict[str, Any]:
+        return {"before_lost_pct": self.before_lost_pct, "after_lost_pct": self.after_lost_pct,
+                "change_pts": self.change_pts, "change_rel": self.change_rel,
+                "ci95_pts": as_pair(self.ci95_pts)}
+
+
+@dataclass(frozen=True)
+class ComponentEffect:
+    """ETT_SPEC §6.1: the rollout's component's lost share, treated and control, with
+    intervals from the same draws as ETT%'s, and its verdict."""
+
+    component: str
+    treated: LostShare
+    control: LostShare | None
+    did_pts: float | None
+    did_ci95_pts: tuple[float, float] | None
+    verdict: ComponentVerdict
+    verdict_reason: str
+    inconclusive: Inconclusive | None
+
+    @property
+    def deciding_pts(self) -> float | None:
+        """The change the verdict reads: the DiD's when it has an interval."""
+        return self.did_pts if self.did_ci95_pts is not None else self.treated.change_pts
+
+    @property
+    def deciding_ci95_pts(self) -> tuple[float, float] | None:
+        return self.did_ci95_pts if self.did_ci95_pts is not None else self.treated.ci95_pts
+
+    def as_api(self) -> dict[str, Any]:
+        return {"component": self.component, "treated": self.treated.as_api(),
+                "control": self.control.as_api() if self.control else None,
+                "did_pts": self.did_pts, "did_ci95_pts": as_pair(self.did_ci95_pts),
+                "verdict": self.verdict, "verdict_reason": self.verdict_reason,
+                "inconclusive": self.inconclusive.as_api() if self.inconclusive else None}
+
+
+@dataclass(frozen=True)
+class AdjustedChange:
+    """One group's adjusted ETT% change and its interval."""
+
+    change_pts: float | None
+    ci95_pts: tuple[float, float] | None
+
+    def as_api(self) -> dict[str, Any]:
+        return {"change_pts": self.change_pts, "ci95_pts": as_pair(self.ci95_pts)}
+
+
+@dataclass(frozen=True)
+class AdjustedEffect:
+    """ETT_SPEC §6.2: the variance-reduced ETT% change (``ADJUSTED_METHOD``), beside §6's."""
+
+    method: str
+    treated: AdjustedChange
+    control: AdjustedChange | None
+    did_pts: float | None
+    did_ci95_pts: tuple[float, float] | None
+    verdict: Verdict
+    verdict_reason: str
+    jobs_used: int
+    jobs_left_out: int
+    strata: int
+    inconclusive: Inconclusive | None
+
+    @property
+    def deciding_pts(self) -> float | None:
+        return self.did_pts if self.did_ci95_pts is not None else self.treated.change_pts
+
+    @property
+    def deciding_ci95_pts(self) -> tuple[float, float] | None:
+        return self.did_ci95_pts if self.did_ci95_pts is not None else self.treated.ci95_pts
+
+    def as_api(self) -> dict[str, Any]:
+        return {"method": self.method, "treated": self.treated.as_api(),
+                "control": self.control.as_api() if self.control else None,
+                "did_pts": self.did_pts, "did_ci95_pts": as_pair(self.did_ci95_pts),
+                "verdict": self.verdict, "verdict_reason": self.verdict_reason,
+                "jobs_used": self.jobs_used, "jobs_left_out": self.jobs_left_out,
+                "strata": self.strata,
+                "inconclusive": self.inconclusive.as_api() if self.inconclusive else None}
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Another rollout to the same component, scopes overlapping, inside a window (§6.4)."""
+
+    id: int
+    name: str
+    at: datetime
+
+    def as_api(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "at": iso_utc(self.at)}
+
+
+@dataclass(frozen=True)
 class TrendDay:
     """One UTC day's ETT% of the treated and of the control jobs (None: no rows that day)."""
 
@@ -194,6 +344,10 @@ class ImpactResult:
     treated_after_ett: list[float]
     verdict: Verdict
     verdict_reason: str
+    component_effect: ComponentEffect
+    adjusted: AdjustedEffect
+    overlapping: list[Overlap] = field(default_factory=list)
+    inconclusive: Inconclusive | None = None
     trend: list[TrendDay] = field(default_factory=list)
 
     @property
@@ -206,8 +360,15 @@ class ImpactResult:
         moved = [c for c in self.components.values() if c.change_pts]
         return sorted(moved, key=lambda c: -abs(c.change_pts or 0.0))[:limit]
 
+    @property
+    def deciding_pts(self) -> float | None:
+        """The unadjusted change the §6 verdict reads (the DiD's when it has an interval)."""
+        return self.did_pts if self.did_ci95_pts is not None else self.treated.change_pts
+
     def as_api(self) -> dict[str, Any]:
-        """The JSON of ETT_SPEC §6 (percentages not rounded), plus ``verdict``."""
+        """The JSON of ETT_SPEC §6 (percentages not rounded), plus the verdict, §6.1's
+        ``component_effect``, §6.2's ``adjusted``, §6.4's ``overlapping`` and, for an
+        inconclusive verdict, what it would take."""
         w = self.windows
         return {
             "rollout": self.rollout.as_api(), "window_days": self.window_days,
@@ -219,6 +380,10 @@ class ImpactResult:
             "did_ci95_pts": list(self.did_ci95_pts) if self.did_ci95_pts else None,
             "components": {name: shift.as_api() for name, shift in self.components.items()},
             "verdict": self.verdict, "verdict_reason": self.verdict_reason,
+            "inconclusive": self.inconclusive.as_api() if self.inconclusive else None,
+            "component_effect": self.component_effect.as_api(),
+            "adjusted": self.adjusted.as_api(),
+            "overlapping": [overlap.as_api() for overlap in self.overlapping],
         }
 
 
@@ -250,50 +415,27 @@ def rollout_windows(at: datetime, window_days: int, last_day: date | None) -> Wi
 
 @dataclass
 class _Jobs:
-    """Per job (sorted by id): wall and productive GPU-s in each window, in-scope flag."""
+    """Per job (sorted by id): the six window sums (``estimators.COLUMNS``), whether it has
+    rows in each window, its GPUs, and whether the scope holds it."""
 
     ids: list[str]
-    values: np.ndarray  # shape (jobs, 4): wall_before, productive_before, wall_after, prod_after
-    in_before: np.ndarray  # bool: the job has a row in the before window
-    in_after: np.ndarray
-    in_scope: np.ndarray
-
-    def group(self, mask: np.ndarray) -> _Group:
-        return _Group(self.values[mask], self.in_before[mask], self.in_after[mask])
-
-
-@dataclass
-class _Group:
-    """The treated or the control jobs' rows of :class:`_Jobs`."""
-
     values: np.ndarray
     in_before: np.ndarray
     in_after: np.ndarray
+    gpus: np.ndarray
+    in_scope: np.ndarray
 
-    @property
-    def totals(self) -> np.ndarray:
-        """Σ over the group's jobs of the four sums (zeros for no job)."""
-        return self.values.sum(axis=0)
+    def group(self, mask: np.ndarray) -> Group:
+        return Group(self.values[mask], self.in_before[mask], self.in_after[mask],
+                     self.gpus[mask])
 
-    @property
-    def jobs_before(self) -> int:
-        return int(self.in_before.sum())
 
-    @property
-    def jobs_after(self) -> int:
-        return int(self.in_after.sum())
-
-    @property
-    def enough_jobs(self) -> bool:
-        """Enough jobs in each window for an interval (ETT_SPEC §6)."""
-        return min(self.jobs_before, self.jobs_after) >= MIN_JOBS_FOR_INTERVAL
-
-    def per_job_ett(self, after: bool) -> list[float]:
-        """Each job's own ETT% in one window (jobs with wall time there)."""
-        present, col = (self.in_after, 2) if after else (self.in_before, 0)
-        rows = self.values[present]
-        return [100.0 * p / w for w, p in zip(rows[:, col], rows[:, col + 1], strict=True)
-                if w > 0]
+def per_job_ett(group: Group, *, after: bool) -> list[float]:
+    """Each job's own ETT% in one window (jobs with wall time there)."""
+    present, col = (group.in_after, 2) if after else (group.in_before, 0)
+    rows = group.values[present]
+    return [100.0 * p / w for w, p in zip(rows[:, col], rows[:, col + 1], strict=True)
+            if w > 0]
 
 
 def _window_filter(windows: Windows) -> tuple[str, list[Any]]:
@@ -350,9 +492,11 @@ def _load_treated(cursor: Any, treated: list[str]) -> None:
     cursor.execute(f"ANALYZE {_TREATED_TABLE}")
 
 
-def _read_windows(windows: Windows, scope: Scope, *, with_trend: bool) -> _WindowRead:
+def _read_windows(windows: Windows, scope: Scope, component: str, *,
+                  with_trend: bool) -> _WindowRead:
     """The windows' per-job sums and per-day trend (one scan of the job-day sums, grouped
-    two ways at once with GROUPING SETS), and the treated jobs' lost time per category.
+    two ways at once with GROUPING SETS), each job's lost time of ``component`` per window,
+    and the treated jobs' lost time per category.
 
     Why job-days: each job's wall and productive GPU-s per window is all the bootstrap
     needs, and the job-day sums hold it in one row per job and day where the category rows
@@ -384,6 +528,8 @@ def _read_windows(windows: Windows, scope: Scope, *, with_trend: bool) -> _Windo
         cursor.execute(sql, args)
         rows = cursor.fetchall()
         lost = _treated_lost(cursor, windows, scope, treated)
+        own = _component_lost(cursor, windows, component)
+        gpus = _job_gpus(cursor, windows)
     per_job = sorted((job, bool(late), bool(scoped), float(wall), float(productive))
                      for no_job, job, _, late, scoped, wall, productive in rows if not no_job)
     sums: dict[date, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
@@ -393,7 +539,39 @@ def _read_windows(windows: Windows, scope: Scope, *, with_trend: bool) -> _Windo
             sums[day_][offset] += float(wall)
             sums[day_][offset + 1] += float(productive)
     trend = [TrendDay(d, _ratio(v[1], v[0]), _ratio(v[3], v[2])) for d, v in sorted(sums.items())]
-    return _WindowRead(_jobs_of(per_job), lost, trend)
+    return _WindowRead(_jobs_of(per_job, own, gpus), lost, trend)
+
+
+def _component_categories(component: str) -> tuple[str, list[str]]:
+    """SQL condition on ``d.category`` for the categories the phase map charges to
+    ``component`` (``unknown`` holds every unmapped category too), and its parameter."""
+    mapping = phase_components()
+    if component == UNKNOWN_COMPONENT:
+        others = [c for c, owner in mapping.items() if owner != UNKNOWN_COMPONENT]
+        return "d.category <> ALL(%s)", [*others, PRODUCTIVE]
+    return "d.category = ANY(%s)", [c for c, owner in mapping.items() if owner == component]
+
+
+def _component_lost(cursor: Any, windows: Windows,
+                    component: str) -> dict[tuple[str, bool], float]:
+    """(job, after?) → the job's lost GPU-s of ``component`` in that window (§6.1)."""
+    where, params = _window_filter(windows)
+    condition, categories = _component_categories(component)
+    cursor.execute(f"SELECT d.job, d.day > %s, SUM(d.gpu_seconds) "
+                   f"FROM {DailyCategoryRollup._meta.db_table} d "
+                   f"WHERE {where} AND {condition} GROUP BY 1, 2",
+                   [windows.rollout_day, *params, categories])
+    return {(job, bool(late)): float(gpu_s) for job, late, gpu_s in cursor.fetchall()}
+
+
+def _job_gpus(cursor: Any, windows: Windows) -> dict[str, int]:
+    """The GPUs of every job with a row in a window (its rollup's: the last attempt's),
+    which the adjusted estimate's strata read."""
+    where, params = _window_filter(windows)
+    cursor.execute(f"SELECT j.job, j.gpus FROM {JobRollup._meta.db_table} j WHERE EXISTS "
+                   f"(SELECT 1 FROM {JobDayRollup._meta.db_table} d "
+                   f"WHERE d.job = j.job AND {where})", params)
+    return dict(cursor.fetchall())
 
 
 def _treated_lost(cursor: Any, windows: Windows, scope: Scope,
@@ -426,21 +604,25 @@ def _treated_lost(cursor: Any, windows: Windows, scope: Scope,
     return lost
 
 
-def _jobs_of(per_job: Sequence[tuple[str, bool, bool, float, float]]) -> _Jobs:
-    """(job, after?, in scope?, wall, productive) rows, sorted by job, as arrays."""
+def _jobs_of(per_job: Sequence[tuple[str, bool, bool, float, float]],
+             own: Mapping[tuple[str, bool], float], gpus: Mapping[str, int]) -> _Jobs:
+    """(job, after?, in scope?, wall, productive) rows, sorted by job, as arrays, with each
+    job's lost GPU-s of the rollout's component and its GPUs."""
     index: dict[str, int] = {}
     scoped: list[bool] = []
     for job, _, in_scope, _, _ in per_job:
         if job not in index:
             index[job] = len(index)
             scoped.append(in_scope)
-    values = np.zeros((len(index), 4))
+    values = np.zeros((len(index), len(estimators.COLUMNS)))
     present = np.zeros((len(index), 2), dtype=bool)
     for job, after, _, wall, productive in per_job:
         i, col = index[job], 2 if after else 0
         values[i, col], values[i, col + 1] = wall, productive
+        values[i, 5 if after else 4] = own.get((job, after), 0.0)
         present[i, 1 if after else 0] = True
     return _Jobs(list(index), values, present[:, 0], present[:, 1],
+                 np.array([gpus.get(job, 1) for job in index], dtype=np.int64),
                  np.array(scoped, dtype=bool))
 
 
@@ -450,7 +632,7 @@ def _ratio(part: float, whole: float) -> float | None:
     return None if whole <= 0.0 else 100.0 * part / whole
 
 
-def _impact(group: _Group, draws: np.ndarray | None) -> GroupImpact:
+def _impact(group: Group, draws: np.ndarray | None) -> GroupImpact:
     """A group's numbers, its interval from its bootstrap draws (None: too few jobs)."""
     totals = group.totals
     before, after = _ratio(totals[1], totals[0]), _ratio(totals[3], totals[2])
@@ -459,13 +641,32 @@ def _impact(group: _Group, draws: np.ndarray | None) -> GroupImpact:
         change = after - before
         relative = after / before - 1.0 if before else None
     return GroupImpact(group.jobs_before, group.jobs_after, before, after, change, relative,
-                       _interval(draws))
+                       interval(None if draws is None else draws[:, 0]))
+
+
+def _lost_share(group: Group, draws: np.ndarray | None) -> LostShare:
+    totals = group.totals
+    return LostShare(_ratio(totals[4], totals[0]), _ratio(totals[5], totals[2]),
+                     interval(None if draws is None else draws[:, 1]))
+
+
+@dataclass(frozen=True)
+class Draws:
+    """One impact's bootstrap draws: the treated and control groups' (B, 2) ETT% and
+    component changes (§6, §6.1) and the adjusted estimate's (B, 3) (§6.2); None where a
+    group has too few jobs."""
+
+    treated: np.ndarray | None
+    control: np.ndarray | None
+    adjusted: np.ndarray | None
 
 
 #: Bootstrap draws already computed, by their inputs (see :func:`group_draws`).
-_DRAWS: OrderedDict[str, tuple[np.ndarray | None, np.ndarray | None]] = OrderedDict()
+_DRAWS: OrderedDict[str, Draws] = OrderedDict()
 _DRAWS_KEPT: Final = 256
 _DRAWS_LOCK = threading.Lock()
+#: Part of every digest: a new layout of the stored draws never reads an old one.
+_DRAWS_LAYOUT: Final = b"draws-v2"
 
 
 #: Significant digits of the per-job sums a digest tells apart (see :func:`_significant`).
@@ -490,27 +691,30 @@ def _significant(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mantissa, exponent
 
 
-def _digest(group: _Group | None) -> bytes | None:
+def _digest(group: Group | None) -> bytes | None:
     if group is None:
         return None
     h = hashlib.blake2b(digest_size=16)
-    for array in (*_significant(group.values), group.in_before, group.in_after):
+    for array in (*_significant(group.values), group.in_before, group.in_after, group.gpus):
         h.update(np.ascontiguousarray(array).tobytes())
         h.update(b"|")
     return h.digest()
 
 
-def _draws_key(seed: int, treated: _Group, control: _Group | None) -> str:
+def _draws_key(seed: int, treated: Group, control: Group | None) -> str:
     """The digest the draws of these inputs are kept under (process memory and table)."""
     h = hashlib.blake2b(digest_size=32)
+    h.update(_DRAWS_LAYOUT)
     h.update(str(seed).encode())
     h.update(_digest(treated) or b"")
     h.update(_digest(control) or b"-")
     return h.hexdigest()
 
 
-def _as_array(cell: bytes | memoryview | None) -> np.ndarray | None:
-    return None if cell is None else np.frombuffer(bytes(cell), dtype=np.float64)
+def _as_array(cell: bytes | memoryview | None, width: int) -> np.ndarray | None:
+    if cell is None:
+        return None
+    return np.frombuffer(bytes(cell), dtype=np.float64).reshape(-1, width)
 
 
 def _as_cell(draws: np.ndarray | None) -> bytes | None:
@@ -522,30 +726,33 @@ def _as_cell(draws: np.ndarray | None) -> bytes | None:
 _MARK_USED_AFTER: Final = timedelta(days=1)
 
 
-def _stored_draws(key: str) -> tuple[np.ndarray | None, np.ndarray | None] | None:
+def _stored_draws(key: str) -> Draws | None:
     row = (BootstrapDraws.objects.filter(key=key)
-           .values_list("treated", "control", "used_at").first())
+           .values_list("treated", "control", "adjusted", "used_at").first())
     if row is None:
         return None
     now = datetime.now(UTC)
-    if row[2] < now - _MARK_USED_AFTER:
+    if row[3] < now - _MARK_USED_AFTER:
         BootstrapDraws.objects.filter(key=key).update(used_at=now)
-    return _as_array(row[0]), _as_array(row[1])
+    return Draws(_as_array(row[0], 2), _as_array(row[1], 2), _as_array(row[2], 3))
 
 
-def _store_draws(key: str, draws: tuple[np.ndarray | None, np.ndarray | None]) -> None:
+def _store_draws(key: str, draws: Draws) -> None:
     """Keep ``draws`` under ``key``; a concurrent request storing the same key wins, harmlessly
     (both computed the same draws from the same seed and inputs)."""
     BootstrapDraws.objects.bulk_create(
-        [BootstrapDraws(key=key, treated=_as_cell(draws[0]), control=_as_cell(draws[1]),
+        [BootstrapDraws(key=key, treated=_as_cell(draws.treated),
+                        control=_as_cell(draws.control), adjusted=_as_cell(draws.adjusted),
                         used_at=datetime.now(UTC))], ignore_conflicts=True)
 
 
-def group_draws(seed: int, treated: _Group,
-                control: _Group | None) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """The treated and control groups' bootstrap draws: one generator seeded with ``seed``
-    (the rollout's id, ETT_SPEC §6), the treated group's draws first, then the control's;
-    None for a group with too few jobs.
+def compute_draws(seed: int, treated: Group, control: Group | None) -> Draws:
+    """The impact's draws (:func:`estimators.impact_draws`)."""
+    return Draws(*estimators.impact_draws(seed, treated, control))
+
+
+def group_draws(seed: int, treated: Group, control: Group | None) -> Draws:
+    """The impact's draws (:func:`compute_draws`) for these groups.
 
     The draws are a pure function of the seed and the two groups' per-job sums, so they are
     kept by a digest of exactly those: in this process (the last 256) and in
@@ -562,10 +769,7 @@ def group_draws(seed: int, treated: _Group,
             return kept
     found = _stored_draws(key)
     if found is None:
-        rng = np.random.default_rng(seed)  # same rollout, same draws, same interval
-        found = (bootstrap_changes(treated.values, rng) if treated.enough_jobs else None,
-                 bootstrap_changes(control.values, rng)
-                 if control is not None and control.enough_jobs else None)
+        found = compute_draws(seed, treated, control)
         _store_draws(key, found)
     with _DRAWS_LOCK:
         _DRAWS[key] = found
@@ -574,58 +778,124 @@ def group_draws(seed: int, treated: _Group,
     return found
 
 
-def bootstrap_changes(values: np.ndarray, rng: np.random.Generator,
-                      draws: int = BOOTSTRAP_DRAWS) -> np.ndarray:
-    """``draws`` resampled changes in points: jobs drawn with replacement, each job bringing
-    all four of its sums; a draw whose window holds no wall time is NaN."""
-    jobs = len(values)
-    changes = np.empty(draws)
-    for start in range(0, draws, DRAWS_PER_CHUNK):
-        count = min(DRAWS_PER_CHUNK, draws - start)
-        picks = rng.integers(0, jobs, size=(count, jobs))
-        # How often each draw picked each job, then one matrix product: (count, jobs) @
-        # (jobs, 4). Cheaper than gathering (count, jobs, 4) values and summing them.
-        picks += np.arange(count)[:, None] * jobs
-        times = np.bincount(picks.ravel(), minlength=count * jobs).reshape(count, jobs)
-        sums = times @ values  # (count, 4)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            before = np.where(sums[:, 0] > 0, 100.0 * sums[:, 1] / sums[:, 0], np.nan)
-            after = np.where(sums[:, 2] > 0, 100.0 * sums[:, 3] / sums[:, 2], np.nan)
-        changes[start:start + count] = after - before
-    return changes
+def _deciding(did_ci: tuple[float, float] | None, treated_ci: tuple[float, float] | None,
+              has_control: bool, treated: GroupImpact) -> tuple[tuple[float, float], str] | str:
+    """The interval a verdict reads and its name, or the reason there is none."""
+    if did_ci is not None:
+        return did_ci, "difference-in-differences interval"
+    if treated_ci is not None:
+        what = "treated change interval"
+        if has_control:
+            what += " (the control has too few jobs for a DiD interval)"
+        return treated_ci, what
+    return (f"too few jobs: {treated.jobs_before} treated before, {treated.jobs_after} after "
+            f"(an interval needs {MIN_JOBS_FOR_INTERVAL} in each window)")
 
 
-def _interval(draws: np.ndarray | None) -> tuple[float, float] | None:
-    """The 2.5th and 97.5th percentiles of the finite draws."""
-    if draws is None:
-        return None
-    finite = draws[np.isfinite(draws)]
-    if not len(finite):
-        return None
-    low, high = np.percentile(finite, [2.5, 97.5])
-    return float(low), float(high)
+_WORDS: Final[dict[str, dict[estimators.Direction, str]]] = {
+    "ett": {"above": "improved", "below": "regressed", "contains": "inconclusive"},
+    "lost": {"above": "increased", "below": "reduced", "contains": "inconclusive"},
+}
+
+
+def _decide(found: tuple[tuple[float, float], str] | str, words: str) -> tuple[str, str]:
+    """A verdict from the deciding interval (ETT_SPEC §6.1's rule), and why."""
+    if isinstance(found, str):
+        return "inconclusive", found
+    (low, high), what = found
+    span = f"[{low:+.2f}, {high:+.2f}] pts"
+    side = estimators.direction((low, high))
+    place = {"above": "lies above 0", "below": "lies below 0", "contains": "contains 0"}[side]
+    return _WORDS[words][side], f"the {what} {span} {place}"
 
 
 def _verdict(treated: GroupImpact, control: GroupImpact | None,
              did_ci: tuple[float, float] | None) -> tuple[Verdict, str]:
     """improved / regressed / inconclusive from the deciding interval, and why."""
-    if did_ci is not None:
-        interval, what = did_ci, "difference-in-differences interval"
-    elif treated.ci95_pts is not None:
-        interval, what = treated.ci95_pts, "treated change interval"
-        if control is not None:
-            what += " (the control has too few jobs for a DiD interval)"
-    else:
-        return "inconclusive", (f"too few jobs: {treated.jobs_before} treated before, "
-                                f"{treated.jobs_after} after (an interval needs "
-                                f"{MIN_JOBS_FOR_INTERVAL} in each window)")
-    low, high = interval
-    span = f"[{low:+.2f}, {high:+.2f}] pts"
-    if low > 0:
-        return "improved", f"the {what} {span} lies above 0"
-    if high < 0:
-        return "regressed", f"the {what} {span} lies below 0"
-    return "inconclusive", f"the {what} {span} contains 0"
+    verdict, reason = _decide(_deciding(did_ci, treated.ci95_pts, control is not None,
+                                        treated), "ett")
+    return verdict, reason  # type: ignore[return-value]
+
+
+def _difference(treated: np.ndarray | None, control: np.ndarray | None) -> np.ndarray | None:
+    """Draw by draw, treated - control (the DiD's draws); None unless both exist."""
+    return None if treated is None or control is None else treated - control
+
+
+def _detectability(draws: np.ndarray | None, estimate: float | None,
+                   windows: Windows, window_days: int) -> Detectability | None:
+    """What it takes, from the deciding draws; the window that holds the least data (a
+    partial ``after``) is the one that limits the estimate."""
+    if draws is None or estimate is None:
+        return None
+    days = min(window_days, windows.after_days) or 1
+    return estimators.detectability(draws, estimate, days)
+
+
+def _inconclusive(verdict: str, draws: np.ndarray | None, estimate: float | None,
+                  windows: Windows, window_days: int) -> Inconclusive | None:
+    if verdict != "inconclusive":
+        return None
+    days = min(window_days, windows.after_days) or 1
+    return Inconclusive.of(_detectability(draws, estimate, windows, window_days), days)
+
+
+def _component_effect(component: str, treated: Group, control: Group | None, draws: Draws,
+                      treated_impact: GroupImpact, windows: Windows,
+                      window_days: int) -> ComponentEffect:
+    """ETT_SPEC §6.1 from the §6 draws' second column."""
+    t_share = _lost_share(treated, draws.treated)
+    c_share = None if control is None else _lost_share(control, draws.control)
+    did = did_ci = None
+    did_draws = _difference(draws.treated, draws.control)
+    if c_share is not None and t_share.change_pts is not None \
+            and c_share.change_pts is not None:
+        did = t_share.change_pts - c_share.change_pts
+    if did_draws is not None:
+        did_ci = interval(did_draws[:, 1])
+    verdict, reason = _decide(_deciding(did_ci, t_share.ci95_pts, control is not None,
+                                        treated_impact), "lost")
+    deciding = did_draws if did_ci is not None else draws.treated
+    estimate = did if did_ci is not None else t_share.change_pts
+    return ComponentEffect(
+        component, t_share, c_share, did, did_ci, verdict, reason,  # type: ignore[arg-type]
+        _inconclusive(verdict, None if deciding is None else deciding[:, 1], estimate,
+                      windows, window_days))
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None
+
+
+def _adjusted(treated: Group, control: Group | None, draws: Draws,
+              treated_impact: GroupImpact, windows: Windows,
+              window_days: int) -> AdjustedEffect:
+    """ETT_SPEC §6.2: the size-stratified change (``estimators``), its intervals and verdict.
+    With a control too small for an interval, the treated change alone decides (as in §6)."""
+    use_control = control if control is not None and draws.control is not None else None
+    strata = Stratified.of(treated, use_control)
+    point = estimators.adjusted_point(strata)
+    adjusted = draws.adjusted
+    columns = [None if adjusted is None else adjusted[:, k] for k in range(3)]
+    t = AdjustedChange(_finite(point[0]), interval(columns[0]))
+    c = did = did_ci = None
+    if use_control is not None:
+        c = AdjustedChange(_finite(point[1]), interval(columns[1]))
+        did, did_ci = _finite(point[2]), interval(columns[2])
+    elif control is not None:
+        c = AdjustedChange(None, None)
+    verdict, reason = _decide(_deciding(did_ci, t.ci95_pts, control is not None,
+                                        treated_impact), "ett")
+    deciding, estimate = (columns[2], did) if did_ci is not None else (columns[0],
+                                                                        t.change_pts)
+    dropped = 0 if use_control is None or strata.control is None else (
+        len(use_control.values) - len(strata.control.values))
+    left_out = dropped + estimators.left_out(strata) if treated.values.size else 0
+    total = len(treated.values) + (0 if use_control is None else len(use_control.values))
+    return AdjustedEffect(
+        ADJUSTED_METHOD, t, c, did, did_ci, verdict, reason,  # type: ignore[arg-type]
+        jobs_used=total - left_out, jobs_left_out=left_out, strata=strata.count,
+        inconclusive=_inconclusive(verdict, deciding, estimate, windows, window_days))
 
 
 def _components(lost: Mapping[bool, Mapping[str, float]], wall_before: float,
@@ -640,6 +910,48 @@ def _components(lost: Mapping[bool, Mapping[str, float]], wall_before: float,
     return {name: ComponentShift(name, _ratio(grouped[False].get(name, 0.0), wall_before),
                                  _ratio(grouped[True].get(name, 0.0), wall_after))
             for name in sorted(names)}
+
+
+# --------------------------------------------------------------------------- overlaps
+
+def _labels_meet(a: Scope, b: Scope) -> bool:
+    """Whether two scopes' label lists leave a job both could hold (a field both name must
+    share a value)."""
+    for name in ("models", "teams", "clusters"):
+        left, right = getattr(a, name), getattr(b, name)
+        if left is not None and right is not None and not set(left) & set(right):
+            return False
+    return True
+
+
+def scopes_overlap(a: Scope, b: Scope) -> bool:
+    """Whether some job is in both scopes. Label lists decide alone; with a job pattern,
+    the jobs ETT knows decide (two globs' overlap is not worth guessing)."""
+    if not _labels_meet(a, b):
+        return False
+    if a.job_pattern is None and b.job_pattern is None:
+        return True
+    lists = dict(a.label_lists())
+    for label, values in b.label_lists():
+        lists[label] = tuple(set(values) & set(lists[label])) if label in lists else values
+    rows = JobRollup.objects.filter(**{f"{label}__in": list(values)
+                                       for label, values in lists.items()})
+    return any(a.matches(*row) and b.matches(*row)
+               for row in rows.values_list("job", "model", "team", "cluster").iterator())
+
+
+def _overlapping(info: RolloutInfo, windows: Windows, window_days: int) -> list[Overlap]:
+    """ETT_SPEC §6.4: other rollouts to the same component, scopes overlapping, whose
+    moment falls inside either window (the whole ``after`` window, data or not; the
+    rollout's own day is in neither)."""
+    first, last = windows.before[0], windows.rollout_day + timedelta(days=window_days)
+    start = datetime(first.year, first.month, first.day, tzinfo=UTC)
+    end = datetime(last.year, last.month, last.day, tzinfo=UTC) + timedelta(days=1)
+    others = (Rollout.objects.filter(component=info.component, at__gte=start, at__lt=end)
+              .exclude(pk=info.id).order_by("at", "id"))
+    return [Overlap(other.pk, other.name, other.at) for other in others
+            if utc_day(other.at) != windows.rollout_day
+            and scopes_overlap(info.scope, other.parsed_scope)]
 
 
 # --------------------------------------------------------------------------- runner
@@ -661,28 +973,39 @@ class ImpactQueryRunner:
         if rollout is None:
             return None
         info = _info(rollout)
-        windows = rollout_windows(info.at, self.query.window_days, last_data_day())
-        read = _read_windows(windows, info.scope, with_trend=self.query.with_trend)
+        window_days = self.query.window_days
+        windows = rollout_windows(info.at, window_days, last_data_day())
+        read = _read_windows(windows, info.scope, info.component,
+                             with_trend=self.query.with_trend)
         jobs = read.jobs
         in_scope = jobs.group(jobs.in_scope)
         out_of_scope = None if info.scope.is_fleet else jobs.group(~jobs.in_scope)
-        treated_draws, control_draws = group_draws(info.id, in_scope, out_of_scope)
-        treated = _impact(in_scope, treated_draws)
+        draws = group_draws(info.id, in_scope, out_of_scope)
+        treated = _impact(in_scope, draws.treated)
         control, did, did_ci = None, None, None
+        did_draws = _difference(draws.treated, draws.control)
         if out_of_scope is not None:
-            control = _impact(out_of_scope, control_draws)
+            control = _impact(out_of_scope, draws.control)
             if treated.change_pts is not None and control.change_pts is not None:
                 did = treated.change_pts - control.change_pts
-            if treated_draws is not None and control_draws is not None:
-                did_ci = _interval(treated_draws - control_draws)
+            if did_draws is not None:
+                did_ci = interval(did_draws[:, 0])
         totals = in_scope.totals
         verdict, reason = _verdict(treated, control, did_ci)
+        deciding = did_draws if did_ci is not None else draws.treated
         return ImpactResult(
-            rollout=info, window_days=self.query.window_days, windows=windows,
+            rollout=info, window_days=window_days, windows=windows,
             treated=treated, control=control, did_pts=did, did_ci95_pts=did_ci,
             components=_components(read.lost, totals[0], totals[2]),
-            treated_before_ett=in_scope.per_job_ett(after=False),
-            treated_after_ett=in_scope.per_job_ett(after=True), verdict=verdict,
+            treated_before_ett=per_job_ett(in_scope, after=False),
+            treated_after_ett=per_job_ett(in_scope, after=True), verdict=verdict,
             verdict_reason=reason,
+            component_effect=_component_effect(info.component, in_scope, out_of_scope, draws,
+                                               treated, windows, window_days),
+            adjusted=_adjusted(in_scope, out_of_scope, draws, treated, windows, window_days),
+            overlapping=_overlapping(info, windows, window_days),
+            inconclusive=_inconclusive(verdict, None if deciding is None else deciding[:, 0],
+                                       did if did_ci is not None else treated.change_pts,
+                                       windows, window_days),
             trend=read.trend,
         )

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any, Final
 
-from django.db.models import Q, QuerySet
+from django.db.models import F, OuterRef, Q, QuerySet, Subquery
+from django.db.models.expressions import OrderBy
 
 from ettweb.queries.base import ANY_JOB, DateRange, JobFilter
 from ettweb.rollouts.logic import http_link
-from ettweb.rollouts.models import Rollout
+from ettweb.rollouts.models import ImpactSummary, Rollout
 from ettweb.rollouts.scope import ScopeError, parse_scope
 
 #: Shown instead of a stored scope that no longer parses (the page must still render).
@@ -134,22 +135,58 @@ class RolloutListQuery:
     date_to: date | None = None
     jobs: JobFilter = ANY_JOB
     limit: int = LIST_LIMIT
+    verdict: str = ""  # one of LIST_VERDICTS, or any
+    sort: str = "-at"  # one of LIST_SORTS
 
     def __post_init__(self) -> None:
         if self.date_from and self.date_to and self.date_from > self.date_to:
             raise ValueError(f"date_from {self.date_from} is after date_to {self.date_to}")
+        if self.verdict and self.verdict not in LIST_VERDICTS:
+            raise ValueError(f"verdict must be one of {', '.join(LIST_VERDICTS)}, "
+                             f"not {self.verdict!r}")
+        if self.sort not in LIST_SORTS:
+            raise ValueError(f"sort must be one of {', '.join(LIST_SORTS)}, not {self.sort!r}")
         if not 1 <= self.limit <= LIST_LIMIT:
             raise ValueError(f"limit must be between 1 and {LIST_LIMIT}, not {self.limit}")
 
 
+#: The list's verdict filter: the adjusted ETT% verdict's words, the component verdict's,
+#: or a rollout the warm pass has not computed yet.
+LIST_VERDICTS: Final = ("improved", "regressed", "reduced", "increased", "inconclusive",
+                        "not_computed")
+#: The list's orders: by moment, by the adjusted ETT% change, by the component's change.
+LIST_SORTS: Final = {"-at": ("-at", "-id"), "at": ("at", "id"),
+                     "-ett_change": ("-s_adjusted", "-at"), "ett_change": ("s_adjusted", "-at"),
+                     "component_change": ("s_component", "-at"),
+                     "-component_change": ("-s_component", "-at")}
+#: The window the list's verdicts are computed at (ETT_SPEC §6's default).
+LIST_WINDOW_DAYS: Final = 14
+
+
+@dataclass(frozen=True)
+class Headline:
+    """A rollout's stored impact headline (``ImpactSummary``) at ``LIST_WINDOW_DAYS``."""
+
+    verdict: str
+    component_verdict: str
+    component_change_pts: float | None
+    component_ci95_pts: tuple[float, float] | None
+    adjusted_verdict: str
+    adjusted_change_pts: float | None
+    adjusted_ci95_pts: tuple[float, float] | None
+    partial: bool
+    computed_at: datetime
+
+
 @dataclass(frozen=True)
 class RolloutRow:
-    """One line of the list: the marker's safe fields, who recorded it and whether the
-    simulator did."""
+    """One line of the list: the marker's safe fields, who recorded it, whether the
+    simulator did, and the warm pass's headline (None: not computed yet)."""
 
     marker: RolloutMarker
     created_by: str
     simulated: bool
+    headline: Headline | None = None
 
 
 @dataclass(frozen=True)
@@ -172,7 +209,53 @@ class RolloutListQueryRunner:
         if q.date_to:
             rows = rows.filter(at__date__lte=q.date_to)
         rows = reaching(rows, q.jobs)
+        rows = _with_headlines(rows, q.verdict).order_by(*_order(q.sort))
+        summaries = {s.rollout_id: s for s in ImpactSummary.objects.filter(
+            window_days=LIST_WINDOW_DAYS, rollout__in=[r.pk for r in rows[:q.limit]])}
         return RolloutListResult(
             rows=[RolloutRow(marker_of(r), r.created_by.get_username() if r.created_by else "",
-                             r.simulated) for r in rows[:q.limit]],
+                             r.simulated, _headline(summaries.get(r.pk)))
+                  for r in rows[:q.limit]],
             total=rows.count())
+
+
+def _with_headlines(rows: QuerySet[Rollout], verdict: str) -> QuerySet[Rollout]:
+    """Annotate the headline numbers the list sorts by, and keep the ``verdict`` asked for
+    (improved/regressed: the adjusted ETT% verdict; reduced/increased: the component's;
+    inconclusive: both; not_computed: no summary yet)."""
+    here = ImpactSummary.objects.filter(rollout=OuterRef("pk"), window_days=LIST_WINDOW_DAYS)
+    rows = rows.annotate(
+        s_adjusted=Subquery(here.values("adjusted_change_pts")[:1]),
+        s_component=Subquery(here.values("component_change_pts")[:1]),
+        s_adjusted_verdict=Subquery(here.values("adjusted_verdict")[:1]),
+        s_component_verdict=Subquery(here.values("component_verdict")[:1]))
+    if verdict in ("improved", "regressed"):
+        return rows.filter(s_adjusted_verdict=verdict)
+    if verdict in ("reduced", "increased"):
+        return rows.filter(s_component_verdict=verdict)
+    if verdict == "inconclusive":
+        return rows.filter(s_adjusted_verdict="inconclusive",
+                           s_component_verdict="inconclusive")
+    if verdict == "not_computed":
+        return rows.filter(s_adjusted_verdict__isnull=True)
+    return rows
+
+
+def _order(sort: str) -> list[OrderBy]:
+    """``LIST_SORTS[sort]`` as expressions; a rollout not computed yet sorts last either
+    way."""
+    return [F(name[1:]).desc(nulls_last=True) if name.startswith("-")
+            else F(name).asc(nulls_last=True) for name in LIST_SORTS[sort]]
+
+
+def _pair(low: float | None, high: float | None) -> tuple[float, float] | None:
+    return None if low is None or high is None else (low, high)
+
+
+def _headline(s: ImpactSummary | None) -> Headline | None:
+    if s is None:
+        return None
+    return Headline(s.verdict, s.component_verdict, s.component_change_pts,
+                    _pair(s.component_ci_low, s.component_ci_high), s.adjusted_verdict,
+                    s.adjusted_change_pts, _pair(s.adjusted_ci_low, s.adjusted_ci_high),
+                    s.partial, s.computed_at)

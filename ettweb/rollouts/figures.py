@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from ettweb.dashboard.figures import DAY_MS, base_layout
+from ettweb.dashboard.figures import DAY_MS, MARGIN, base_layout
 from ettweb.queries.impact import ComponentShift, ImpactResult, TrendDay
 
 Figure = dict[str, Any]
@@ -103,24 +103,33 @@ def _interval_row(label: str, value: float | None,
 
 
 def change_intervals(result: ImpactResult) -> Figure:
-    """Each change (points) with its 95% interval as error bars around a zero line."""
-    rows = [_interval_row("treated", result.treated.change_pts, result.treated.ci95_pts)]
+    """Each change (points) with its 95% interval as error bars around a zero line: the
+    rollout's component's lost share first (§6.1; less is better), then the adjusted ETT%
+    (§6.2), then §6's unadjusted treated, control and DiD changes (more is better)."""
+    effect, adjusted = result.component_effect, result.adjusted
+    rows = [(*_interval_row(f"{effect.component} lost share", effect.deciding_pts,
+                            effect.deciding_ci95_pts), True),
+            (*_interval_row("ETT% adjusted", adjusted.deciding_pts,
+                            adjusted.deciding_ci95_pts), False),
+            (*_interval_row("ETT% treated", result.treated.change_pts,
+                            result.treated.ci95_pts), False)]
     if result.control is not None:
-        rows.append(_interval_row("control", result.control.change_pts,
-                                  result.control.ci95_pts))
-        rows.append(_interval_row("DiD", result.did_pts, result.did_ci95_pts))
+        rows.append((*_interval_row("ETT% control", result.control.change_pts,
+                                    result.control.ci95_pts), False))
+        rows.append((*_interval_row("ETT% DiD", result.did_pts, result.did_ci95_pts), False))
     rows = [row for row in rows if row[1] is not None]
-    colours = [GOOD if (v or 0) > 0 else BAD for _, v, _, _ in rows]
-    trace = {"type": "scatter", "x": [v for _, v, _, _ in rows],
-             "y": [label for label, *_ in rows], "mode": "markers",
+    colours = [GOOD if ((v or 0) < 0) == lower else BAD for _, v, _, _, lower in rows]
+    trace = {"type": "scatter", "x": [row[1] for row in rows],
+             "y": [row[0] for row in rows], "mode": "markers",
              "marker": {"size": 12, "color": colours},
              "error_x": {"type": "data", "symmetric": False, "array": [row[2] for row in rows],
                          "arrayminus": [row[3] for row in rows], "thickness": 2, "width": 8},
              "hovertemplate": "%{y}: %{x:+.2f} pts<extra></extra>"}
     return {"data": [trace], "layout": base_layout(
         height=90 + 50 * max(len(rows), 1), shapes=[_vertical_line(0, color=INK, width=1)],
-        xaxis={"title": {"text": "change in ETT% (points), 95% interval"}, "zeroline": False},
-        yaxis={"autorange": "reversed"})}
+        xaxis={"title": {"text": "change (points), 95% interval; with a control, the "
+                                 "difference in differences decides"}, "zeroline": False},
+        yaxis={"autorange": "reversed"}, margin={**MARGIN, "l": 190})}
 
 
 def distributions(result: ImpactResult) -> Figure:

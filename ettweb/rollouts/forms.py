@@ -15,6 +15,7 @@ from ettweb.components.logic import known_components
 from ettweb.dashboard.forms import LabelFilterForm, day_field
 from ettweb.queries import RolloutListQuery
 from ettweb.queries.impact import DEFAULT_WINDOW_DAYS, MAX_WINDOW_DAYS, MIN_WINDOW_DAYS
+from ettweb.queries.markers import LIST_SORTS, LIST_VERDICTS
 from ettweb.rollouts.logic import RolloutFields, RolloutInvalid, clean_rollout
 from ettweb.rollouts.models import Rollout
 from ettweb.rollouts.scope import LIST_FIELDS
@@ -129,6 +130,10 @@ class RolloutListForm(LabelFilterForm):
                                                               "size": 16}))
     date_from = day_field()
     date_to = day_field()
+    verdict = forms.ChoiceField(required=False, choices=[("", "any verdict")] + [
+        (v, v.replace("_", " ")) for v in LIST_VERDICTS])
+    sort = forms.ChoiceField(required=False, choices=[(s, s) for s in LIST_SORTS],
+                             widget=forms.HiddenInput)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -137,7 +142,9 @@ class RolloutListForm(LabelFilterForm):
         try:
             data["query"] = RolloutListQuery(component=data.get("component") or "",
                                              date_from=data.get("date_from"),
-                                             date_to=data.get("date_to"), jobs=data["jobs"])
+                                             date_to=data.get("date_to"), jobs=data["jobs"],
+                                             verdict=data.get("verdict") or "",
+                                             sort=data.get("sort") or "-at")
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from exc
         return data

@@ -49,9 +49,9 @@ class Rollout(models.Model):
 
 
 class BootstrapDraws(models.Model):
-    """One impact's bootstrap draws (ETT_SPEC §6: B changes of the treated group, and of the
-    control), kept under a digest of everything they are a function of: the seed (the
-    rollout's id) and both groups' per-job window sums.
+    """One impact's bootstrap draws (ETT_SPEC §6 and §6.1: B changes of the treated group, and
+    of the control; §6.2: B adjusted changes), kept under a digest of everything they are a
+    function of: the seed (the rollout's id) and both groups' per-job window sums.
 
     Why stored: 2,000 draws over 10,000 jobs cost ~300 ms of CPU, most of a rollout page's
     first load at fleet scale, while the inputs of a past rollout's windows never change.
@@ -61,8 +61,11 @@ class BootstrapDraws(models.Model):
     """
 
     key = models.CharField(max_length=64, unique=True, help_text="hex digest of the inputs")
-    treated = models.BinaryField(null=True, help_text="float64 changes; null: too few jobs")
+    treated = models.BinaryField(null=True, help_text="float64 (draws, 2): the ETT% and the "
+                                                      "component's changes; null: too few jobs")
     control = models.BinaryField(null=True)
+    adjusted = models.BinaryField(null=True, help_text="float64 (draws, 3): the adjusted "
+                                                       "treated, control and DiD changes")
     used_at = models.DateTimeField()
 
     class Meta:
@@ -70,3 +73,31 @@ class BootstrapDraws(models.Model):
 
     def __str__(self) -> str:
         return f"draws {self.key[:12]}…"
+
+
+class ImpactSummary(models.Model):
+    """The headline of one rollout's impact at one window, as the warm pass last computed
+    it: what ``/rollouts/`` lists, sorts and filters by without computing fourteen impacts
+    per request. The rollout's page never reads it (it computes the impact itself), so a
+    summary older than the rollups shows only in the list, with its ``computed_at``."""
+
+    rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="summaries")
+    window_days = models.PositiveSmallIntegerField()
+    computed_at = models.DateTimeField()
+    partial = models.BooleanField(default=False)
+    verdict = models.CharField(max_length=16, help_text="§6's unadjusted ETT% verdict")
+    component_verdict = models.CharField(max_length=16)
+    component_change_pts = models.FloatField(null=True)
+    component_ci_low = models.FloatField(null=True)
+    component_ci_high = models.FloatField(null=True)
+    adjusted_verdict = models.CharField(max_length=16)
+    adjusted_change_pts = models.FloatField(null=True)
+    adjusted_ci_low = models.FloatField(null=True)
+    adjusted_ci_high = models.FloatField(null=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["rollout", "window_days"],
+                                               name="impactsummary_rollout_window")]
+
+    def __str__(self) -> str:
+        return f"{self.rollout_id} at {self.window_days} d: {self.adjusted_verdict}"

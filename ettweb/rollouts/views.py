@@ -21,7 +21,7 @@ from ettweb.dashboard.figures import to_fragment
 from ettweb.dashboard.forms import ExportForm, bad_parameters
 from ettweb.queries import FilterChoicesQuery, ImpactQuery, RolloutListResult, calculate
 from ettweb.queries.impact import ImpactResult
-from ettweb.queries.markers import LIST_LIMIT
+from ettweb.queries.markers import LIST_LIMIT, LIST_WINDOW_DAYS, RolloutRow
 from ettweb.rollouts import figures
 from ettweb.rollouts.forms import (
     ImpactWindowForm,
@@ -49,17 +49,43 @@ def rollout_list(request: HttpRequest) -> HttpResponse:
         return _list_csv(result)
     return render(request, "rollouts/list.html", {
         "form": form, "result": result, "limit": LIST_LIMIT, "components": known_components(),
+        "sort_links": _sort_links(form), "sort": form.cleaned_data.get("sort") or "-at",
+        "list_window": LIST_WINDOW_DAYS,
         "choices": calculate(FilterChoicesQuery()), "csv": "?" + form.link(format="csv",
                                                                            table="rollouts"),
         "component_query": urlencode(form.cleaned_data["jobs"].params())})
 
 
+def _sort_links(form: RolloutListForm) -> dict[str, str]:
+    """Per sortable column, the link that sorts by it (again: the other way round)."""
+    current = form.cleaned_data.get("sort") or "-at"
+    links = {}
+    for column, first in (("at", "-at"), ("ett_change", "-ett_change"),
+                          ("component_change", "component_change")):
+        flipped = first[1:] if first.startswith("-") else "-" + first
+        links[column] = "?" + form.link(sort=flipped if current == first else first)
+    return links
+
+
+def _headline_cells(row: RolloutRow) -> list[object]:
+    h = row.headline
+    if h is None:
+        return ["", "", "", "", "", "", "", ""]
+    c_ci, a_ci = h.component_ci95_pts or (None, None), h.adjusted_ci95_pts or (None, None)
+    return [h.component_verdict, h.component_change_pts, c_ci[0], c_ci[1],
+            h.adjusted_verdict, h.adjusted_change_pts, a_ci[0], a_ci[1]]
+
+
 def _list_csv(result: RolloutListResult) -> HttpResponse:
-    """The list as CSV: the page's rows (newest first, up to the page's limit)."""
-    return csv_response("ett-rollouts.csv", ("id", "at", "name", "component", "scope",
-                                             "created_by", "simulated", "link"), (
+    """The list as CSV: the page's rows (in the page's order, up to its limit), with the
+    stored 14-day verdicts."""
+    return csv_response("ett-rollouts.csv", (
+        "id", "at", "name", "component", "scope", "created_by", "simulated", "link",
+        "component_verdict", "component_change_pts", "component_ci_low", "component_ci_high",
+        "ett_verdict", "ett_change_pts", "ett_ci_low", "ett_ci_high"), (
         [r.marker.id, r.marker.at.isoformat(), r.marker.name, r.marker.component,
-         r.marker.scope, r.created_by, r.simulated, r.marker.link] for r in result.rows))
+         r.marker.scope, r.created_by, r.simulated, r.marker.link, *_headline_cells(r)]
+        for r in result.rows))
 
 
 @login_required

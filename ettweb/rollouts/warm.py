@@ -9,6 +9,8 @@ change. Beat runs :func:`warm_impacts` every few minutes (``ettweb.schedule``): 
 rollout whose windows are complete that costs one read of the rollups per window, since
 its digests do not move; a live rollout's after window grows each day and is drawn again.
 Any other window (the page takes 1-90 days) is drawn on its first request and kept too.
+Each computed impact's headline is kept as an :class:`ImpactSummary`, which ``/rollouts/``
+lists, sorts and filters by.
 """
 
 from __future__ import annotations
@@ -18,13 +20,30 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
-from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner
-from ettweb.rollouts.models import BootstrapDraws, Rollout
+from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner, ImpactResult
+from ettweb.rollouts.models import BootstrapDraws, ImpactSummary, Rollout
 
 #: The windows (days) the rollout page links to, 14 being the default.
 WARM_WINDOWS: Final = (7, 14, 28, 60, 90)
 #: Draws nobody asked for in this long are deleted (a changed digest leaves its old row).
 KEEP_UNUSED: Final = timedelta(days=7)
+
+
+def store_summary(result: ImpactResult) -> None:
+    """Keep the impact's headline for ``/rollouts/`` (one row per rollout and window)."""
+    effect, adjusted = result.component_effect, result.adjusted
+    component_ci, adjusted_ci = effect.deciding_ci95_pts, adjusted.deciding_ci95_pts
+    ImpactSummary.objects.update_or_create(
+        rollout_id=result.rollout.id, window_days=result.window_days, defaults={
+            "computed_at": datetime.now(UTC), "partial": result.windows.partial,
+            "verdict": result.verdict, "component_verdict": effect.verdict,
+            "component_change_pts": effect.deciding_pts,
+            "component_ci_low": component_ci[0] if component_ci else None,
+            "component_ci_high": component_ci[1] if component_ci else None,
+            "adjusted_verdict": adjusted.verdict,
+            "adjusted_change_pts": adjusted.deciding_pts,
+            "adjusted_ci_low": adjusted_ci[0] if adjusted_ci else None,
+            "adjusted_ci_high": adjusted_ci[1] if adjusted_ci else None})
 
 
 @dataclass(frozen=True)
@@ -42,7 +61,9 @@ def warm_impacts(windows: tuple[int, ...] = WARM_WINDOWS) -> WarmStats:
     rollouts = list(Rollout.objects.order_by("id").values_list("id", flat=True))
     for rollout_id in rollouts:
         for window in windows:
-            ImpactQueryRunner(ImpactQuery(rollout_id, window)).calculate()
+            result = ImpactQueryRunner(ImpactQuery(rollout_id, window)).calculate()
+            if result is not None:
+                store_summary(result)
     pruned, _ = BootstrapDraws.objects.filter(used_at__lt=started - KEEP_UNUSED).delete()
     return WarmStats(impacts=len(rollouts) * len(windows),
                      seconds=time.perf_counter() - began, pruned=pruned)

@@ -195,6 +195,9 @@ class PlannedRollout:
     at: float  # epoch seconds
     scope: Scope
     notes: str
+    #: False for a change nobody recorded (ETT_SPEC §6.3): it changes the jobs, but is never
+    #: stored as a ``Rollout``, so only the change detection can find it.
+    recorded: bool = True
 
     def reaches(self, job: str, model: str, team: str, cluster: str) -> bool:
         """Whether a job with these labels is in the stage's scope (whenever it starts)."""
@@ -218,7 +221,30 @@ def rollout_schedule(plan: FleetPlan) -> tuple[PlannedRollout, ...]:
         pilot_day = margin + order * spacing
         stages.append(_stage(plan, opt, 1, pilot_day, order))
         stages.append(_stage(plan, opt, 2, pilot_day + gap, order))
+    stages.append(_unrecorded(plan, margin + (len(OPTIMIZATIONS) - 1.5) * spacing + gap))
     return tuple(sorted(stages, key=lambda stage: (stage.at, stage.name)))
+
+
+def recorded(schedule: Sequence[PlannedRollout]) -> tuple[PlannedRollout, ...]:
+    """The stages somebody recorded as rollouts (what ``simulate_fleet`` stores)."""
+    return tuple(stage for stage in schedule if stage.recorded)
+
+
+#: The change nobody recorded: evaluation grew 2.5 times slower for one team (a new eval
+#: set, say) between the last two fleet-wide stages, where it disturbs their windows least.
+UNRECORDED_KEY: Final = "eval_regression"
+UNRECORDED_SCOPE: Final[Mapping[str, list[str]]] = {"teams": ["ads"]}
+EVAL_REGRESSION: Final = 2.5
+
+
+def _unrecorded(plan: FleetPlan, day: float) -> PlannedRollout:
+    at = plan.start_ts + math.floor(day) * DAY_S + 14 * HOUR_S
+    scope = parse_scope(dict(UNRECORDED_SCOPE))
+    return PlannedRollout(optimization=UNRECORDED_KEY, stage=1,
+                          name=f"Slower evaluation — {scope.describe()} (not recorded)",
+                          component="evaluation", at=min(at, plan.end_ts - 1.0), scope=scope,
+                          notes="Evaluation takes 2.5 times as long. Never stored as a "
+                                "rollout. Simulated.", recorded=False)
 
 
 def _stage(plan: FleetPlan, opt: Optimization, stage: int, day: float,
@@ -566,15 +592,20 @@ class _JobRun:
             trace, autotune = 0.12 * trace, 0.0  # cache hits; autotune results are cached too
         return trace + autotune
 
+    def _eval_s(self) -> float:
+        slower = EVAL_REGRESSION if self._has(UNRECORDED_KEY) else 1.0
+        return slower * self._jitter(self.spec.times.eval)
+
     def _recompile_s(self) -> float:
         """Evaluation's batch shapes recompile the model, autotuning included: shapes no
         cache has seen (never with dynamic shapes: one graph serves every batch size)."""
+        autotune, trace = self._jitter(self.spec.times.autotune), self._jitter(
+            self.spec.times.trace)  # drawn either way: see ``_resume_step``
         if self._has("dynamic_shapes"):
             return 0.0
-        autotune = self._jitter(self.spec.times.autotune)
         if self._has("autotune_pruning"):
             autotune *= 0.25
-        return 0.6 * (self._jitter(self.spec.times.trace) + autotune)
+        return 0.6 * (trace + autotune)
 
     # --- training -------------------------------------------------------------------------
 
@@ -636,12 +667,13 @@ class _JobRun:
         spec = self.spec
         self.intervals += 1
         if self.intervals % spec.eval_every == 0:
-            self._phase("eval", self._jitter(spec.times.eval))
+            self._phase("eval", self._eval_s())
             self._phase("compile", self._recompile_s())
         if spec.publishes and self.trained_s >= self.next_publish_s:
             self.next_publish_s += PUBLISH_EVERY_S
+            publish = self._jitter(spec.times.publish_snapshot)
             if not self._has("oob_publish"):  # out of band: a publisher job reads the ckpt
-                self._phase("publish", self._jitter(spec.times.publish_snapshot))
+                self._phase("publish", publish)
 
     # --- the end of an attempt ------------------------------------------------------------
 
@@ -657,10 +689,16 @@ class _JobRun:
         self.step = self._resume_step(recovery)
 
     def _resume_step(self, recovery: bool) -> int:
-        """The last durable checkpoint — or, with ``recovery``, a snapshot minutes old."""
+        """The last durable checkpoint — or, with ``recovery``, a snapshot minutes old.
+
+        Every draw is taken whether or not an optimization has reached the job, so the same
+        job simulated without one rollout (``ettweb.simulate.truth``) meets the same
+        failures and jitters: the two runs differ by that rollout's effect, not by luck.
+        """
+        snapshot_age = self.rng.uniform(0.0, SNAPSHOT_EVERY_S)
         if not recovery:
             return self.durable_step
-        lost_steps = int(self.rng.uniform(0.0, SNAPSHOT_EVERY_S) * self.spec.steps_per_s)
+        lost_steps = int(snapshot_age * self.spec.steps_per_s)
         return max(self.durable_step, self.step - lost_steps)
 
     def _finish(self) -> None:
@@ -671,7 +709,7 @@ class _JobRun:
             self._phase("shutdown", self._jitter(times.shutdown))
             self._mark("attempt_end", self.t, {"status": "cancelled"})
             return
-        self._phase("eval", self._jitter(times.eval))
+        self._phase("eval", self._eval_s())
         publish = self._jitter(times.publish_final)
         self._phase("publish", 30.0 if self._has("oob_publish") else publish)  # a hand-off
         self._phase("shutdown", self._jitter(times.shutdown))

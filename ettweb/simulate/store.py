@@ -23,7 +23,7 @@ from ettweb.queries import DateRange, TrendQuery, calculate
 from ettweb.rollouts.models import Rollout
 from ettweb.rollups.logic import RefreshStats, remove_jobs
 from ettweb.rollups.models import DirtyJob
-from ettweb.simulate.fleet import FleetPlan, PlannedRollout, fleet_events
+from ettweb.simulate.fleet import FleetPlan, PlannedRollout, fleet_events, recorded
 
 #: The import's ``source``: quarantined lines of a simulation carry it.
 SOURCE = "simulate_fleet"
@@ -58,14 +58,15 @@ def _utc(epoch: float) -> datetime:
 
 
 def upsert_rollouts(schedule: Sequence[PlannedRollout]) -> int:
-    """Store every stage as a simulated ``Rollout``, keyed by name: a rerun moves, never
-    duplicates. Returns how many rollouts the schedule holds."""
-    for stage in schedule:
+    """Store every recorded stage as a simulated ``Rollout``, keyed by name: a rerun moves,
+    never duplicates. Returns how many it stored (a change nobody recorded is not)."""
+    stages = recorded(schedule)
+    for stage in stages:
         Rollout.objects.update_or_create(
             name=stage.name, simulated=True,
             defaults={"component": stage.component, "at": _utc(stage.at),
                       "scope": stage.scope.as_dict(), "notes": stage.notes})
-    return len(schedule)
+    return len(stages)
 
 
 # --------------------------------------------------------------------------- clearing

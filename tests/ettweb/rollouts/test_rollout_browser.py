@@ -61,7 +61,8 @@ def test_rollout_page_draws_its_charts(rollout_id: int, live_server: LiveServer,
     boxes = page.locator("#job-distributions .boxlayer path.box")
     assert boxes.count() == 2  # before and after, drawn as SVG by plotly.js
     intervals = page.evaluate("document.getElementById('change-intervals').data[0].y")
-    assert intervals == ["treated", "control", "DiD"]
+    assert intervals == ["pt2_compiler lost share", "ETT% adjusted", "ETT% treated",
+                         "ETT% control", "ETT% DiD"]
     shoot(page, tmp_path, "rollout.png")  # also into ETT_SCREENSHOT_DIR when set
 
     page.fill("#id_window", "1")

@@ -11,9 +11,13 @@ import plotly.graph_objects as go
 import pytest
 
 from ettweb.queries.impact import (
+    AdjustedChange,
+    AdjustedEffect,
+    ComponentEffect,
     ComponentShift,
     GroupImpact,
     ImpactResult,
+    LostShare,
     RolloutInfo,
     TrendDay,
     Windows,
@@ -42,6 +46,16 @@ def _result(*, control: bool, window_days: int = 3) -> ImpactResult:
         components={"pt2_compiler": ComponentShift("pt2_compiler", 10.0, 6.0)},
         treated_before_ett=[60.0, 70.0, 80.0], treated_after_ett=[66.0, 75.0, 84.0],
         verdict="improved", verdict_reason="test",
+        component_effect=ComponentEffect(
+            "pt2_compiler", LostShare(10.0, 6.0, (-5.0, -3.0)),
+            LostShare(9.0, 9.1, (-0.5, 0.6)) if control else None,
+            -4.1 if control else None, (-5.2, -3.0) if control else None, "reduced", "test",
+            None),
+        adjusted=AdjustedEffect(
+            "size-stratified", AdjustedChange(3.8, (2.9, 4.6)),
+            AdjustedChange(0.4, (-0.3, 1.0)) if control else None,
+            3.4 if control else None, (2.4, 4.4) if control else None, "improved", "test",
+            jobs_used=12, jobs_left_out=0, strata=2, inconclusive=None),
         trend=[TrendDay(d, 70.0 + i, 69.0 if control else None) for i, d in enumerate(days)])
 
 
@@ -73,9 +87,16 @@ def test_trend_shades_both_windows_and_marks_the_rollout() -> None:
 def test_changes_sit_around_a_zero_line_with_their_intervals() -> None:
     fig = _validated(figures.change_intervals(_result(control=True)))
     trace = fig.data[0]
-    assert list(trace.y) == ["treated", "control", "DiD"]
-    assert list(trace.error_x.array) == [2.0, 1.5, 2.5]
-    assert list(trace.error_x.arrayminus) == [2.0, 1.5, 2.5]
+    assert list(trace.y) == ["pt2_compiler lost share", "ETT% adjusted", "ETT% treated",
+                             "ETT% control", "ETT% DiD"]
+    # With a control the DiD decides: the component's and the adjusted rows show theirs.
+    assert list(trace.x) == [-4.1, 3.4, 4.0, 0.5, 3.5]
+    assert list(trace.error_x.array) == pytest.approx([1.1, 1.0, 2.0, 1.5, 2.5])
+    assert list(trace.error_x.arrayminus) == pytest.approx([1.1, 1.0, 2.0, 1.5, 2.5])
+    # Less lost time is good (green), and so is more ETT%.
+    assert list(trace.marker.color) == [figures.GOOD] * 5
     assert fig.layout.shapes[0].x0 == 0
     only_treated = _validated(figures.change_intervals(_result(control=False)))
-    assert list(only_treated.data[0].y) == ["treated"]
+    assert list(only_treated.data[0].y) == ["pt2_compiler lost share", "ETT% adjusted",
+                                            "ETT% treated"]
+    assert list(only_treated.data[0].x) == [-4.0, 3.8, 4.0]

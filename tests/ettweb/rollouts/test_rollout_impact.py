@@ -18,9 +18,9 @@ from ettweb.ingest.tasks import ingest_batch
 from ettweb.queries import ImpactQuery, WindowError, calculate
 from ettweb.queries.impact import (
     ImpactResult,
-    bootstrap_changes,
     rollout_windows,
 )
+from ettweb.rollouts.estimators import Group, bootstrap
 from ettweb.rollouts.models import Rollout
 from tests.conftest import mark, span
 
@@ -241,17 +241,20 @@ def test_the_interval_is_the_same_on_every_load(interval_fleet: None) -> None:
 
 
 def test_vectorized_bootstrap_equals_a_plain_loop() -> None:
-    """The matrix-product bootstrap against the textbook loop, draw for draw."""
-    values = np.random.default_rng(3).uniform(1, 10, size=(40, 4))
+    """The matrix-product bootstrap against the textbook loop, draw for draw: the ETT%
+    change and the component's lost-share change of each draw come from the same jobs."""
+    values = np.random.default_rng(3).uniform(1, 10, size=(40, 6))
     values[:, 1] *= 0.8
     values[:, 3] *= 0.9
-    fast = bootstrap_changes(values, np.random.default_rng(7), draws=300)
+    values[:, 4:] *= 0.05
+    fast = bootstrap(values, np.random.default_rng(7), draws=300)
     rng = np.random.default_rng(7)
     slow = []
     for _ in range(300):
         picks = rng.integers(0, len(values), size=len(values))
         s = values[picks].sum(axis=0)
-        slow.append(100 * s[3] / s[2] - 100 * s[1] / s[0])
+        slow.append((100 * s[3] / s[2] - 100 * s[1] / s[0],
+                     100 * s[5] / s[2] - 100 * s[4] / s[0]))
     assert fast == pytest.approx(np.array(slow))
 
 
@@ -273,6 +276,14 @@ def test_verdict_reads_the_deciding_interval() -> None:
     assert verdict == "inconclusive" and reason.startswith("too few jobs: 4 treated")
 
 
+def _group(values: np.ndarray, in_before: np.ndarray | None = None,
+           in_after: np.ndarray | None = None) -> Group:
+    flags = np.ones(len(values), dtype=bool)
+    return Group(values, flags if in_before is None else in_before,
+                 flags if in_after is None else in_after,
+                 np.full(len(values), 8, dtype=np.int64))
+
+
 @pytest.mark.django_db
 def test_kept_draws_are_exactly_a_fresh_bootstrap_and_follow_any_changed_sum(
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -280,59 +291,65 @@ def test_kept_draws_are_exactly_a_fresh_bootstrap_and_follow_any_changed_sum(
     (treated first, then control, from one generator); a changed sum is a new bootstrap;
     another process (memory emptied) reads the stored draws instead of drawing again."""
     from ettweb.queries import impact
-    from ettweb.queries.impact import _Group, group_draws
+    from ettweb.queries.impact import group_draws
     from ettweb.rollouts.models import BootstrapDraws
 
-    def group(seed: int, jobs: int) -> _Group:
-        values = np.random.default_rng(seed).uniform(1, 10, size=(jobs, 4))
-        return _Group(values, np.ones(jobs, dtype=bool), np.ones(jobs, dtype=bool))
+    def group(seed: int, jobs: int) -> Group:
+        return _group(np.random.default_rng(seed).uniform(1, 10, size=(jobs, 6)))
 
     treated, control = group(1, 12), group(2, 9)
     first = group_draws(99, treated, control)
     rng = np.random.default_rng(99)
-    fresh = (bootstrap_changes(treated.values, rng), bootstrap_changes(control.values, rng))
-    assert first[0] is not None and first[1] is not None
-    assert np.array_equal(first[0], fresh[0]) and np.array_equal(first[1], fresh[1])
-    assert group_draws(99, treated, control)[0] is first[0]  # kept, not recomputed
-    changed = _Group(control.values.copy(), control.in_before, control.in_after)
+    fresh = (bootstrap(treated.values, rng), bootstrap(control.values, rng))
+    assert first.treated is not None and first.control is not None
+    assert np.array_equal(first.treated, fresh[0]) and np.array_equal(first.control, fresh[1])
+    assert first.adjusted is not None and first.adjusted.shape == (2000, 3)
+    assert group_draws(99, treated, control) is first  # kept, not recomputed
+    changed = _group(control.values.copy())
     changed.values[0, 3] += 1.0
     again = group_draws(99, treated, changed)
-    assert again[1] is not None and not np.array_equal(again[1], first[1])
-    assert np.array_equal(again[0], first[0])  # the treated draws come first: unchanged
-    few = _Group(treated.values[:4], treated.in_before[:4], treated.in_after[:4])
-    assert group_draws(99, few, None) == (None, None)  # under 5 jobs: no interval
+    assert again.control is not None and not np.array_equal(again.control, first.control)
+    assert again.treated is not None and first.treated is not None
+    assert np.array_equal(again.treated, first.treated)  # treated draws come first
+    few = _group(treated.values[:4])
+    assert group_draws(99, few, None) == impact.Draws(None, None, None)  # under 5 jobs
     assert BootstrapDraws.objects.count() == 3
 
     def no_bootstrap(*args: object, **kwargs: object) -> None:
         raise AssertionError("drew again instead of reading the stored draws")
 
     monkeypatch.setattr(impact, "_DRAWS", type(impact._DRAWS)())
-    monkeypatch.setattr(impact, "bootstrap_changes", no_bootstrap)
+    monkeypatch.setattr(impact, "compute_draws", no_bootstrap)
     stored = group_draws(99, treated, control)
-    assert stored[0] is not None and stored[1] is not None
-    assert np.array_equal(stored[0], first[0]) and np.array_equal(stored[1], first[1])
-    assert group_draws(99, few, None) == (None, None)
+    assert stored.treated is not None and stored.control is not None
+    assert np.array_equal(stored.treated, first.treated)
+    assert np.array_equal(stored.control, first.control)
+    assert stored.adjusted is not None and np.array_equal(stored.adjusted, first.adjusted)
+    assert group_draws(99, few, None) == impact.Draws(None, None, None)
 
 
 def test_the_draws_digest_ignores_summation_order_but_not_a_change() -> None:
     """Sums a few bits apart (rows added in another order) select the same draws; a sum
     changed in its 9th significant digit, or zero against tiny, selects others."""
-    from ettweb.queries.impact import _digest, _Group
+    from ettweb.queries.impact import _digest
 
     rng = np.random.default_rng(4)
-    values = rng.uniform(1e3, 1e9, size=(50, 4))
+    values = rng.uniform(1e3, 1e9, size=(50, 6))
     values[3, 1] = 0.0
     flags = np.ones(50, dtype=bool)
-    base = _digest(_Group(values, flags, flags))
+    base = _digest(_group(values))
     nudged = values * (1 + 4e-16)  # a last-bit difference, as another plan's order gives
     assert not np.array_equal(nudged, values)
-    assert _digest(_Group(nudged, flags, flags)) == base
+    assert _digest(_group(nudged)) == base
     changed = values.copy()
     changed[7, 2] *= 1 + 3e-8
-    assert _digest(_Group(changed, flags, flags)) != base
+    assert _digest(_group(changed)) != base
     tiny = values.copy()
     tiny[3, 1] = 1e-3
-    assert _digest(_Group(tiny, flags, flags)) != base
+    assert _digest(_group(tiny)) != base
     fewer = flags.copy()
     fewer[0] = False
-    assert _digest(_Group(values, fewer, flags)) != base
+    assert _digest(_group(values, fewer, flags)) != base
+    other_sizes = _group(values)
+    other_sizes.gpus[0] = 1024
+    assert _digest(other_sizes) != base

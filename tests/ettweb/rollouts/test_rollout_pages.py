@@ -190,7 +190,9 @@ def test_list_filters_round_trip_and_export_csv_neutralized(viewer: Client) -> N
     assert response["Content-Type"].startswith("text/csv")
     rows = list(csv.reader(io.StringIO(response.content.decode())))
     assert rows[0] == ["id", "at", "name", "component", "scope", "created_by", "simulated",
-                       "link"]
+                       "link", "component_verdict", "component_change_pts",
+                       "component_ci_low", "component_ci_high", "ett_verdict",
+                       "ett_change_pts", "ett_ci_low", "ett_ci_high"]
     assert [row[2] for row in rows[1:]] == ["'=HYPERLINK(1)"]  # "other" is feed's only
     assert rows[1][4] == "teams ads"
 
@@ -205,3 +207,56 @@ def test_bad_list_filters_are_a_400_naming_them(viewer: Client, query: str, name
     response = viewer.get(f"/rollouts/?{query}")
     assert response.status_code == 400
     assert response.content.decode().startswith(f"bad parameters: {named}")
+
+
+@pytest.mark.parametrize(("query", "named"), [
+    ("verdict=great", "verdict: Select a valid choice"),
+    ("sort=name", "sort: Select a valid choice"),
+])
+def test_bad_verdict_or_sort_is_a_400_naming_it(viewer: Client, query: str, named: str) -> None:
+    response = viewer.get(f"/rollouts/?{query}")
+    assert response.status_code == 400
+    assert response.content.decode().startswith(f"bad parameters: {named}")
+
+
+def test_list_shows_the_warm_pass_verdicts_sorted_and_filtered(viewer: Client,
+                                                               fleet: None) -> None:
+    """Each rollout's component verdict and adjusted ETT% change come from the warm pass's
+    stored 14-day impact; one the warm pass has not reached says so."""
+    from ettweb.queries.impact import ImpactResult
+    from ettweb.rollouts.warm import warm_impacts
+
+    gain = make(name="gain")
+    nothing = make(name="nothing", component="evaluation", scope={"teams": ["feed"]},
+                   at=datetime(2026, 3, 10, 13, tzinfo=UTC))
+    warm_impacts(windows=(14,))
+    make(name="late", at=datetime(2026, 3, 10, 14, tzinfo=UTC))  # after the pass
+
+    def impact_of(r: Rollout) -> ImpactResult:
+        result = calculate(ImpactQuery(r.pk, 14))
+        assert result is not None
+        return result
+
+    computed = {"gain": impact_of(gain), "nothing": impact_of(nothing)}
+    page = viewer.get("/rollouts/").content.decode()
+    effect, adjusted = computed["gain"].component_effect, computed["gain"].adjusted
+    assert f"{effect.deciding_pts:+.2f} pts" in page
+    assert f"{adjusted.deciding_pts:+.2f} pts" in page
+    assert page.count("not computed yet") == 1
+    assert page.index("late") < page.index("not computed yet") < page.index(">gain<")
+
+    def names(query: str) -> list[str]:
+        body = viewer.get(f"/rollouts/?format=csv&table=rollouts&{query}").content.decode()
+        return [line.split(",")[2] for line in body.strip().splitlines()[1:]]
+
+    assert names("") == ["late", "nothing", "gain"]  # newest first
+    by_ett = sorted(computed, key=lambda n: -(computed[n].adjusted.deciding_pts or 0.0))
+    assert names("sort=-ett_change") == [*by_ett, "late"]  # not computed: last either way
+    assert names("sort=ett_change") == [*reversed(by_ett), "late"]
+    assert names("verdict=not_computed") == ["late"]
+    for verdict in ("reduced", "increased"):
+        assert names(f"verdict={verdict}") == [
+            n for n in ("nothing", "gain") if computed[n].component_effect.verdict == verdict]
+    for verdict in ("improved", "regressed"):
+        assert names(f"verdict={verdict}") == [
+            n for n in ("nothing", "gain") if computed[n].adjusted.verdict == verdict]

@@ -45,7 +45,7 @@ def test_warm_pass_stores_the_standard_windows_and_later_loads_draw_nothing(
         raise AssertionError("a warmed window drew again")
 
     monkeypatch.setattr(impact_module, "_DRAWS", type(impact_module._DRAWS)())
-    monkeypatch.setattr(impact_module, "bootstrap_changes", no_bootstrap)
+    monkeypatch.setattr(impact_module, "compute_draws", no_bootstrap)
     for r in (first, second):
         for window in WARM_WINDOWS:
             again = ImpactQueryRunner(ImpactQuery(r.pk, window)).calculate()

@@ -33,6 +33,7 @@ from ettweb.simulate.fleet import (
     fleet_events,
     job_events,
     job_rng,
+    recorded,
     rollout_schedule,
 )
 from ettweb.simulate.store import event_lines, simulated_jobs
@@ -152,8 +153,13 @@ def test_sizes_have_a_long_tail_and_big_jobs_train_longer_and_fail_more() -> Non
 @pytest.mark.parametrize("days", [90, 180])
 def test_every_optimization_pilots_first_then_reaches_the_fleet(days: int) -> None:
     plan = FleetPlan(seed=0, days=days, jobs=1, end=END)
-    schedule = rollout_schedule(plan)
+    everything = rollout_schedule(plan)
+    schedule = recorded(everything)
     assert len(schedule) == 2 * len(OPTIMIZATIONS) == len({s.name for s in schedule})
+    (unrecorded,) = [s for s in everything if not s.recorded]  # ETT_SPEC §6.3's change
+    assert unrecorded.component == "evaluation" and unrecorded.scope.teams == ("ads",)
+    fleet_stages = sorted(s.at for s in schedule if s.scope.is_fleet)
+    assert fleet_stages[-2] < unrecorded.at < fleet_stages[-1]
     for opt in OPTIMIZATIONS:
         pilot, fleet = sorted((s for s in schedule if s.optimization == opt.key),
                               key=lambda s: s.stage)
@@ -289,3 +295,27 @@ def test_bad_arguments_exit_2_naming_the_option(args: tuple[str, ...], message: 
         _simulate(*args)
     assert exc.value.returncode == 2
     assert message in str(exc.value)
+
+
+def test_the_unrecorded_change_slows_evaluation_for_its_team_only() -> None:
+    """Jobs of the team the unrecorded stage reaches spend 2.5 times as long in evaluation
+    once it landed; the same jobs without it (or any other team's) do not; and an empty
+    schedule (the A/A fleet, ``--no-rollouts``) changes nothing at all."""
+    plan = FleetPlan(seed=4, days=90, jobs=400, end=END)
+    everything = rollout_schedule(plan)
+    (change,) = [s for s in everything if not s.recorded]
+    without = [s for s in everything if s.recorded]
+
+    def eval_seconds(schedule: object, team: str) -> float:
+        total = 0.0
+        for index in range(plan.jobs):
+            for event in job_events(plan, index, schedule):  # type: ignore[arg-type]
+                if event.get("phase") == "eval" and event["start"] > change.at \
+                        and event["job"].startswith(f"sim-4-{team}-"):
+                    total += event["end"] - event["start"]
+        return total
+
+    assert eval_seconds(everything, "ads") > 2.0 * eval_seconds(without, "ads")
+    assert eval_seconds(everything, "feed") == eval_seconds(without, "feed")
+    assert all(not e["attrs"]["optimizations"] for index in range(0, plan.jobs, 37)
+               for e in job_events(plan, index, ()) if e.get("mark") == "attempt_start")

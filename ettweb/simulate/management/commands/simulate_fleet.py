@@ -5,7 +5,8 @@ behind them. This writes one (``ettweb.simulate.fleet``) through the import path
 live jobs: jobs of 1 to thousands of GPUs that fail, restart and repeat work, and seven
 optimizations rolled out in stages, each stored as a simulated ``Rollout``. The fleet ends
 today (``--end`` for another day) and never holds an event later than now; the same seed
-gives the same fleet, and a second run stores nothing new. ``--clear`` removes every
+gives the same fleet, and a second run stores nothing new. ``--no-rollouts`` draws the
+A/A fleet: the same jobs with nothing rolled out (the calibration's null). ``--clear`` removes every
 simulated job and rollout (alone it only clears; with other options it clears, then
 simulates). The last line on stdout is the summary.
 """
@@ -107,6 +108,10 @@ class Command(BaseCommand):
         parser.add_argument("--clear", action="store_true",
                             help="remove every simulated job and rollout first (alone: only "
                                  "that)")
+        parser.add_argument("--no-rollouts", action="store_true",
+                            help="the A/A fleet: the same jobs (sizes, labels, failures) with "
+                                 "nothing rolled out and no rollout stored, for checking that "
+                                 "the estimators see no change where there is none")
         parser.add_argument("--no-progress", action="store_true",
                             help="no progress bars on stderr")
 
@@ -116,16 +121,17 @@ class Command(BaseCommand):
         if request.clear:
             self.stdout.write(clear_simulation().line())
         if request.plan is not None:
-            self.stdout.write(self._simulate(request.plan))
+            self.stdout.write(self._simulate(request.plan,
+                                             with_rollouts=not options["no_rollouts"]))
 
     def _bar(self, description: str, unit: str, total: int | None = None) -> tqdm[Any]:
         return tqdm(desc=description, unit=unit, total=total, file=sys.stderr,
                     disable=not self.show_progress, unit_scale=True, dynamic_ncols=True)
 
-    def _simulate(self, plan: FleetPlan) -> str:
+    def _simulate(self, plan: FleetPlan, *, with_rollouts: bool) -> str:
         """Store the rollouts and the events, refresh the rollups; the summary line."""
         began = time.perf_counter()
-        schedule = rollout_schedule(plan)
+        schedule = rollout_schedule(plan) if with_rollouts else ()
         rollouts = upsert_rollouts(schedule)
         with self._bar("simulating", " events") as bar:
             summary = store_fleet(plan, schedule, progress=bar.update)
