@@ -40,15 +40,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
+from functools import partial
 from typing import Any, Final
 
 import numpy as np
 
+from ettweb.changes.detect import PENALTY, Shift, find_shifts
 from ettweb.rollouts import estimators
 from ettweb.rollouts.estimators import Group, Stratified
 from ettweb.simulate.days import COMPONENTS, FleetDays, fleet_days
-from ettweb.simulate.fleet import FleetPlan, PlannedRollout, recorded, rollout_schedule
-from ettweb.simulate.truth import in_scope, true_effect, windows
+from ettweb.simulate.fleet import FleetPlan, PlannedRollout, rollout_schedule
+from ettweb.simulate.series import SeriesKey, day_sums, lost_shares
+from ettweb.simulate.truth import Counterfactual, counterfactual, effect_of, in_scope, windows
 
 FPR_TARGET: Final = 0.05
 COVERAGE_TARGET: Final = 0.90
@@ -298,13 +301,25 @@ def days_taken(days: FleetDays, stage: PlannedRollout, scope: np.ndarray, seed: 
     return took, predicted
 
 
-def run_planted(plan: FleetPlan, schedule: Sequence[PlannedRollout], days: FleetDays,
-                adjuster: Adjuster = stratified, *, scan: bool = True,
-                workers: int = 2) -> list[Planted]:
+def counterfactuals(plan: FleetPlan, schedule: Sequence[PlannedRollout], days: FleetDays,
+                    workers: int = 2) -> list[Counterfactual]:
+    """Every stage's treated jobs simulated again without it (the unrecorded one too)."""
+    worlds = []
+    for n, stage in enumerate(schedule):
+        worlds.append(counterfactual(plan, schedule, stage, days, WINDOW_DAYS,
+                                     job_indices=range(plan.jobs), workers=workers))
+        _say(f"counterfactual {n + 1}/{len(schedule)}: {stage.name}: "
+             f"{len(worlds[-1].treated):,} treated jobs")
+    return worlds
+
+
+def run_planted(worlds: Sequence[Counterfactual], days: FleetDays,
+                adjuster: Adjuster = stratified, *, scan: bool = True) -> list[Planted]:
+    """The recorded stages' truths and calls (an unrecorded stage has no verdict)."""
     out = []
-    for n, stage in enumerate(recorded(schedule)):
-        truth = true_effect(plan, schedule, stage, days, WINDOW_DAYS,
-                            job_indices=range(plan.jobs), workers=workers)
+    for n, world in enumerate(w for w in worlds if w.stage.recorded):
+        stage = world.stage
+        truth = effect_of(days, world, WINDOW_DAYS)
         scope = in_scope(days, stage)
         planted = Planted(stage.name, truth.ett_pts, truth.component_pts,
                           _call_at(days, stage, scope, WINDOW_DAYS, 1_000 + n, adjuster))
@@ -331,6 +346,133 @@ def within_factor_two(planted: Sequence[Planted], *, at_half: bool) -> dict[str,
             pairs.append((guess, took))
     hits = sum(1 for guess, took in pairs if guess is not None and took / 2 <= guess <= 2 * took)
     return share(hits, len(pairs))
+
+
+# --------------------------------------------------------------------------- level shifts
+
+#: ETT_SPEC §6.3: a planted step this large (points of the series' wall time) or larger is
+#: found within STEP_DAYS of its true day, ...
+MIN_STEP_PTS: Final = 1.0
+STEP_DAYS: Final = 1
+#: ... and a flat series shows at most one change in any FLAT_DAYS days.
+FLAT_DAYS: Final = 90
+#: Penalties swept beside the product's (``detect.PENALTY``), to show how it was chosen.
+PENALTIES: Final = (5.0, 10.0, 15.0, 25.0, 40.0, 60.0)
+#: A change on the planted fleet is explained when a stage of its component lands this
+#: close (the product matches recorded rollouts at this distance too).
+EXPLAINED_DAYS: Final = 2
+
+Detector = Callable[[np.ndarray], list[Shift]]
+
+
+@dataclass(frozen=True)
+class Step:
+    """A planted stage's step in one series: the mean over its 14 days after of the series
+    with the stage less the series without it (the counterfactual), in points."""
+
+    stage: str
+    recorded: bool
+    component: str
+    team: str | None
+    #: The true day, counted from the fleet's first day: the first whole UTC day after the
+    #: deploy (the first of §6's after window). The deploy's own day is part-way: jobs
+    #: take a stage as they start, and it lands during a working day.
+    day: int
+    size_pts: float
+
+    def found_in(self, shifts: Sequence[Shift]) -> bool:
+        return any(abs(s.index - self.day) <= STEP_DAYS
+                   and np.sign(s.change_pts) == np.sign(self.size_pts) for s in shifts)
+
+
+def planted_steps(days: FleetDays, worlds: Sequence[Counterfactual], n_days: int) -> list[Step]:
+    """Every (stage, series) whose true step is at least :data:`MIN_STEP_PTS`."""
+    base = day_sums(days, n_days)
+    teams = tuple(t for t in base.groups if t is not None)
+    shares = lost_shares(base)
+    steps = []
+    for world in worlds:
+        stage = world.stage
+        without = lost_shares(base - day_sums(days, n_days, teams, world.treated)
+                              + day_sums(world.without, n_days, teams))
+        day = days.day_index(datetime.fromtimestamp(stage.at, UTC).date()) + 1
+        after = slice(day, day + WINDOW_DAYS)
+        for team in base.groups:
+            key = (stage.component, team)
+            if key not in shares:
+                continue
+            other = without.get(key, np.zeros(n_days))
+            with np.errstate(invalid="ignore"):
+                size = float(np.nanmean(shares[key][after] - other[after]))
+            if abs(size) >= MIN_STEP_PTS:
+                steps.append(Step(stage.name, stage.recorded, stage.component, team, day,
+                                  size))
+    return steps
+
+
+def most_in_window(shifts: Sequence[Shift], days: int = FLAT_DAYS) -> int:
+    """The most changes any ``days`` consecutive days of one series hold."""
+    at = sorted(s.index for s in shifts)
+    return max((sum(1 for b in at[i:] if b - a < days) for i, a in enumerate(at)), default=0)
+
+
+def unexplained(found: dict[SeriesKey, list[Shift]], worlds: Sequence[Counterfactual],
+                first: date) -> list[dict[str, Any]]:
+    """Changes on the planted fleet no stage of their component explains (the stage
+    within :data:`EXPLAINED_DAYS`): a detector's false alarms where things do move."""
+    days = {(w.stage.component, (datetime.fromtimestamp(w.stage.at, UTC).date() - first).days)
+            for w in worlds}
+    return [{"component": c, "team": t, "day": s.index, "change_pts": round(s.change_pts, 3)}
+            for (c, t), shifts in sorted(found.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))
+            for s in shifts
+            if not any(c == comp and abs(s.index - d) <= EXPLAINED_DAYS for comp, d in days)]
+
+
+def search(series: dict[SeriesKey, np.ndarray], detector: Detector) -> dict[SeriesKey, list[Shift]]:
+    return {key: detector(values) for key, values in series.items()}
+
+
+def judge_changes(steps: Sequence[Step], planted: dict[SeriesKey, list[Shift]],
+                  flat: dict[SeriesKey, list[Shift]]) -> dict[str, Any]:
+    """Found steps and the flat series' worst 90 days, for one detector."""
+    hits = [step.found_in(planted.get((step.component, step.team), [])) for step in steps]
+    worst = max((most_in_window(s) for s in flat.values()), default=0)
+    return {"steps_found": share(sum(hits), len(steps)),
+            "flat_series": len(flat), "flat_changes": sum(len(s) for s in flat.values()),
+            "flat_most_in_90_days": worst}
+
+
+def calibrate_changes(days: FleetDays, null_days: FleetDays, worlds: Sequence[Counterfactual],
+                      n_days: int, detector: Detector = find_shifts) -> dict[str, Any]:
+    """ETT_SPEC §6.3's two targets for ``detector`` on every component's daily lost share,
+    fleet and per team: each planted step of 1 point or more found within 1 day, and the
+    A/A fleet's series at most one change per 90 days; then the penalty sweep."""
+    steps = planted_steps(days, worlds, n_days)
+    planted_series = lost_shares(day_sums(days, n_days))
+    flat_series = lost_shares(day_sums(null_days, n_days))
+    planted, flat = search(planted_series, detector), search(flat_series, detector)
+    result = judge_changes(steps, planted, flat)
+    missed = [step for step in steps if not step.found_in(planted.get((step.component,
+                                                                        step.team), []))]
+    unrecorded = [step for step in steps if not step.recorded]
+    result.update({
+        "steps": [{"stage": s.stage, "component": s.component, "team": s.team, "day": s.day,
+                   "size_pts": round(s.size_pts, 3), "found": s not in missed,
+                   "found_days": [x.index for x in planted.get((s.component, s.team), [])
+                                  if abs(x.index - s.day) <= 3]} for s in steps],
+        "unrecorded_found": share(sum(s not in missed for s in unrecorded), len(unrecorded)),
+        "unexplained_on_planted_fleet": unexplained(planted, worlds, days.first),
+        "penalty": PENALTY,
+        "sweep": {str(p): judge_changes(
+            steps, search(planted_series, partial(find_shifts, penalty=p)),
+            search(flat_series, partial(find_shifts, penalty=p))) for p in PENALTIES},
+    })
+    result["checks"] = {
+        "changes_steps_found": bool(steps) and not missed,
+        "changes_unrecorded_found": bool(unrecorded) and not set(unrecorded) & set(missed),
+        "changes_flat_at_most_one_per_90_days": result["flat_most_in_90_days"] <= 1,
+    }
+    return result
 
 
 # --------------------------------------------------------------------------- report
@@ -381,15 +523,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     null_days = fleet_days(plan, (), workers=args.workers)
     _say(f"{args.placebos} placebo rollouts on the A/A fleet…")
     placebos = run_placebos(plan, null_days, args.placebos, args.seed + 1)
+    _say("counterfactuals: each stage's treated jobs without it…")
+    worlds = counterfactuals(plan, schedule, planted_days, workers=args.workers)
     _say("planted rollouts: truths, 14-day verdicts, days taken…")
-    planted = run_planted(plan, schedule, planted_days, scan=not args.no_scan,
-                          workers=args.workers)
+    planted = run_planted(worlds, planted_days, scan=not args.no_scan)
     changes = None
     if not args.no_changes:
-        from bench.calibration_changes import calibrate_changes
-
         _say("level shifts: planted steps and flat series…")
-        changes = calibrate_changes(plan, schedule, planted_days, null_days)
+        changes = calibrate_changes(planted_days, null_days, worlds, args.days)
     result = summary(placebos, planted, changes)
     return {"benchmark": "calibration", "jobs": args.jobs, "days": args.days,
             "seed": args.seed, "window_days": WINDOW_DAYS, **result,

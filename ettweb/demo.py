@@ -5,8 +5,9 @@ What it does, with progress on the console:
      CELERY_BROKER_URL when they are set;
   2. migrates and prints a dashboard login;
   3. loads a small simulated fleet beside it (``manage.py simulate_fleet``: 90 days, 300 jobs,
-     staged optimization rollouts; ``--no-fleet`` skips it), so the trend, lost-time and
-     rollout pages have months to show;
+     staged optimization rollouts and one change nobody recorded; ``--no-fleet`` skips it), so
+     the trend, lost-time and rollout pages have months to show, and detects its changes
+     (``manage.py ett_detect_changes``) so ``/changes/`` lists them;
   4. starts a Celery worker, Celery beat (the periodic tasks of ``ettweb/schedule.py``: the
      stale-rollup sweep among them), the collector agent and the web server
      (http://127.0.0.1:8000);
@@ -101,6 +102,9 @@ class Demo:
         _say("3/7", f"loading a simulated fleet: {FLEET_DAYS} days, {FLEET_JOBS} jobs…")
         out = self.manage("simulate_fleet", "--seed", "0", "--days", str(FLEET_DAYS),
                           "--jobs", str(FLEET_JOBS), "--no-progress", quiet=True)
+        print(f"      {out.strip().splitlines()[-1]}", flush=True)
+        # Beat detects changes hourly; run it once now so /changes/ shows the fleet's at once.
+        out = self.manage("ett_detect_changes", quiet=True)
         print(f"      {out.strip().splitlines()[-1]}", flush=True)
 
     def collector_credential(self) -> dict[str, str]:

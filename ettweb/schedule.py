@@ -31,4 +31,8 @@ BEAT_SCHEDULE: Final[dict[str, dict[str, Any]]] = {
     # Rollout pages: the standard windows' bootstrap draws computed ahead (ettweb.rollouts.warm).
     "warm-rollout-impacts": {"task": "ett.warm_rollout_impacts", "schedule": 600.0,
                              "options": {"expires": 590.0}},
+    # Unrecorded changes (ETT_SPEC §6.3): level shifts in every component's daily lost share,
+    # for the fleet and each team, found on complete days (ettweb.changes); a run is seconds.
+    "detect-changes": {"task": "ett.detect_changes", "schedule": 3600.0,
+                       "options": {"expires": 3500.0}},
 }

@@ -1,5 +1,5 @@
-"""Root URLs: dashboard at ``/``, rollouts, components, weekly reports, the JSON API, Django
-auth login, admin, and an unauthenticated health check.
+"""Root URLs: dashboard at ``/``, rollouts, components, changes, weekly reports, the JSON API,
+Django auth login, admin, and an unauthenticated health check.
 
 Every page needs a login except ``/healthz``, the login pages and the token-authenticated
 unsubscribe link; tests/ettweb/test_security.py walks every pattern here to keep it so.
@@ -59,6 +59,7 @@ urlpatterns = [
     path("api/v1/", _docs_need_login(api.urls)),
     path("rollouts/", include("ettweb.rollouts.urls")),
     path("components/", include("ettweb.components.urls")),
+    path("changes/", include("ettweb.changes.urls")),
     path("reports/", include("ettweb.reports.urls")),
     path("", include("ettweb.dashboard.urls")),
 ]

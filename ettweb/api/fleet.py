@@ -252,6 +252,12 @@ class ComponentRolloutOut(MarkerOut):
     ci95_pts: list[float] | None
     did_pts: float | None
     verdict: str | None
+    component_change_pts: float | None = None
+    component_ci95_pts: list[float] | None = None
+    component_verdict: str | None = None
+    adjusted_change_pts: float | None = None
+    adjusted_ci95_pts: list[float] | None = None
+    adjusted_verdict: str | None = None
 
 
 class ComponentOut(ScopeOut):

@@ -27,6 +27,7 @@ from ninja.security import HttpBearer, SessionAuth
 from pydantic import ConfigDict
 
 from ettweb.access.roles import can_edit_component, can_record_rollouts, refusal
+from ettweb.api.changes import ChangeOut
 from ettweb.api.tokens import user_for_token
 from ettweb.components.logic import known_components
 from ettweb.queries import (
@@ -233,6 +234,12 @@ class RolloutWeekOut(Schema):
     ci95_pts: list[float] | None
     verdict: str
     too_early: bool
+    component_change_pts: float | None = None
+    component_ci95_pts: list[float] | None = None
+    component_verdict: str | None = None
+    adjusted_change_pts: float | None = None
+    adjusted_ci95_pts: list[float] | None = None
+    adjusted_verdict: str | None = None
 
 
 class HistoryWeekOut(Schema):
@@ -254,6 +261,7 @@ class WeeklyReportOut(Schema):
     top_jobs: list[TopJobOut]
     rollouts: list[RolloutWeekOut]
     history: list[HistoryWeekOut]
+    unrecorded_changes: list[ChangeOut]
 
 
 class CollectorOut(Schema):
@@ -498,3 +506,4 @@ def jobs(request: HttpRequest, date_from: date | None = None, date_to: date | No
 
 api.add_router("/", "ettweb.api.fleet.router")  # the fleet and component charts' JSON
 api.add_router("/", "ettweb.api.job.router")  # one job's page as JSON
+api.add_router("/", "ettweb.api.changes.router")  # detected changes (ETT_SPEC §6.3)

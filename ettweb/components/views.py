@@ -11,17 +11,20 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
 from ettweb.access.roles import can_edit_component, require
+from ettweb.changes.figures import mark_changes
 from ettweb.components import phase_map
 from ettweb.components.forms import ComponentFilterForm, OwnerTeamForm
 from ettweb.dashboard import figures
 from ettweb.dashboard.exports import csv_response
 from ettweb.dashboard.forms import ExportForm, bad_parameters
 from ettweb.queries import (
+    ChangesQuery,
     ComponentQuery,
     ComponentResult,
     ComponentsIndexQuery,
     ComponentsIndexResult,
     DateRange,
+    DetectedChange,
     FilterChoicesQuery,
     calculate,
 )
@@ -110,10 +113,12 @@ def _detail_page(request: HttpRequest, name: str) -> HttpResponse:
     if table is not None:
         return _detail_csv(result, table, data["range"])
     labels = {k: v for k, v in data["jobs"].params().items() if k in LABELS}
+    changes = calculate(ChangesQuery(data["range"].date_from, data["range"].date_to, name,
+                                     data["jobs"].team)).changes
     context: dict[str, Any] = {
         **_page_context(form), "interval": data["interval"], "c": result,
         "owner_form": OwnerTeamForm(initial={"owner_team": result.owner_team}),
-        "charts": _charts(result, data["interval"], labels),
+        "charts": _charts(result, data["interval"], labels, changes), "changes": changes,
         "rollout_rows": [(r, figures.rollout_url(r.marker.id)) for r in result.rollouts],
         "window_days": DEFAULT_WINDOW_DAYS, "csv": _csv_links(form, DETAIL_TABLES),
         "all_rollouts_url": figures.rollouts_list_url(name, data["range"].date_from,
@@ -134,17 +139,28 @@ def _detail_csv(result: ComponentResult, table: str, days: DateRange) -> HttpRes
         return csv_response(name, ("model", "lost_gpu_hours", "jobs"), (
             [m.model, m.lost_gpu_hours, m.jobs] for m in result.top_models))
     return csv_response(name, ("id", "rollout", "at", "scope", "change_pts", "ci95_low_pts",
-                               "ci95_high_pts", "did_pts", "verdict"), (
+                               "ci95_high_pts", "did_pts", "verdict", "component_change_pts",
+                               "component_ci95_low_pts", "component_ci95_high_pts",
+                               "component_verdict", "adjusted_change_pts",
+                               "adjusted_ci95_low_pts", "adjusted_ci95_high_pts",
+                               "adjusted_verdict"), (
         _rollout_cells(r) for r in result.rollouts))
 
 
 def _rollout_cells(row: ComponentRollout) -> list[object]:
-    impact, marker = row.impact, row.marker
+    """§6's unadjusted numbers, then the headline the page shows (the rollouts CSV's
+    columns)."""
+    impact, marker, h = row.impact, row.marker, row.headline
     treated = impact.treated if impact else None
     interval = treated.ci95_pts if treated and treated.ci95_pts else ("", "")
+    component = h.component_ci95_pts if h and h.component_ci95_pts else ("", "")
+    adjusted = h.adjusted_ci95_pts if h and h.adjusted_ci95_pts else ("", "")
     return [marker.id, marker.name, marker.at.isoformat(), marker.scope,
             _blank(treated.change_pts if treated else None), interval[0], interval[1],
-            _blank(impact.did_pts if impact else None), impact.verdict if impact else ""]
+            _blank(impact.did_pts if impact else None), impact.verdict if impact else "",
+            _blank(h.component_change_pts if h else None), *component,
+            h.component_verdict if h else "", _blank(h.adjusted_change_pts if h else None),
+            *adjusted, h.adjusted_verdict if h else ""]
 
 
 def _blank(value: float | None) -> float | str:
@@ -189,17 +205,19 @@ def phases(request: HttpRequest, name: str) -> HttpResponse:
         "targets": phase_map.components(), "moved": request.GET.get("moved", "")})
 
 
-def _charts(result: ComponentResult, interval: str,
-            filters: dict[str, str]) -> dict[str, str]:
+def _charts(result: ComponentResult, interval: str, filters: dict[str, str],
+            changes: list[DetectedChange]) -> dict[str, str]:
     """Lost GPU-hours and lost share per period, each with the component's rollout lane (a
-    cluster's link keeps the page's model, team and cluster)."""
+    cluster's link keeps the page's model, team and cluster); the share chart marks the
+    detected changes of its lost share (ettweb.changes.figures)."""
     if not result.points:
         return {}
     lost = [(p.period, p.lost_gpu_hours) for p in result.points]
-    share = [(p.period, p.lost_share_pts) for p in result.points]
+    share = figures.component_share_chart([(p.period, p.lost_share_pts) for p in result.points],
+                                          result.name, interval, result.markers, filters)
+    mark_changes(share, changes)
     return {
         "lost": figures.to_fragment(figures.component_lost_chart(
             lost, result.name, interval, result.markers, filters), "component-lost"),
-        "share": figures.to_fragment(figures.component_share_chart(
-            share, result.name, interval, result.markers, filters), "component-share"),
+        "share": figures.to_fragment(share, "component-share"),
     }

@@ -22,6 +22,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from kombu import Connection
 
+from ettweb.changes.figures import mark_changes
 from ettweb.dashboard import figures, jobfigures
 from ettweb.dashboard.exports import csv_response
 from ettweb.dashboard.forms import (
@@ -35,8 +36,10 @@ from ettweb.dashboard.forms import (
 )
 from ettweb.queries import (
     HOUR_S,
+    ChangesQuery,
     CollectorsQuery,
     DateRange,
+    DetectedChange,
     FilterChoicesQuery,
     FleetHeadlineQuery,
     JobFilter,
@@ -155,9 +158,10 @@ def _fleet_context(form: FleetFilterForm) -> dict[str, Any]:
     lost = calculate(LostByComponentQuery(days, jobs))
     lifecycle = calculate(LifecycleQuery(days, interval, jobs))
     markers = calculate(RolloutMarkersQuery(days, jobs=jobs)).markers
+    changes = calculate(ChangesQuery(days.date_from, days.date_to, team=jobs.team)).changes
     over_time = calculate(LostTrendQuery(days, interval, jobs))
     charts = _fleet_charts(trend, lost.components, lifecycle, interval, markers, jobs,
-                           _overlay(earlier, days))
+                           _overlay(earlier, days), changes)
     if over_time.components:
         charts["lost_over_time"] = figures.to_fragment(figures.lost_over_time_stacked(
             over_time.periods, {c: [v / HOUR_S for v in values]
@@ -167,7 +171,7 @@ def _fleet_context(form: FleetFilterForm) -> dict[str, Any]:
         "form": form.shown(), "range": days, "interval": interval, "jobs": jobs,
         "group_by": data["group_by"], "trend": trend, "lost": lost,
         "top": calculate(TopJobsQuery(days, jobs=jobs)), "lifecycle": lifecycle,
-        "rollouts": len(markers), "charts": charts,
+        "rollouts": len(markers), "charts": charts, "changes": changes,
         "previous": earlier.range if earlier is not None else None,
         "compare_unavailable": data["compare"] and earlier is None,
         "choices": calculate(FilterChoicesQuery()),
@@ -210,12 +214,15 @@ def _blank(value: float | None) -> float | str:
 
 
 def _trend_chart(trend: TrendResult, interval: str, markers: list[RolloutMarker],
-                 jobs: JobFilter, previous: figures.PreviousPeriod | None = None) -> str:
+                 jobs: JobFilter, previous: figures.PreviousPeriod | None = None,
+                 changes: list[DetectedChange] | None = None) -> str:
     """The ETT% trend, one line per group, the previous period dashed when asked for; a
-    cluster of rollout markers links to the rollouts list with the page's filter."""
+    cluster of rollout markers links to the rollouts list with the page's filter; the
+    detected changes of the range marked (ettweb.changes.figures)."""
     labels = {name: value for name, value in jobs.params().items() if name in LABELS}
-    return figures.to_fragment(figures.ett_trend(_series(trend), interval, markers, previous,
-                                                 labels), "ett-trend")
+    fig = figures.ett_trend(_series(trend), interval, markers, previous, labels)
+    mark_changes(fig, changes or [])
+    return figures.to_fragment(fig, "ett-trend")
 
 
 def _overlay(earlier: TrendQuery | None, days: DateRange) -> figures.PreviousPeriod | None:
@@ -235,11 +242,12 @@ def _series(trend: TrendResult) -> dict[str, list[tuple[date, float]]]:
 
 def _fleet_charts(trend: TrendResult, components: Any, lifecycle: LifecycleResult,
                   interval: str, markers: list[RolloutMarker], jobs: JobFilter,
-                  previous: figures.PreviousPeriod | None) -> dict[str, str]:
+                  previous: figures.PreviousPeriod | None,
+                  changes: list[DetectedChange] | None = None) -> dict[str, str]:
     """The overview's figures as HTML fragments (empty when there is nothing to draw)."""
     charts: dict[str, str] = {}
     if trend.points:
-        charts["trend"] = _trend_chart(trend, interval, markers, jobs, previous)
+        charts["trend"] = _trend_chart(trend, interval, markers, jobs, previous, changes)
     if components:
         hours = {c.component: c.gpu_hours for c in components}
         charts["lost"] = figures.to_fragment(figures.lost_gpu_hours_bar(hours),

@@ -8,8 +8,9 @@ timeline and rank lanes are stored by the refresh) and returns a frozen result. 
 jobs, lifecycle, jobs table), ``job`` (one job), ``impact`` (a rollout's measured impact,
 ETT_SPEC §6), ``markers`` (rollouts drawn on trends), ``components`` (the component pages),
 ``weekly`` (the fleet over any days, and the weekly report's numbers, ETT_SPEC §7),
-``collectors`` (agents' health and the quarantine), ``metrics`` (running totals for
-``/metrics``), ``jobs`` (the paginated jobs list).
+``changes`` (detected level shifts matched to rollouts, ETT_SPEC §6.3), ``collectors``
+(agents' health and the quarantine), ``metrics`` (running totals for ``/metrics``), ``jobs``
+(the paginated jobs list).
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ from ettweb.queries.base import (
     default_range,
     gpu_bucket,
     phase_components,
+)
+from ettweb.queries.changes import (
+    ChangesQuery,
+    ChangesQueryRunner,
+    ChangesResult,
+    DetectedChange,
 )
 from ettweb.queries.collectors import (
     CollectorRow,
@@ -116,6 +123,8 @@ __all__ = [
     "HOUR_S",
     "INTERVALS",
     "MAX_RANGE_DAYS",
+    "ChangesQuery",
+    "ChangesResult",
     "CollectorRow",
     "CollectorsQuery",
     "CollectorsResult",
@@ -127,6 +136,7 @@ __all__ = [
     "DayTotalsQuery",
     "DayTotalsQueryRunner",
     "DayTotalsResult",
+    "DetectedChange",
     "FilterChoicesQuery",
     "FilterChoicesResult",
     "FleetHeadlineQuery",
@@ -183,7 +193,7 @@ AnyQuery = (TrendQuery | LostByComponentQuery | TopJobsQuery | LifecycleQuery | 
             | ComponentQuery | ComponentsIndexQuery | RolloutMarkersQuery | WeeklyReportQuery
             | FleetSummaryQuery | CollectorsQuery | FleetTotalsQuery | JobsQuery
             | LostTrendQuery | FilterChoicesQuery | RolloutListQuery | FleetHeadlineQuery
-            | DayTotalsQuery)
+            | DayTotalsQuery | ChangesQuery)
 
 _RUNNERS: dict[type, Any] = {
     TrendQuery: TrendQueryRunner, LostByComponentQuery: LostByComponentQueryRunner,
@@ -196,6 +206,7 @@ _RUNNERS: dict[type, Any] = {
     LostTrendQuery: LostTrendQueryRunner,
     FilterChoicesQuery: FilterChoicesQueryRunner, RolloutListQuery: RolloutListQueryRunner,
     FleetHeadlineQuery: FleetHeadlineQueryRunner, DayTotalsQuery: DayTotalsQueryRunner,
+    ChangesQuery: ChangesQueryRunner,
 }
 
 
@@ -239,6 +250,8 @@ def calculate(query: FilterChoicesQuery) -> FilterChoicesResult: ...
 def calculate(query: RolloutListQuery) -> RolloutListResult: ...
 @overload
 def calculate(query: DayTotalsQuery) -> DayTotalsResult: ...
+@overload
+def calculate(query: ChangesQuery) -> ChangesResult: ...
 def calculate(query: AnyQuery) -> Any:
     """Run any query with its runner: what views, the API and reports call.
 

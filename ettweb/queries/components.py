@@ -37,6 +37,7 @@ from ettweb.queries.base import (
 )
 from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner, ImpactResult
 from ettweb.queries.markers import (
+    Headline,
     RolloutMarker,
     RolloutMarkersQuery,
     RolloutMarkersQueryRunner,
@@ -143,6 +144,8 @@ class ComponentRollout:
 
     marker: RolloutMarker
     impact: ImpactResult | None
+    #: The impact's headline, worded as ``/rollouts/`` and the weekly e-mail word it.
+    headline: Headline | None = None
 
 
 @dataclass(frozen=True)
@@ -206,7 +209,8 @@ def _rollout_api(row: ComponentRollout) -> dict[str, Any]:
             "ci95_pts": list(impact.treated.ci95_pts) if impact and impact.treated.ci95_pts
             else None,
             "did_pts": impact.did_pts if impact else None,
-            "verdict": impact.verdict if impact else None}
+            "verdict": impact.verdict if impact else None,
+            **(row.headline.as_api() if row.headline else {})}
 
 
 class ComponentQueryRunner:
@@ -302,8 +306,13 @@ def _top_models(query_range: DateRange, categories: set[str], top: int,
 def _measured(markers: list[RolloutMarker]) -> list[ComponentRollout]:
     """The newest rollouts with their impact (the lead's §6 query, default window)."""
     newest = sorted(markers, key=lambda m: (m.at, m.id), reverse=True)[:MAX_IMPACT_ROWS]
-    return [ComponentRollout(m, ImpactQueryRunner(ImpactQuery(m.id)).calculate())
-            for m in newest]
+    now = datetime.now(UTC)
+    rows = []
+    for marker in newest:
+        impact = ImpactQueryRunner(ImpactQuery(marker.id)).calculate()
+        rows.append(ComponentRollout(marker, impact,
+                                     Headline.of(impact, now) if impact else None))
+    return rows
 
 
 # --------------------------------------------------------------------------- every component

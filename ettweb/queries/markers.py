@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from django.db.models import F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.expressions import OrderBy
@@ -23,6 +23,9 @@ from ettweb.queries.base import ANY_JOB, DateRange, JobFilter
 from ettweb.rollouts.logic import http_link
 from ettweb.rollouts.models import ImpactSummary, Rollout
 from ettweb.rollouts.scope import ScopeError, parse_scope
+
+if TYPE_CHECKING:
+    from ettweb.queries.impact import ImpactResult
 
 #: Shown instead of a stored scope that no longer parses (the page must still render).
 INVALID_SCOPE: Final = "(invalid scope)"
@@ -176,6 +179,32 @@ class Headline:
     adjusted_ci95_pts: tuple[float, float] | None
     partial: bool
     computed_at: datetime
+
+    @classmethod
+    def of(cls, result: ImpactResult, computed_at: datetime) -> Headline:
+        """The headline of a computed impact: what the warm pass stores for the list, and
+        what the component pages and the weekly e-mail show, so all three say the same."""
+        effect, adjusted = result.component_effect, result.adjusted
+        return cls(verdict=result.verdict, component_verdict=effect.verdict,
+                   component_change_pts=effect.deciding_pts,
+                   component_ci95_pts=effect.deciding_ci95_pts,
+                   adjusted_verdict=adjusted.verdict, adjusted_change_pts=adjusted.deciding_pts,
+                   adjusted_ci95_pts=adjusted.deciding_ci95_pts,
+                   partial=result.windows.partial, computed_at=computed_at)
+
+    def as_api(self) -> dict[str, Any]:
+        """§6.1's component verdict and §6.2's adjusted ETT% verdict, with their deciding
+        change and interval (the DiD's when it has one)."""
+        return {"component_change_pts": self.component_change_pts,
+                "component_ci95_pts": _listed(self.component_ci95_pts),
+                "component_verdict": self.component_verdict,
+                "adjusted_change_pts": self.adjusted_change_pts,
+                "adjusted_ci95_pts": _listed(self.adjusted_ci95_pts),
+                "adjusted_verdict": self.adjusted_verdict}
+
+
+def _listed(interval: tuple[float, float] | None) -> list[float] | None:
+    return list(interval) if interval is not None else None
 
 
 @dataclass(frozen=True)

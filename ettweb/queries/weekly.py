@@ -2,8 +2,8 @@
 
 A report covers Monday 00:00 UTC to the next Monday 00:00 UTC — seven UTC days — so every
 number in it is a number the dashboard and the API give for the same days. That is why this
-runner computes nothing of its own: it runs the fleet, lifecycle, top-jobs, marker and
-impact queries over the week's ``DateRange`` and arranges their results. The e-mail (issue
+runner computes nothing of its own: it runs the fleet, lifecycle, top-jobs, marker, impact
+and changes queries over the week's ``DateRange`` and arranges their results. The e-mail (issue
 12's templates, beat schedule and send records) renders this result and nothing else.
 """
 
@@ -16,6 +16,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Final
 
 from ettweb.queries.base import FIRST_DAY, LAST_DAY, DateRange, pct, phase_components
+from ettweb.queries.changes import ChangesQuery, ChangesQueryRunner, DetectedChange
 from ettweb.queries.fleet import (
     DayTotalsQuery,
     DayTotalsQueryRunner,
@@ -29,7 +30,12 @@ from ettweb.queries.fleet import (
     trend_of,
 )
 from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner
-from ettweb.queries.markers import RolloutMarker, RolloutMarkersQuery, RolloutMarkersQueryRunner
+from ettweb.queries.markers import (
+    Headline,
+    RolloutMarker,
+    RolloutMarkersQuery,
+    RolloutMarkersQueryRunner,
+)
 from ettweb.rollouts.logic import iso_utc
 
 _WEEK = re.compile(r"^(\d{4})-W(\d{2})$")
@@ -162,6 +168,8 @@ class RolloutWeek:
     change_pts: float | None
     ci95_pts: tuple[float, float] | None
     verdict: str
+    #: The component and adjusted ETT% verdicts, worded as ``/rollouts/`` words them.
+    headline: Headline | None = None
 
     @property
     def too_early(self) -> bool:
@@ -187,6 +195,9 @@ class WeeklyReportResult:
     #: The chart: the last weeks up to this one (oldest first) and their rollouts.
     history: list[HistoryWeek] = field(default_factory=list)
     history_markers: list[RolloutMarker] = field(default_factory=list)
+    #: The week's unrecorded changes (ETT_SPEC §6.3: no rollout explains them), every
+    #: component's; the e-mail lists its subscriber's.
+    unrecorded: list[DetectedChange] = field(default_factory=list)
 
     @property
     def change_pts(self) -> float | None:
@@ -225,9 +236,11 @@ class WeeklyReportResult:
                           "component": r.rollout.component, "at": iso_utc(r.rollout.at),
                           "change_pts": r.change_pts,
                           "ci95_pts": list(r.ci95_pts) if r.ci95_pts else None,
-                          "verdict": r.verdict, "too_early": r.too_early}
+                          "verdict": r.verdict, "too_early": r.too_early,
+                          **(r.headline.as_api() if r.headline else {})}
                          for r in self.rollouts],
             "history": [{"week": str(h.week), "ett_pct": h.ett_pct} for h in self.history],
+            "unrecorded_changes": [c.as_api() for c in self.unrecorded],
         }
 
 
@@ -302,14 +315,21 @@ def _components(this: WeekNumbers, before: WeekNumbers,
 def _rollouts(week: IsoWeek) -> list[RolloutWeek]:
     """The week's rollouts and their impact so far, from the impact query (default window)."""
     markers = RolloutMarkersQueryRunner(RolloutMarkersQuery(week.range)).calculate().markers
-    rows = []
+    rows, now = [], datetime.now(UTC)
     for marker in markers:
         impact = ImpactQueryRunner(ImpactQuery(marker.id)).calculate()
         treated = impact.treated if impact else None
         rows.append(RolloutWeek(marker, treated.change_pts if treated else None,
                                 treated.ci95_pts if treated else None,
-                                impact.verdict if impact else "inconclusive"))
+                                impact.verdict if impact else "inconclusive",
+                                Headline.of(impact, now) if impact else None))
     return rows
+
+
+def _unrecorded(week: IsoWeek) -> list[DetectedChange]:
+    """The changes whose day falls in the week that no recorded rollout explains."""
+    days = week.range
+    return ChangesQueryRunner(ChangesQuery(days.date_from, days.date_to)).calculate().unrecorded
 
 
 def _span(week: IsoWeek, weeks: int) -> DateRange:
@@ -359,4 +379,5 @@ class WeeklyReportQueryRunner:
         return WeeklyReportResult(week=q.week, this=this, before=before,
                                   components=_components(this, before, q.components),
                                   top_jobs=top, rollouts=_rollouts(q.week),
-                                  history=history, history_markers=markers)
+                                  history=history, history_markers=markers,
+                                  unrecorded=_unrecorded(q.week))

@@ -20,7 +20,13 @@ from django.core.mail import EmailMultiAlternatives
 from django.template.loader import render_to_string
 from django.urls import reverse
 
-from ettweb.queries import IsoWeek, WeeklyReportQuery, WeeklyReportResult, calculate
+from ettweb.queries import (
+    DetectedChange,
+    IsoWeek,
+    WeeklyReportQuery,
+    WeeklyReportResult,
+    calculate,
+)
 from ettweb.reports.chart import trend_png
 from ettweb.reports.models import Subscription
 from ettweb.reports.subscriptions import followed_components
@@ -37,6 +43,14 @@ def absolute(path: str, **params: str) -> str:
 
 def job_url(job: str) -> str:
     return absolute(reverse("dashboard:job", args=[job]))
+
+
+def change_url(change: DetectedChange) -> str:
+    """The change's row on the changes page (where its owners record the rollout)."""
+    day = change.day.isoformat()
+    return absolute(reverse("changes:list"), component=change.component,
+                    **({"team": change.team} if change.team else {}), date_from=day,
+                    date_to=day)
 
 
 @dataclass
@@ -79,9 +93,11 @@ def context(report: WeeklyReportResult, *, fleet: bool, chart_src: str,
         r for r in report.rollouts if r.rollout.component in followed]
     fleet_params = {"date_from": week.range.date_from.isoformat(),
                     "date_to": week.range.date_to.isoformat()}
+    unrecorded = [c for c in report.unrecorded if not followed or c.component in followed]
     return {
         "report": report, "week": week, "mine": mine, "others": others, "fleet": fleet,
         "rollouts": rollouts, "chart_src": chart_src,
+        "unrecorded": [(c, change_url(c)) for c in unrecorded], "yours_only": bool(followed),
         "top_jobs": [(job, job_url(job.job)) for job in report.top_jobs],
         "rollout_urls": {r.rollout.id: absolute(reverse("rollouts:detail",
                                                         args=[r.rollout.id]))

@@ -92,9 +92,12 @@ def _list_csv(result: RolloutListResult) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def rollout_create(request: HttpRequest) -> HttpResponse:
     """``/rollouts/new/``: the form a person uses when no pipeline recorded the rollout;
-    owners record rollouts of their components, admins of any (403 with the reason)."""
+    owners record rollouts of their components, admins of any (403 with the reason). GET
+    parameters named like the form's fields prefill it (the changes page's *Record a
+    rollout* link: component, day, team)."""
     require(can_record_rollouts(request.user), request.user, "record rollouts")
-    form = RolloutForm(request.POST or None)
+    initial = {k: v for k, v in request.GET.items() if k in RolloutForm.base_fields}
+    form = RolloutForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid() and form.rollout_fields:
         component = form.rollout_fields.component
         require(can_edit_component(request.user, component), request.user,

@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner, ImpactResult
+from ettweb.queries.markers import Headline
 from ettweb.rollouts.models import BootstrapDraws, ImpactSummary, Rollout
 
 #: The windows (days) the rollout page links to, 14 being the default.
@@ -31,17 +32,17 @@ KEEP_UNUSED: Final = timedelta(days=7)
 
 def store_summary(result: ImpactResult) -> None:
     """Keep the impact's headline for ``/rollouts/`` (one row per rollout and window)."""
-    effect, adjusted = result.component_effect, result.adjusted
-    component_ci, adjusted_ci = effect.deciding_ci95_pts, adjusted.deciding_ci95_pts
+    h = Headline.of(result, datetime.now(UTC))
+    component_ci, adjusted_ci = h.component_ci95_pts, h.adjusted_ci95_pts
     ImpactSummary.objects.update_or_create(
         rollout_id=result.rollout.id, window_days=result.window_days, defaults={
-            "computed_at": datetime.now(UTC), "partial": result.windows.partial,
-            "verdict": result.verdict, "component_verdict": effect.verdict,
-            "component_change_pts": effect.deciding_pts,
+            "computed_at": h.computed_at, "partial": h.partial, "verdict": h.verdict,
+            "component_verdict": h.component_verdict,
+            "component_change_pts": h.component_change_pts,
             "component_ci_low": component_ci[0] if component_ci else None,
             "component_ci_high": component_ci[1] if component_ci else None,
-            "adjusted_verdict": adjusted.verdict,
-            "adjusted_change_pts": adjusted.deciding_pts,
+            "adjusted_verdict": h.adjusted_verdict,
+            "adjusted_change_pts": h.adjusted_change_pts,
             "adjusted_ci_low": adjusted_ci[0] if adjusted_ci else None,
             "adjusted_ci_high": adjusted_ci[1] if adjusted_ci else None})
 

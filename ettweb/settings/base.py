@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "ettweb.dashboard",
     "ettweb.components",
     "ettweb.rollouts",
+    "ettweb.changes",
     "ettweb.api",
     "ettweb.simulate",
     "ettweb.reports",

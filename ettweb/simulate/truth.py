@@ -83,22 +83,48 @@ def _after_sums(days: FleetDays, jobs: np.ndarray, after: tuple[date, date],
             float(days.lost[rows, column].sum()))
 
 
-def true_effect(plan: FleetPlan, schedule: Sequence[PlannedRollout], stage: PlannedRollout,
-                days: FleetDays, window_days: int = 14, *, job_indices: Sequence[int],
-                workers: int = 1, progress: Progress | None = None) -> TrueEffect:
-    """The stage's true effect; ``days`` is the fleet under the whole ``schedule`` and
-    ``job_indices`` maps its job positions to the simulator's job indices."""
+@dataclass(frozen=True)
+class Counterfactual:
+    """A stage's treated jobs (indices into the fleet's ``FleetDays``) and the same jobs
+    simulated without the stage (``without``, in that order)."""
+
+    stage: PlannedRollout
+    treated: np.ndarray
+    without: FleetDays
+
+
+def counterfactual(plan: FleetPlan, schedule: Sequence[PlannedRollout], stage: PlannedRollout,
+                   days: FleetDays, window_days: int = 14, *, job_indices: Sequence[int],
+                   workers: int = 1, progress: Progress | None = None) -> Counterfactual:
+    """The stage's treated jobs simulated again with the stage left out of ``schedule``;
+    ``days`` is the fleet under the whole schedule and ``job_indices`` maps its job
+    positions to the simulator's job indices."""
     treated = treated_jobs(days, stage, window_days)
-    _, after = windows(stage.at, window_days)
-    column = COMPONENTS.index(stage.component) if stage.component in COMPONENTS else -1
     without = fleet_days(plan, [s for s in schedule if s != stage],
                          [job_indices[i] for i in treated], workers=workers, progress=progress)
-    with_sums = _after_sums(days, treated, after, column)
-    without_sums = _after_sums(without, np.arange(len(without.jobs)), after, column)
+    return Counterfactual(stage, treated, without)
+
+
+def effect_of(days: FleetDays, world: Counterfactual, window_days: int = 14) -> TrueEffect:
+    """The stage's true effect: its treated jobs with (``days``) and without it."""
+    stage = world.stage
+    _, after = windows(stage.at, window_days)
+    column = COMPONENTS.index(stage.component) if stage.component in COMPONENTS else -1
+    with_sums = _after_sums(days, world.treated, after, column)
+    without_sums = _after_sums(world.without, np.arange(len(world.without.jobs)), after, column)
     ett = lost = None
     if with_sums[0] > 0 and without_sums[0] > 0:
         ett = 100.0 * (with_sums[1] / with_sums[0] - without_sums[1] / without_sums[0])
         if column >= 0:
             lost = 100.0 * (with_sums[2] / with_sums[0] - without_sums[2] / without_sums[0])
-    return TrueEffect(stage.name, stage.component, stage.at, window_days, len(treated), ett,
-                      lost)
+    return TrueEffect(stage.name, stage.component, stage.at, window_days, len(world.treated),
+                      ett, lost)
+
+
+def true_effect(plan: FleetPlan, schedule: Sequence[PlannedRollout], stage: PlannedRollout,
+                days: FleetDays, window_days: int = 14, *, job_indices: Sequence[int],
+                workers: int = 1, progress: Progress | None = None) -> TrueEffect:
+    """The stage's true effect (:func:`counterfactual`, then :func:`effect_of`)."""
+    world = counterfactual(plan, schedule, stage, days, window_days, job_indices=job_indices,
+                           workers=workers, progress=progress)
+    return effect_of(days, world, window_days)

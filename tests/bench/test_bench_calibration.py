@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 
 from bench import calibration
+from ettweb.changes.detect import Shift, find_shifts
 from ettweb.rollouts.estimators import Group
 from ettweb.simulate.days import fleet_days
-from ettweb.simulate.fleet import FleetPlan
+from ettweb.simulate.fleet import FleetPlan, rollout_schedule
+from ettweb.simulate.truth import Counterfactual
 
 PLAN = FleetPlan(seed=3, days=60, jobs=1500, end=date(2026, 6, 30))
 
@@ -70,3 +72,51 @@ def test_wilson_interval() -> None:
     assert 0.009 < low < 0.02 < high < 0.045
     assert calibration.wilson(0, 10)[0] == 0.0
     assert calibration.wilson(0, 0) == (0.0, 1.0)
+
+
+# --------------------------------------------------------------------------- level shifts
+
+@pytest.fixture(scope="module")
+def planted_fleet() -> tuple[calibration.FleetDays, list[Counterfactual]]:
+    schedule = rollout_schedule(PLAN)
+    days = fleet_days(PLAN, schedule)
+    return days, calibration.counterfactuals(PLAN, schedule, days, workers=1)
+
+
+def _late(shifts: list[Shift]) -> list[Shift]:
+    return [Shift(s.index + 3, s.before_pct, s.after_pct) for s in shifts]
+
+
+def test_a_broken_change_detector_fails_its_targets(
+        null_fleet: calibration.FleetDays,
+        planted_fleet: tuple[calibration.FleetDays, list[Counterfactual]]) -> None:
+    """The real detector finds no change on the A/A fleet; one with no penalty to speak of
+    finds several per series, one that finds nothing misses every step, one three days
+    late misses them too."""
+    days, worlds = planted_fleet
+    real = calibration.calibrate_changes(days, null_fleet, worlds, PLAN.days)
+    assert real["checks"]["changes_flat_at_most_one_per_90_days"]
+    steps = real["steps_found"]
+    assert steps["trials"] >= 3 and steps["hits"] >= 1  # a thin fleet: not all, some
+    assert {s["stage"] for s in real["steps"]} >= {
+        w.stage.name for w in worlds if not w.stage.recorded}  # the unrecorded one has a step
+
+    def jumpy(values: np.ndarray) -> list[Shift]:
+        return find_shifts(values, penalty=0.5, alpha=0.5, min_shift_pts=0.0)
+
+    broken = calibration.calibrate_changes(days, null_fleet, worlds, PLAN.days, jumpy)
+    assert not broken["checks"]["changes_flat_at_most_one_per_90_days"]
+    assert broken["flat_most_in_90_days"] > 1
+    blind = calibration.calibrate_changes(days, null_fleet, worlds, PLAN.days, lambda v: [])
+    assert blind["steps_found"]["hits"] == 0 and not blind["checks"]["changes_steps_found"]
+    late = calibration.calibrate_changes(days, null_fleet, worlds, PLAN.days,
+                                         lambda v: _late(find_shifts(v)))
+    assert late["steps_found"]["hits"] < steps["hits"]
+
+
+def test_most_changes_in_any_90_days() -> None:
+    at = [Shift(day, 1.0, 2.0) for day in (5, 80, 94, 200)]
+    assert calibration.most_in_window(at) == 3  # days 5, 80 and 94: 89 days
+    assert calibration.most_in_window(at, days=89) == 2  # 5 and 80, or 80 and 94
+    assert calibration.most_in_window(at, days=10) == 1
+    assert calibration.most_in_window([]) == 0

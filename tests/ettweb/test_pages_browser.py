@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qs, quote, urlsplit
@@ -38,6 +38,7 @@ from playwright.sync_api import Error as PlaywrightError
 from pytest_django.live_server_helper import LiveServer
 
 from ettweb.access.roles import ADMIN, set_role
+from ettweb.changes.models import Change
 from ettweb.components.models import Component
 from ettweb.ingest.models import CollectorHealth
 from ettweb.ingest.tasks import ingest_batch
@@ -147,6 +148,14 @@ def scene(transactional_db: None) -> Scene:
                            at=datetime(2026, 3, 4, 12, tzinfo=UTC), scope={"teams": ["feed"]})
     Rollout.objects.create(name="gang scheduling", component="scheduler",
                            at=datetime(2026, 3, 6, 12, tzinfo=UTC))
+    # Detected changes (beat finds them on months of days; stored here as it stores them):
+    # one no rollout explains, one the feed checkpointing rollout does.
+    for component, team, day, before, after in (
+            ("pt2_compiler", "ads", date(2026, 3, 4), 12.5, 6.0),
+            ("checkpointing", "feed", date(2026, 3, 5), 9.0, 4.5)):
+        Change.objects.create(component=component, team=team, day=day,
+                              before_lost_pct=before, after_lost_pct=after,
+                              detected_at=timezone.now())
 
     for source, minutes_ago, backlog in (("node-a", 0.2, 12), ("node-b", 0.4, 0),
                                          ("node-gone", 95, 4000)):
@@ -225,6 +234,21 @@ def _subject(page: Page, scene: Scene) -> None:
     assert chart.evaluate("img => img.decode().then(() => img.naturalWidth)") > 300
 
 
+def _marks_changes(page: Page, scene: Scene) -> None:
+    """The lost-share chart marks the component's detected change, said in its legend."""
+    assert "1 detected change" in (page.text_content("#change-legend") or "")
+    drawn = page.evaluate("""() => document.getElementById('component-share')._fullData
+        .filter(t => t.meta === 'changes').map(t => t.x.length)""")
+    assert drawn == [1]
+
+
+def _offers_to_record(page: Page, scene: Scene) -> None:
+    """An admin may record the rollout behind the unrecorded change; the explained one
+    links its rollout."""
+    assert page.locator("#changes tr.unrecorded a.record-link").count() == 1
+    assert page.locator("#changes tr.recorded a[href^='/rollouts/']").count() == 1
+
+
 def _unsubscribe(page: Page, scene: Scene) -> None:
     assert "leaver@example.com" in (page.text_content("section.card") or "")
 
@@ -248,12 +272,17 @@ TOUR: Final[dict[str, Stop]] = {
     "components:detail": Stop(
         lambda s: reverse("components:detail", args=[s.component]), "#component-lost",
         ("component-lost", "component-share"),
-        Filter(_team("ads"), "team", "ads", ("#component-lost-hours", "#top-jobs"))),
+        Filter(_team("ads"), "team", "ads", ("#component-lost-hours", "#top-jobs")),
+        check=_marks_changes),
     "components:phases": Stop(lambda s: reverse("components:phases", args=[s.component]),
                               "#phase-map", check=_is_editable),
     "rollouts:list": Stop(
         lambda s: "/rollouts/", "#rollouts", (),
         Filter(_team("feed"), "team", "feed", ("#rollouts",))),
+    "changes:list": Stop(
+        lambda s: "/changes/", "#changes", (),
+        Filter(_team("feed"), "team", "feed", ("#change-counts", "#changes")),
+        check=_offers_to_record),
     "rollouts:create": Stop(lambda s: "/rollouts/new/", "#rollout-form"),
     "rollouts:detail": Stop(
         lambda s: f"/rollouts/{s.rollout}/?window=2", "#impact-trend",

@@ -1,0 +1,74 @@
+"""``GET /api/v1/changes``: detected level shifts in the components' lost shares (ETT_SPEC §6.3).
+
+The same query as the ``/changes/`` page (``ettweb.queries.changes``), so the two list the
+same changes matched to the same rollouts. A bad parameter is a 400 ``{"error":
+"<parameter>: <problem>"}``: a date that is not ``YYYY-MM-DD`` (ninja's validation, folded
+into 400 by ``ettweb.api.v1``), a range that ends before it starts, a component nobody owns
+time under, a team no job carries.
+
+Auth: a bearer token (``manage.py ett_api_token``) or the browser's session, as for every
+endpoint (mounted by ``ettweb.api.v1``'s ``api.add_router``, whose error handlers apply).
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Field, Router, Schema
+from ninja.errors import HttpError
+
+from ettweb.queries import ChangesQuery, FilterChoicesQuery, calculate
+from ettweb.queries.components import component_names
+
+#: No ``auth`` here: the API's (a bearer token or the CSRF-checked session) applies.
+router = Router(tags=["changes"])
+
+
+class ChangeOut(Schema):
+    component: str
+    team: str | None = Field(description="null: the fleet's own series")
+    day: str = Field(description="the first UTC day at the new level")
+    before_lost_pct: float
+    after_lost_pct: float
+    change_pts: float
+    rollout_id: int | None = Field(description="the recorded rollout that explains it; "
+                                                "null: unrecorded")
+
+
+class ChangesOut(Schema):
+    changes: list[ChangeOut]
+
+
+class ChangesErrorOut(Schema):
+    error: str
+
+
+def unknown_name(parameter: str, value: str, known: list[str] | tuple[str, ...]) -> str | None:
+    """The 400 message for a component or team that is not one of ``known``; None if it is
+    (or is empty: any)."""
+    if not value or value in known:
+        return None
+    listed = ", ".join(known[:20]) + (", …" if len(known) > 20 else "")
+    return f"{parameter}: unknown {parameter} {value!r} (known: {listed or 'none yet'})"
+
+
+@router.get("/changes", response={200: ChangesOut, 400: ChangesErrorOut, 401: ChangesErrorOut},
+            summary="Level shifts in the components' daily lost shares (ETT_SPEC §6.3)")
+def changes(request: HttpRequest, date_from: date | None = None, date_to: date | None = None,
+            component: str = "", team: str = "") -> dict[str, Any]:
+    """Detected changes whose day is in ``date_from``..``date_to`` (inclusive UTC days,
+    either open), of one ``component`` and one ``team`` (empty: any), newest first, each
+    with the rollout that explains it (``rollout_id``; null: unrecorded). Percentages are
+    points of the group's wall time, unrounded."""
+    for problem in (unknown_name("component", component, component_names()),
+                    unknown_name("team", team, calculate(FilterChoicesQuery()).team)):
+        if problem:
+            raise HttpError(400, problem)
+    try:
+        query = ChangesQuery(date_from=date_from, date_to=date_to, component=component,
+                             team=team)
+    except ValueError as exc:
+        raise HttpError(400, f"{str(exc).split(' ', 1)[0]}: {exc}") from None
+    return calculate(query).as_api()
