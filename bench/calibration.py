@@ -242,6 +242,9 @@ class Planted:
     took_days: dict[str, int | None] = field(default_factory=dict)
     #: ``"<verdict>@<window>"`` -> the days the inconclusive verdict at that window predicted
     predicted_days: dict[str, int | None] = field(default_factory=dict)
+    #: The same prediction with the true effect in place of the estimate: what the method
+    #: would say if the early estimate were exact (the noise of the estimate left out).
+    oracle_days: dict[str, int | None] = field(default_factory=dict)
 
     def covered(self, which: str) -> bool:
         call = getattr(self.calls, which)
@@ -264,7 +267,8 @@ class Planted:
                 "component": rounded(self.calls.component),
                 "unadjusted": rounded(self.calls.unadjusted),
                 "covered": {k: self.covered(k) for k in ("adjusted", "component")},
-                "took_days": self.took_days, "predicted_days": self.predicted_days}
+                "took_days": self.took_days, "predicted_days": self.predicted_days,
+                "oracle_days": self.oracle_days}
 
 
 def _r(value: float | None) -> float | None:
@@ -277,15 +281,20 @@ def _call_at(days: FleetDays, stage: PlannedRollout, scope: np.ndarray, window: 
     return evaluate(treated, control, seed, adjuster)
 
 
+DaysByKey = dict[str, int | None]
+
+
 def days_taken(days: FleetDays, stage: PlannedRollout, scope: np.ndarray, seed: int,
-               adjuster: Adjuster) -> tuple[dict[str, int | None], dict[str, int | None]]:
+               adjuster: Adjuster, truths: dict[str, float | None] | None = None,
+               ) -> tuple[DaysByKey, DaysByKey, DaysByKey]:
     """Per verdict (adjusted, component): the smallest window (days) whose verdict is
-    right and conclusive, and the days the verdict at half that window predicted (None
-    where it was already conclusive there, or never became so)."""
+    right and conclusive, the days each inconclusive verdict before it predicted, and the
+    same prediction made with the true effect (``truths``) instead of the estimate."""
     calls = {w: _call_at(days, stage, scope, w, seed, adjuster)
              for w in range(1, MAX_SCAN_DAYS + 1)}
-    took: dict[str, int | None] = {}
-    predicted: dict[str, int | None] = {}
+    took: DaysByKey = {}
+    predicted: DaysByKey = {}
+    oracle: DaysByKey = {}
     for which, side in (("adjusted", "above"), ("component", "below")):
         first = next((w for w, c in calls.items() if getattr(c, which).side() == side), None)
         took[which] = first
@@ -298,7 +307,12 @@ def days_taken(days: FleetDays, stage: PlannedRollout, scope: np.ndarray, seed: 
             found = estimators.detectability(early.draws, early.estimate, window)
             if found is not None:
                 predicted[f"{which}@{window}"] = found.days_needed
-    return took, predicted
+            truth = (truths or {}).get(which)
+            exact = (estimators.detectability(early.draws, truth, window)
+                     if truth is not None else None)
+            if exact is not None:
+                oracle[f"{which}@{window}"] = exact.days_needed
+    return took, predicted, oracle
 
 
 def counterfactuals(plan: FleetPlan, schedule: Sequence[PlannedRollout], days: FleetDays,
@@ -324,8 +338,9 @@ def run_planted(worlds: Sequence[Counterfactual], days: FleetDays,
         planted = Planted(stage.name, truth.ett_pts, truth.component_pts,
                           _call_at(days, stage, scope, WINDOW_DAYS, 1_000 + n, adjuster))
         if scan:
-            planted.took_days, planted.predicted_days = days_taken(days, stage, scope,
-                                                                   1_000 + n, adjuster)
+            planted.took_days, planted.predicted_days, planted.oracle_days = days_taken(
+                days, stage, scope, 1_000 + n, adjuster,
+                {"adjusted": truth.ett_pts, "component": truth.component_pts})
         out.append(planted)
         _say(f"planted {n + 1}: {stage.name}: true ETT {_r(truth.ett_pts)}, component "
              f"{_r(truth.component_pts)}; adjusted {planted.calls.adjusted.ci}, component "
@@ -333,12 +348,14 @@ def run_planted(worlds: Sequence[Counterfactual], days: FleetDays,
     return out
 
 
-def within_factor_two(planted: Sequence[Planted], *, at_half: bool) -> dict[str, Any]:
+def within_factor_two(planted: Sequence[Planted], *, at_half: bool,
+                      oracle: bool = False) -> dict[str, Any]:
     """The predictions within a factor 2 of the days taken: those made at half the days it
-    took (``at_half``), or at every inconclusive window before it."""
+    took (``at_half``), or at every inconclusive window before it; ``oracle``: the
+    predictions made with the true effect."""
     pairs = []
     for p in planted:
-        for key, guess in p.predicted_days.items():
+        for key, guess in (p.oracle_days if oracle else p.predicted_days).items():
             which, window = key.split("@")
             took = p.took_days.get(which)
             if took is None or (at_half and int(window) != max(1, took // 2)):
@@ -485,7 +502,9 @@ def summary(placebos: Placebos, planted: Sequence[Planted],
                 for k in ("adjusted", "component")}
     fp = placebos.as_dict()
     factor = {"at_half_the_days": within_factor_two(planted, at_half=True),
-              "at_every_inconclusive_window": within_factor_two(planted, at_half=False)}
+              "at_every_inconclusive_window": within_factor_two(planted, at_half=False),
+              "with_the_true_effect_at_half_the_days": within_factor_two(
+                  planted, at_half=True, oracle=True)}
     checks = {
         "fpr_unadjusted": fp["unadjusted"]["share"] <= FPR_TARGET,
         "fpr_adjusted": fp["adjusted"]["share"] <= FPR_TARGET,

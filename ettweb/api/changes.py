@@ -55,7 +55,7 @@ def unknown_name(parameter: str, value: str, known: list[str] | tuple[str, ...])
 
 
 @router.get("/changes", response={200: ChangesOut, 400: ChangesErrorOut, 401: ChangesErrorOut},
-            summary="Level shifts in the components' daily lost shares (ETT_SPEC §6.3)")
+            summary="Level shifts in the components' daily lost shares")
 def changes(request: HttpRequest, date_from: date | None = None, date_to: date | None = None,
             component: str = "", team: str = "") -> dict[str, Any]:
     """Detected changes whose day is in ``date_from``..``date_to`` (inclusive UTC days,

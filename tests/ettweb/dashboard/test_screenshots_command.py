@@ -37,7 +37,7 @@ def test_every_page_is_photographed(fleet: None, live_server: LiveServer,
     names = sorted(p.name for p in tmp_path.glob("page-*.png"))
     assert names == sorted(f"page-{n}.png" for n in (
         "jobs", "fleet", "job", "components", "component", "rollouts", "rollout",
-        "collectors", "report"))
+        "changes", "collectors", "report"))
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 20_000
                for p in tmp_path.glob("page-*.png"))
 

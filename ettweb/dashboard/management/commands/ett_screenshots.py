@@ -121,7 +121,8 @@ def pages() -> list[Shot]:
              Shot("rollouts", "/rollouts/", "the rollouts list")]
     if rollout is not None:
         shots.append(Shot("rollout", f"/rollouts/{rollout.pk}/", "a rollout's impact"))
-    shots += [Shot("collectors", "/collectors/", "the collectors' health"),
+    shots += [Shot("changes", "/changes/", "the detected changes"),
+              Shot("collectors", "/collectors/", "the collectors' health"),
               Shot("report", "/reports/preview/", "last week's e-mail report")]
     return shots
 
