@@ -3,16 +3,19 @@ instead of drawn again, pruned when nobody used them for a week."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
+from io import StringIO
 from typing import Any
 
 import numpy as np
 import pytest
+from django.core.management import call_command
 from django.test import Client
 
 from ettweb.queries import impact as impact_module
 from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner
-from ettweb.rollouts.models import BootstrapDraws
+from ettweb.rollouts.models import BootstrapDraws, ImpactSummary
 from ettweb.rollouts.warm import WARM_WINDOWS, warm_impacts
 from ettweb.schedule import BEAT_SCHEDULE
 from tests.ettweb.rollouts.test_rollout_impact import day_job, rollout, store
@@ -85,3 +88,19 @@ def test_beat_runs_the_warm_pass_and_the_page_links_its_windows(admin_client: Cl
             assert '<strong aria-current="true">28 d</strong>' in links
         else:
             assert f'href="?window={days}"' in links
+
+
+def test_the_command_runs_the_warm_pass_now_so_the_list_has_verdicts(
+        admin_client: Client) -> None:
+    """``make demo`` runs it after loading its fleet: /rollouts/ then shows verdicts, not
+    "not computed yet"."""
+    _fleet()
+    rollout({"teams": ["ads"]})
+    assert "not-computed" in admin_client.get("/rollouts/").content.decode()
+    out = StringIO()
+    call_command("ett_warm_impacts", stdout=out)
+    assert re.fullmatch(rf"computed {len(WARM_WINDOWS)} impacts in \d+\.\d s "
+                        r"\(0 unused draws pruned\)", out.getvalue().strip())
+    assert ImpactSummary.objects.count() == len(WARM_WINDOWS)
+    page = admin_client.get("/rollouts/").content.decode()
+    assert "not-computed" not in page and 'class="num component-cell"' in page
