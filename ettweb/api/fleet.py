@@ -247,17 +247,24 @@ class ComponentModelOut(Schema):
     jobs: int
 
 
-class ComponentRolloutOut(MarkerOut):
-    change_pts: float | None
-    ci95_pts: list[float] | None
-    did_pts: float | None
-    verdict: str | None
+class VerdictsOut(Schema):
+    """A rollout's headline verdicts as ``/rollouts/`` words them: its component's lost
+    share and the adjusted ETT% change, each with its deciding interval (absent: not
+    measured)."""
+
     component_change_pts: float | None = None
     component_ci95_pts: list[float] | None = None
     component_verdict: str | None = None
     adjusted_change_pts: float | None = None
     adjusted_ci95_pts: list[float] | None = None
     adjusted_verdict: str | None = None
+
+
+class ComponentRolloutOut(MarkerOut, VerdictsOut):
+    change_pts: float | None
+    ci95_pts: list[float] | None
+    did_pts: float | None
+    verdict: str | None
 
 
 class ComponentOut(ScopeOut):

@@ -28,6 +28,7 @@ from pydantic import ConfigDict
 
 from ettweb.access.roles import can_edit_component, can_record_rollouts, refusal
 from ettweb.api.changes import ChangeOut
+from ettweb.api.fleet import VerdictsOut
 from ettweb.api.tokens import user_for_token
 from ettweb.components.logic import known_components
 from ettweb.queries import (
@@ -225,7 +226,7 @@ class ComponentWeekOut(Schema):
     subscribed: bool
 
 
-class RolloutWeekOut(Schema):
+class RolloutWeekOut(VerdictsOut):
     id: int
     name: str
     component: str
@@ -234,12 +235,6 @@ class RolloutWeekOut(Schema):
     ci95_pts: list[float] | None
     verdict: str
     too_early: bool
-    component_change_pts: float | None = None
-    component_ci95_pts: list[float] | None = None
-    component_verdict: str | None = None
-    adjusted_change_pts: float | None = None
-    adjusted_ci95_pts: list[float] | None = None
-    adjusted_verdict: str | None = None
 
 
 class HistoryWeekOut(Schema):
