@@ -13,7 +13,7 @@ from ettweb.changes.detect import Shift, find_shifts
 from ettweb.rollouts.estimators import Group
 from ettweb.simulate.days import fleet_days
 from ettweb.simulate.fleet import FleetPlan, rollout_schedule
-from ettweb.simulate.truth import Counterfactual
+from ettweb.simulate.truth import Counterfactual, counterfactual
 
 PLAN = FleetPlan(seed=3, days=60, jobs=1500, end=date(2026, 6, 30))
 
@@ -78,9 +78,12 @@ def test_wilson_interval() -> None:
 
 @pytest.fixture(scope="module")
 def planted_fleet() -> tuple[calibration.FleetDays, list[Counterfactual]]:
+    """The fleet, and the counterfactuals of its pilots and its unrecorded stage (the
+    fleet-wide stages' would simulate every job again, for no new kind of step)."""
     schedule = rollout_schedule(PLAN)
     days = fleet_days(PLAN, schedule)
-    return days, calibration.counterfactuals(PLAN, schedule, days, workers=1)
+    return days, [counterfactual(PLAN, schedule, stage, days, job_indices=range(PLAN.jobs))
+                  for stage in schedule if stage.stage == 1]
 
 
 def _late(shifts: list[Shift]) -> list[Shift]:
@@ -94,7 +97,7 @@ def test_a_broken_change_detector_fails_its_targets(
     finds several per series, one that finds nothing misses every step, one three days
     late misses them too."""
     days, worlds = planted_fleet
-    real = calibration.calibrate_changes(days, null_fleet, worlds, PLAN.days)
+    real = calibration.calibrate_changes(days, null_fleet, worlds, PLAN.days, sweep=False)
     assert real["checks"]["changes_flat_at_most_one_per_90_days"]
     steps = real["steps_found"]
     assert steps["trials"] >= 3 and steps["hits"] >= 1  # a thin fleet: not all, some
@@ -104,13 +107,15 @@ def test_a_broken_change_detector_fails_its_targets(
     def jumpy(values: np.ndarray) -> list[Shift]:
         return find_shifts(values, penalty=0.5, alpha=0.5, min_shift_pts=0.0)
 
-    broken = calibration.calibrate_changes(days, null_fleet, worlds, PLAN.days, jumpy)
+    broken = calibration.calibrate_changes(days, null_fleet, worlds, PLAN.days, jumpy,
+                                          sweep=False)
     assert not broken["checks"]["changes_flat_at_most_one_per_90_days"]
     assert broken["flat_most_in_90_days"] > 1
-    blind = calibration.calibrate_changes(days, null_fleet, worlds, PLAN.days, lambda v: [])
+    blind = calibration.calibrate_changes(days, null_fleet, worlds, PLAN.days, lambda v: [],
+                                         sweep=False)
     assert blind["steps_found"]["hits"] == 0 and not blind["checks"]["changes_steps_found"]
     late = calibration.calibrate_changes(days, null_fleet, worlds, PLAN.days,
-                                         lambda v: _late(find_shifts(v)))
+                                         lambda v: _late(find_shifts(v)), sweep=False)
     assert late["steps_found"]["hits"] < steps["hits"]
 
 
