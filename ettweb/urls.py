@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.contrib.auth.decorators import login_required
 from django.urls import URLPattern, URLResolver, include, path
 
+from ettweb.api.tokens import session_or_token
 from ettweb.api.v1 import api
 from ettweb.dashboard.views import favicon, healthz
 from ettweb.metrics.views import metrics
@@ -23,16 +23,17 @@ API_DOCS = frozenset({"openapi-json", "openapi-view"})
 def _docs_need_login(
     urls: tuple[list[URLResolver | URLPattern], str, str],
 ) -> tuple[list[URLResolver | URLPattern], str, str]:
-    """The API's URLs with its docs behind the dashboard's login.
+    """The API's URLs with its docs behind a login: the dashboard's session or a bearer token.
 
     Why: the schema holds no data, but it maps every endpoint and field for whoever asks, and
-    the rule is "every URL needs a login": a reader of the docs is a dashboard user (the
-    endpoints themselves keep their bearer tokens). The same as ``NinjaAPI(docs_decorator=
-    login_required)``, applied here so the API module stays about the API.
+    the rule is "every URL needs a login". A reader of the docs is a dashboard user or a
+    program holding an API token (a client generator fetching ``openapi.json``), so both are
+    let in (:func:`ettweb.api.tokens.session_or_token`). The same as ``NinjaAPI(docs_decorator=
+    ...)``, applied here so the API module stays about the API.
     """
     patterns, app_name, namespace = urls
     wrapped: list[URLResolver | URLPattern] = [
-        URLPattern(item.pattern, login_required(item.callback), item.default_args, item.name)
+        URLPattern(item.pattern, session_or_token(item.callback), item.default_args, item.name)
         if isinstance(item, URLPattern) and item.name in API_DOCS else item
         for item in patterns]
     return wrapped, app_name, namespace

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import secrets
+from collections.abc import Callable
 from typing import Any
 
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 
 from ettweb.api.models import ApiToken
@@ -37,3 +41,28 @@ def user_for_token(token: str) -> Any | None:
         return None
     ApiToken.objects.filter(pk=row.pk).update(last_used=timezone.now())
     return row.user
+
+
+#: The 401 a request with a bad bearer token gets (the API's own wording).
+BAD_TOKEN = ("missing or invalid bearer token (python manage.py ett_api_token USERNAME "
+             "issues one)")
+
+
+def session_or_token(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """``view`` for a logged-in user or a request carrying a valid bearer token. A request
+    with an ``Authorization: Bearer`` header is a program: a bad token gets a 401 saying so,
+    never the log-in page. Any other anonymous request is a browser, sent to log in."""
+    browser_view = login_required(view)
+
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if request.user.is_authenticated or scheme.lower() != "bearer":
+            return browser_view(request, *args, **kwargs)
+        user = user_for_token(token.strip())
+        if user is None:
+            return JsonResponse({"error": BAD_TOKEN}, status=401)
+        request.user = user
+        return view(request, *args, **kwargs)
+
+    return wrapped

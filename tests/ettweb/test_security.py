@@ -35,6 +35,7 @@ from axes.models import AccessAttempt
 from django.apps import apps
 from django.conf import settings
 from django.contrib import admin
+from django.contrib.auth import get_user
 from django.contrib.auth.models import User
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
@@ -55,6 +56,7 @@ from django.utils import timezone
 from django.utils.regex_helper import normalize
 from django.views.decorators.http import require_POST
 
+from ettweb.api.tokens import issue_token
 from ettweb.settings import env
 from ettweb.settings.base import client_ip
 
@@ -274,6 +276,31 @@ def test_api_docs_need_a_login_and_work_with_one(client: Client) -> None:
     assert client.get(reverse("api-v1:openapi-view")).status_code == 200
     schema = client.get(reverse("api-v1:openapi-json"))
     assert schema.status_code == 200 and "paths" in schema.json()
+
+
+@pytest.mark.django_db
+def test_api_docs_work_with_a_bearer_token_alone(client: Client) -> None:
+    """A program holding an API token (a client generator) reads the schema and the docs
+    page without a session; a bad token is a 401 naming the problem, never the log-in page,
+    and a token of a deactivated user is a bad token."""
+    user = User.objects.create_user("generator")
+    token = issue_token(user, "codegen")
+    for url in (reverse("api-v1:openapi-view"), reverse("api-v1:openapi-json")):
+        answer = client.get(url, headers={"Authorization": f"Bearer {token}"})
+        assert answer.status_code == 200, (url, answer.status_code)
+        bad = client.get(url, headers={"Authorization": "Bearer ett_not-a-token"})
+        assert bad.status_code == 401 and "bearer token" in bad.json()["error"]
+    schema = client.get(reverse("api-v1:openapi-json"),
+                        headers={"Authorization": f"bearer {token}"}).json()
+    assert "/api/v1/changes" in schema["paths"]
+    assert "swagger" in client.get(reverse("api-v1:openapi-view"),
+                                   headers={"Authorization": f"Bearer {token}"}
+                                   ).content.decode().lower()
+    user.is_active = False
+    user.save()
+    assert client.get(reverse("api-v1:openapi-json"),
+                      headers={"Authorization": f"Bearer {token}"}).status_code == 401
+    assert not get_user(client).is_authenticated  # the token opened no session
 
 
 @pytest.mark.django_db
