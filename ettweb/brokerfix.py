@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import logging
 from time import monotonic, time
-from typing import Any
+from typing import Any, Final
 
 log = logging.getLogger(__name__)
 _INSTALLED = "_ett_restore_guard"
@@ -79,16 +79,92 @@ return false
 """
 
 
+#: The kombu release series the guards were written against and tested with; pyproject.toml
+#: pins kombu to it. Another release may move what the guards replace (private methods).
+TESTED_KOMBU: Final = "5.7"
+
+#: The private kombu callables the guards wrap or stand in for, with the parameters they are
+#: called with: (class name in ``kombu.transport.redis``, method) -> parameter names.
+SIGNATURES: Final[dict[tuple[str, str], tuple[str, ...]]] = {
+    ("QoS", "restore_unacked"): ("self", "client"),
+    ("QoS", "ack"): ("self", "delivery_tag"),
+    ("QoS", "reject"): ("self", "delivery_tag", "requeue"),
+    ("QoS", "append"): ("self", "message", "delivery_tag"),
+    ("Channel", "_brpop_start"): ("self", "timeout"),
+    ("Channel", "_brpop_read"): ("self", "options"),
+    ("Channel", "basic_consume"): ("self", "queue", "args", "kwargs"),
+    ("Channel", "_q_for_pri"): ("self", "queue", "pri"),
+    ("Transport", "register_with_event_loop"): ("self", "connection", "loop"),
+}
+#: Attributes of ``Channel`` the replacement delivery reads.
+CHANNEL_ATTRIBUTES: Final = ("unacked_key", "unacked_index_key", "priority_steps",
+                             "global_keyprefix", "client")
+#: Text each original method's source must still hold: what the guards assume it does.
+SOURCE_FACTS: Final[dict[tuple[str, str], tuple[str, ...]]] = {
+    # POP_AND_HOLD writes the unacked record in append's layout, under append's keys.
+    ("QoS", "append"): ("self.unacked_index_key", "self.unacked_key",
+                        "dumps([message._raw, EX, RK])"),
+    # The replacement sends the poll as kombu's does and marks the connection in a poll.
+    ("Channel", "_brpop_start"): ("self._in_poll = self.client.connection",
+                                  "self._queue_cycle.consume(len(self.active_queues))",
+                                  "send_command"),
+    # The guarded ack falls back to the plain virtual QoS ack for an unknown tag.
+    ("QoS", "ack"): ("super().ack(delivery_tag)",),
+}
+#: The originals, as they were before :func:`install` replaced them (the check reads these).
+_ORIGINALS: dict[tuple[str, str], Any] = {}
+
+
 def install() -> None:
-    """Install the three guards on kombu's Redis transport (idempotent)."""
+    """Install the three guards on kombu's Redis transport (idempotent). A kombu whose
+    internals no longer look as the guards expect (:func:`shape_problems`) is refused with
+    what changed: patching it blind could lose messages."""
     from kombu.transport import redis as kombu_redis
 
     qos = kombu_redis.QoS
     if getattr(qos.restore_unacked, _INSTALLED, False):
         return
+    problems = shape_problems()
+    if problems:
+        raise RuntimeError("ettweb.brokerfix cannot guard this kombu: " + "; ".join(problems))
+    for cls_name, method in SIGNATURES:
+        _ORIGINALS[(cls_name, method)] = getattr(getattr(kombu_redis, cls_name), method)
     _guard_restore(qos)
     _guard_ack(qos)
     _hold_on_pop(kombu_redis.Channel, kombu_redis.Transport)
+
+
+def shape_problems() -> list[str]:
+    """What the guards rely on in kombu and do not find, one line each (empty: all there):
+    the release series, each wrapped method's parameters, the channel's attributes, and the
+    facts of :data:`SOURCE_FACTS`. Read from the originals once the guards are installed."""
+    import inspect
+
+    import kombu
+    from kombu.transport import redis as kombu_redis
+
+    problems = []
+    version = str(getattr(kombu, "__version__", "unknown"))
+    if not version.startswith(f"{TESTED_KOMBU}."):
+        problems.append(f"kombu {version} is installed; the guards were tested with "
+                        f"{TESTED_KOMBU}.x (pyproject.toml pins it)")
+    for (cls_name, method), expected in SIGNATURES.items():
+        original = _ORIGINALS.get((cls_name, method),
+                                  getattr(getattr(kombu_redis, cls_name), method, None))
+        if original is None:
+            problems.append(f"kombu.transport.redis.{cls_name}.{method} is gone")
+            continue
+        found = tuple(inspect.signature(original).parameters)
+        if found != expected:
+            problems.append(f"kombu.transport.redis.{cls_name}.{method} takes {found}, "
+                            f"not {expected}")
+        for fact in SOURCE_FACTS.get((cls_name, method), ()):
+            if fact not in inspect.getsource(original):
+                problems.append(f"kombu.transport.redis.{cls_name}.{method} no longer does "
+                                f"{fact!r}")
+    problems += [f"kombu.transport.redis.Channel.{name} is gone" for name in CHANNEL_ATTRIBUTES
+                 if not hasattr(kombu_redis.Channel, name)]
+    return problems
 
 
 def _connection_gone(qos: Any) -> bool:
