@@ -13,7 +13,7 @@ import os
 import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NoReturn, TypeVar
 from urllib.parse import urlsplit
@@ -24,6 +24,8 @@ T = TypeVar("T")
 
 PROG = "ett-collector"
 STATE_FILE_NAME = ".collector-state.json"
+#: The environment variable of ``--unsigned`` (1: ship without a credential).
+UNSIGNED_ENV = "ETT_COLLECTOR_UNSIGNED"
 #: Celery's default queue; a worker started with ``celery worker`` and no ``-Q`` consumes it.
 DEFAULT_QUEUE = "celery"
 DEFAULT_BATCH_LINES = 5000
@@ -164,6 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--once", action="store_true",
                         help="ship everything complete now, then exit 0 (default: follow "
                              "until SIGTERM/SIGINT)")
+    parser.add_argument("--unsigned", action="store_true",
+                        help="ship batches without a credential, for a server started with "
+                             f"ETT_INGEST_REQUIRE_AUTH=false (default: a credential is "
+                             f"required) [env {UNSIGNED_ENV}=1]")
     return parser
 
 
@@ -262,8 +268,7 @@ def config_from_args(argv: Sequence[str] | None = None,
 
     spool_dir = _spool_dir(raw("spool_dir"))
     state_raw = raw("state_file")
-    collector_id, collector_secret = _credential(raw)
-    return AgentConfig(
+    config = AgentConfig(
         broker_url=check_broker_url(raw("broker")),
         spool_dir=spool_dir,
         state_file=Path(state_raw) if state_raw else spool_dir / STATE_FILE_NAME,
@@ -283,14 +288,15 @@ def config_from_args(argv: Sequence[str] | None = None,
                                  strict=True),
         once=bool(args.once),
         log_level=_log_level(raw("log_level")),
-        collector_id=collector_id,
-        collector_secret=collector_secret,
         metrics_port=_port(raw("metrics_port")),
         metrics_host=_text(raw("metrics_host"), "metrics_host", "127.0.0.1"),
         health_interval_s=_number(raw("health_interval"), "health_interval", 30.0, float, 0,
                                   strict=True),
         keep_shipped_s=_number(raw("keep_shipped"), "keep_shipped", 600.0, float, 0),
     )
+    # The credential last: a bad setting above is named first, whatever the credential.
+    collector_id, collector_secret = _credential(raw, _unsigned(args, environ))
+    return replace(config, collector_id=collector_id, collector_secret=collector_secret)
 
 
 def _port(raw: str | None) -> int:
@@ -302,12 +308,35 @@ def _port(raw: str | None) -> int:
     return port
 
 
-def _credential(raw: Callable[[str], str | None]) -> tuple[str | None, str | None]:
-    """The collector's id and secret; both or neither, the secret given one way only."""
+def _unsigned(args: argparse.Namespace, environ: Mapping[str, str]) -> bool:
+    """``--unsigned``, or its environment variable set to a true value."""
+    value = environ.get(UNSIGNED_ENV, "").strip().lower()
+    if value not in ("", "0", "false", "no", "1", "true", "yes"):
+        raise ConfigError(f"{UNSIGNED_ENV} must be 1 or 0, got {value!r}")
+    return bool(args.unsigned) or value in ("1", "true", "yes")
+
+
+def _credential(raw: Callable[[str], str | None],
+                unsigned: bool = False) -> tuple[str | None, str | None]:
+    """The collector's id and secret: both, given one way each; or neither, with
+    ``--unsigned``. Without either the agent would ship batches the server quarantines as
+    unsigned while saying it shipped them, so it does not start."""
     collector_id, secret, secret_file = (
         raw("collector_id"), raw("collector_secret"), raw("collector_secret_file"))
     label = _BY_DEST["collector_secret"].label
     file_label = _BY_DEST["collector_secret_file"].label
+    id_label = _BY_DEST["collector_id"].label
+    given = any(v is not None for v in (collector_id, secret, secret_file))
+    if unsigned and given:
+        raise ConfigError(f"--unsigned and a credential ({id_label}, {label} or {file_label}) "
+                          "are both set; use one")
+    if unsigned:
+        return None, None
+    if not given:
+        raise ConfigError(
+            f"no collector credential: set {id_label} and {file_label} (create one with "
+            "'python manage.py ett_collector create NAME' on the server), or pass --unsigned "
+            "for a server that accepts unsigned batches (ETT_INGEST_REQUIRE_AUTH=false)")
     if secret is not None and secret_file is not None:
         raise ConfigError(f"{label} and {file_label} are both set; use one")
     if secret_file is not None:

@@ -100,7 +100,7 @@ def run_cli(spool: Path, broker: BrokerQueue, *extra: str,
     env = {k: v for k, v in os.environ.items() if k != "CELERY_BROKER_URL"}
     return subprocess.run(
         [sys.executable, "-m", "collector", "--broker", broker.url, "--spool-dir", str(spool),
-         "--queue", broker.name, "--source", "node-a", *extra],
+         "--queue", broker.name, "--source", "node-a", "--unsigned", *extra],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
@@ -289,7 +289,7 @@ def test_sigterm_ships_the_batch_in_hand_and_commits(
     env = {k: v for k, v in os.environ.items() if k != "CELERY_BROKER_URL"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "collector", "--broker", broker.url, "--spool-dir", str(spool),
-         "--queue", broker.name, "--batch-wait", "60", "--poll-interval", "0.05"],
+         "--queue", broker.name, "--batch-wait", "60", "--poll-interval", "0.05", "--unsigned"],
         cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
     try:
         timer = threading.Timer(20, proc.kill)  # bounds the blocking read below

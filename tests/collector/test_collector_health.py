@@ -92,7 +92,7 @@ def test_follow_mode_sends_health_on_its_interval(tmp_path: Path, broker: Broker
     proc = subprocess.Popen(
         [sys.executable, "-m", "collector", "--broker", broker.url, "--spool-dir", str(spool),
          "--queue", broker.name, "--source", "node-h", "--health-interval", "0.3",
-         "--batch-wait", "0", "--metrics-port", str(port)],
+         "--batch-wait", "0", "--metrics-port", str(port), "--unsigned"],
         cwd=REPO, env=env, stderr=subprocess.DEVNULL)
     try:
         shipped = broker.receive(lines=1, timeout=15, settle=1.5)

@@ -12,7 +12,7 @@ import pytest
 
 from collector.__main__ import main
 from collector.agent import transport_options
-from collector.config import STATE_FILE_NAME, config_from_args
+from collector.config import STATE_FILE_NAME, ConfigError, config_from_args
 
 REPO = Path(__file__).resolve().parents[2]
 ENV_SETTINGS = ("CELERY_BROKER_URL", "ETT_SPOOL_DIR", "ETT_COLLECTOR_STATE", "ETT_SOURCE",
@@ -31,6 +31,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 GOOD = ["--broker", "redis://127.0.0.1:6379/0"]
+#: GOOD for a server that takes unsigned batches: a whole setting, no credential needed.
+UNSIGNED = [*GOOD, "--unsigned"]
 
 
 @pytest.mark.parametrize(
@@ -74,6 +76,14 @@ GOOD = ["--broker", "redis://127.0.0.1:6379/0"]
          "--metrics-port (ETT_METRICS_PORT) must be an integer"),
         (GOOD, {"ETT_HEALTH_INTERVAL": "0"}, "--health-interval (ETT_HEALTH_INTERVAL) must be > 0"),
         ([*GOOD, "--keep-shipped", "-5"], {}, "--keep-shipped (ETT_KEEP_SHIPPED) must be >= 0"),
+        (GOOD, {}, "no collector credential: set --collector-id (ETT_COLLECTOR_ID) and "
+                   "--collector-secret-file (ETT_COLLECTOR_SECRET_FILE) (create one with "
+                   "'python manage.py ett_collector create NAME' on the server), or pass "
+                   "--unsigned"),
+        ([*UNSIGNED, "--collector-id", "c1", "--collector-secret", "s"], {},
+         "--unsigned and a credential"),
+        (GOOD, {"ETT_COLLECTOR_UNSIGNED": "maybe"}, "ETT_COLLECTOR_UNSIGNED must be 1 or 0"),
+        ([*UNSIGNED, "--batch-lines", "0"], {}, "--batch-lines (ETT_BATCH_LINES) must be >= 1"),
     ],
 )
 def test_bad_setting_exits_2_with_one_line_naming_it(
@@ -112,7 +122,7 @@ def test_help_describes_the_agent(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_defaults_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg = config_from_args(GOOD)
+    cfg = config_from_args(UNSIGNED)
     assert cfg.spool_dir == Path("var/spool")
     assert cfg.state_file == Path("var/spool") / STATE_FILE_NAME
     assert cfg.source == socket.gethostname()
@@ -123,7 +133,7 @@ def test_defaults_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ETT_SPOOL_DIR", "/data/spool")
     monkeypatch.setenv("ETT_BATCH_LINES", "50")
     monkeypatch.setenv("ETT_SOURCE", "node-9")
-    cfg = config_from_args(["--batch-lines", "70", "--once", "--batch-wait", "0"])
+    cfg = config_from_args(["--batch-lines", "70", "--once", "--batch-wait", "0", "--unsigned"])
     assert cfg.broker_url == "redis+socket:///run/redis.sock"
     assert cfg.state_file == Path("/data/spool") / STATE_FILE_NAME
     assert (cfg.batch_lines, cfg.source, cfg.once, cfg.batch_wait_s) == (70, "node-9", True, 0)
@@ -135,13 +145,13 @@ def test_defaults_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
      ("redis://127.0.0.1:6379/0", False), ("redis+socket:///tmp/r.sock", False)],
 )
 def test_publisher_confirms_on_amqp_only(url: str, confirms: bool) -> None:
-    options = transport_options(config_from_args(["--broker", url]))
+    options = transport_options(config_from_args(["--broker", url, "--unsigned"]))
     assert options.get("confirm_publish", False) is confirms
     assert options["max_retries"] == 0  # the agent's own loop retries, with backoff
 
 
 def test_credential_and_health_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg = config_from_args(GOOD)
+    cfg = config_from_args(UNSIGNED)
     assert (cfg.collector_id, cfg.collector_secret, cfg.metrics_port) == (None, None, 0)
     assert (cfg.metrics_host, cfg.health_interval_s, cfg.keep_shipped_s) == (
         "127.0.0.1", 30.0, 600.0)
@@ -151,3 +161,13 @@ def test_credential_and_health_settings(monkeypatch: pytest.MonkeyPatch) -> None
     cfg = config_from_args([*GOOD, "--collector-secret-file", "secret"])
     assert (cfg.collector_id, cfg.collector_secret, cfg.metrics_port) == ("c-7", "s3cret", 9464)
     assert "s3cret" not in repr(cfg)  # the secret never reaches a log line
+
+
+def test_unsigned_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A container sets ``ETT_COLLECTOR_UNSIGNED=1`` where a host would pass ``--unsigned``."""
+    monkeypatch.setenv("ETT_COLLECTOR_UNSIGNED", "1")
+    cfg = config_from_args(GOOD)
+    assert (cfg.collector_id, cfg.collector_secret) == (None, None)
+    monkeypatch.setenv("ETT_COLLECTOR_UNSIGNED", "0")
+    with pytest.raises(ConfigError, match="no collector credential"):
+        config_from_args(GOOD)
