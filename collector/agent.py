@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from collector.auth import sign_batch
+from collector.auth import health_body, sign_batch
 from collector.config import AgentConfig
 from collector.health import HealthStats, MetricsServer, prometheus_text
 from collector.spool import dropped_events, is_sealed, read_records
@@ -332,8 +332,9 @@ class CeleryPublisher:
         self._send(TASK_NAME, [lines, self.config.source, self._auth(lines)])
 
     def publish_health(self, stats: dict[str, Any]) -> None:
-        """Send the health counters as ``ett.collector_health``, signed like a batch."""
-        signed = [json.dumps(stats, sort_keys=True)]
+        """Send the health counters as ``ett.collector_health``, signed like a batch over
+        this node's name and the counters (``collector.auth.health_body``)."""
+        signed = [health_body(self.config.source, stats)]
         self._send(HEALTH_TASK_NAME, [self.config.source, stats, self._auth(signed)])
 
     def _auth(self, lines: list[str]) -> dict[str, object] | None:

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 NONCE_HEX_LEN = 32
 
@@ -34,6 +35,7 @@ __all__ = [
     "body_digest",
     "constant_time_equal",
     "expected_signature",
+    "health_body",
     "new_nonce",
     "sign_batch",
 ]
@@ -101,3 +103,10 @@ def expected_signature(secret: str, auth: dict[str, object], lines: Sequence[str
 def constant_time_equal(a: str, b: str) -> bool:
     """Compare signatures without leaking the matching prefix length through timing."""
     return hmac.compare_digest(a.encode(), b.encode())
+
+
+def health_body(source: str, stats: Mapping[str, object]) -> str:
+    """The one line a health report is signed over: its ``source`` and its stats, as sorted
+    JSON. The source is inside the MAC, so a genuine report cannot be relabelled as another
+    collector's; its nonce (recorded by the server) keeps it from being replayed."""
+    return json.dumps({"source": source, "stats": dict(stats)}, sort_keys=True)

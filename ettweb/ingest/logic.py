@@ -323,7 +323,9 @@ class ReplayedBatch(Exception):
     """The batch's nonce was already claimed by a stored batch."""
 
 
-def _claim(nonce: Nonce) -> None:
+def claim_nonce(nonce: Nonce) -> None:
+    """Record ``nonce`` inside the caller's transaction; :class:`ReplayedBatch` if it was
+    recorded before (by a stored batch or health report)."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {BatchNonce._meta.db_table} (nonce, collector_id, seen_at) "
@@ -384,7 +386,7 @@ def _store_and_mark(batch: _Sorted, source: str, nonce: Nonce | None) -> IngestR
     the chunks its events land in (the refresh recomputes those, ``rollups.chunked``)."""
     with transaction.atomic():
         if nonce is not None:
-            _claim(nonce)
+            claim_nonce(nonce)
         before = retention.lock_for_ingest()
         if before is not None:
             _refuse_older(batch, before, source)

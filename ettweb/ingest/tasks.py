@@ -9,6 +9,7 @@ dirty (ettweb.rollups); batches arriving before that refresh runs share it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -16,13 +17,21 @@ from typing import Any
 
 from celery import shared_task
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from collector.auth import health_body
 from ettweb.ingest import partitions, retention
 from ettweb.ingest.credentials import BatchRejected, prune_nonces, verify_batch
-from ettweb.ingest.logic import IngestResult, Nonce, ingest_lines, reject_batch
+from ettweb.ingest.logic import (
+    IngestResult,
+    Nonce,
+    ReplayedBatch,
+    claim_nonce,
+    ingest_lines,
+    reject_batch,
+)
 from ettweb.ingest.models import CollectorHealth
 from ettweb.retry import waits_for_database
 from ettweb.rollups.logic import refresh_delay_s, refresh_jobs
@@ -155,20 +164,43 @@ def collector_health(source: str, stats: dict[str, Any],
                      auth: dict[str, Any] | None = None) -> None:
     """Store a collector's latest health report (signed like a batch over the stats JSON).
 
-    A rejected report is logged and dropped: it carries counters, not events, and the next
-    report (every few seconds) replaces it anyway. One older than the stored report (by its
-    ``report_epoch``/``report_seq``: a redelivery after a newer one) is dropped too.
+    The signature covers the source as well as the stats (``collector.auth.health_body``),
+    so a report cannot be relabelled as another collector's, and its nonce is recorded with
+    the report, so it cannot be stored twice. A rejected report is logged with its reason and
+    dropped: it carries counters, not events, and the next report (every few seconds)
+    replaces it anyway. One older than the stored report (by its ``report_epoch``/
+    ``report_seq``: a redelivery after a newer one) is dropped too.
     """
     try:
-        nonce = _authenticate(auth, [json.dumps(stats, sort_keys=True)])
+        nonce = _authenticate(auth, [health_body(str(source), stats)])
         values = _health_values(stats)
     except BatchRejected as exc:
-        logger.warning("health report from %r rejected: %s", source, exc)
+        logger.warning("health report from %r rejected: %s", source, _health_reason(exc, auth,
+                                                                                   stats))
         return
-    if not store_health(str(source)[:200],
-                        {**values, "collector_id": nonce.collector_id if nonce else ""}):
+    try:
+        with transaction.atomic():
+            if nonce is not None:
+                claim_nonce(nonce)
+            kept = store_health(str(source)[:200],
+                                {**values, "collector_id": nonce.collector_id if nonce else ""})
+    except ReplayedBatch:
+        logger.warning("health report from %r rejected: replayed (its nonce was seen)", source)
+        return
+    if not kept:
         logger.info("health report %s/%s from %r is older than the one stored: kept the newer",
                     values["report_epoch"], values["report_seq"], source)
+
+
+def _health_reason(exc: BatchRejected, auth: Any, stats: Any) -> str:
+    """Why a report was refused; a report signed over its stats alone (an agent from before
+    the source was signed) is told apart from a forgery, so its operator knows to update."""
+    if str(exc) == "bad signature" and isinstance(stats, dict):
+        with contextlib.suppress(BatchRejected):
+            verify_batch(auth, [json.dumps(stats, sort_keys=True)])
+            return ("signed over its stats but not its source: a collector older than this "
+                    "server; update it")
+    return str(exc)
 
 
 @shared_task(name="ett.ensure_event_partitions")

@@ -21,7 +21,7 @@ from collector_brokers import BrokerQueue, PrivateRedis, Shipped, free_port
 
 from collector import Reporter
 from collector.agent import Agent
-from collector.auth import constant_time_equal, expected_signature
+from collector.auth import constant_time_equal, expected_signature, health_body
 from collector.config import STATE_FILE_NAME, AgentConfig
 from collector.schema import parse_event
 from collector.spool import read_records
@@ -171,7 +171,7 @@ def test_full_spool_drops_are_counted_exactly_and_reach_the_health_report(
     (report,) = broker.health
     assert report.stats["shipped_events"] + report.stats["dropped_events"] == 2000
     assert report.source == "node-f"
-    body = [json.dumps(report.stats, sort_keys=True)]
+    body = [health_body(report.source, report.stats)]  # the source is signed too
     assert report.auth is not None
     assert constant_time_equal(expected_signature(SECRET, report.auth, body), report.auth["sig"])
 

@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from collector.auth import sign_batch
+from collector.auth import health_body, sign_batch
 from ettweb.ingest.credentials import NONCE_TTL_S, prune_nonces, verify_batch
 from ettweb.ingest.logic import QUARANTINE_RAW_CHARS, UNAUTHENTICATED_SAMPLE_LINES
 from ettweb.ingest.models import (
@@ -149,7 +149,7 @@ def test_health_report_is_stored_per_collector(sign: Signer,
                                                 credential: CollectorCredential) -> None:
     for shipped in (500, 700):  # the latest report replaces the previous one
         stats = _stats(shipped_events=shipped)
-        collector_health("node-1", stats, sign([json.dumps(stats, sort_keys=True)]))
+        collector_health("node-1", stats, sign([health_body("node-1", stats)]))
     health = CollectorHealth.objects.get()
     assert (health.source, health.collector_id) == ("node-1", credential.collector_id)
     assert (health.shipped_events, health.dropped_events, health.backlog_bytes) == (700, 3, 2048)
@@ -162,7 +162,7 @@ def test_an_older_health_report_delivered_late_does_not_replace_a_newer_one(
     counter from 1) is newer again."""
     def report(epoch: float, seq: int, shipped: int) -> None:
         stats = {**_stats(shipped_events=shipped), "report_epoch": epoch, "report_seq": seq}
-        collector_health("node-1", stats, sign([json.dumps(stats, sort_keys=True)]))
+        collector_health("node-1", stats, sign([health_body("node-1", stats)]))
 
     report(1000.0, 7, shipped=700)
     report(1000.0, 5, shipped=500)  # late
@@ -173,19 +173,43 @@ def test_an_older_health_report_delivered_late_does_not_replace_a_newer_one(
             CollectorHealth.objects.get().report_seq) == (900, 1)
 
 
+def test_a_replayed_or_relabelled_health_report_is_refused(
+        sign: Signer, caplog: pytest.LogCaptureFixture) -> None:
+    """Anyone who reads the broker holds genuine reports: stored once, one cannot be stored
+    again (its nonce is recorded with it), nor under another collector's name (the source is
+    signed), nor pass for a current one when signed the old way (stats only)."""
+    stats = {**_stats(shipped_events=500), "report_epoch": 1000.0, "report_seq": 1}
+    auth = sign([health_body("node-1", stats)])
+    collector_health("node-1", stats, auth)
+    assert CollectorHealth.objects.get().shipped_events == 500
+
+    collector_health("node-1", stats, auth)  # the same message again
+    collector_health("node-2", stats, auth)  # relabelled as another collector
+    assert list(CollectorHealth.objects.values_list("source", flat=True)) == ["node-1"]
+    assert BatchNonce.objects.filter(nonce=auth["nonce"]).count() == 1
+    refusals = [r.getMessage() for r in caplog.records if "rejected" in r.getMessage()]
+    assert refusals == ["health report from 'node-1' rejected: replayed (its nonce was seen)",
+                        "health report from 'node-2' rejected: bad signature"]
+
+    old_style = {**stats, "report_seq": 2}
+    collector_health("node-1", old_style, sign([json.dumps(old_style, sort_keys=True)]))
+    assert CollectorHealth.objects.get().report_seq == 1
+    assert "signed over its stats but not its source" in caplog.records[-1].getMessage()
+
+
 @pytest.mark.parametrize("order", [{"report_epoch": 1.0}, {"report_epoch": -1, "report_seq": 1},
                                    {"report_epoch": 1.0, "report_seq": "2"}])
 def test_a_health_report_with_a_malformed_order_is_refused(sign: Signer,
                                                           order: dict[str, object]) -> None:
     stats = {**_stats(), **order}
-    collector_health("node-1", stats, sign([json.dumps(stats, sort_keys=True)]))
+    collector_health("node-1", stats, sign([health_body("node-1", stats)]))
     assert not CollectorHealth.objects.exists()
 
 
 @pytest.mark.parametrize("stats", [_stats(dropped_events=-1), _stats(backlog_bytes="lots")])
 def test_bad_or_unsigned_health_reports_are_not_stored(sign: Signer,
                                                        stats: dict[str, object]) -> None:
-    collector_health("node-1", stats, sign([json.dumps(stats, sort_keys=True)]))
+    collector_health("node-1", stats, sign([health_body("node-1", stats)]))
     collector_health("node-1", _stats(), None)
     assert not CollectorHealth.objects.exists()
 
@@ -193,7 +217,7 @@ def test_bad_or_unsigned_health_reports_are_not_stored(sign: Signer,
 def test_admin_shows_credentials_by_prefix_and_health(client: Client, sign: Signer,
                                                       credential: CollectorCredential) -> None:
     stats = _stats()
-    collector_health("node-1", stats, sign([json.dumps(stats, sort_keys=True)]))
+    collector_health("node-1", stats, sign([health_body("node-1", stats)]))
     client.force_login(User.objects.create_superuser("ops", password="pw-ops-1"))
     page = client.get("/admin/ingest/collectorcredential/").content.decode()
     assert credential.name in page and credential.secret not in page
