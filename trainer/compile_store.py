@@ -21,6 +21,14 @@ complete entry — the last one renamed — and a reader never sees half of one.
 the problem; the job then compiles as if the store were empty and its publish replaces the
 entry.
 
+Entries run as code in every later job, so they are **signed**: after the tar comes a
+trailer, ``SIGNATURE_TAG`` and the HMAC-SHA256 of every byte before it (manifest and files)
+under the store's key (``trainer.store_key``). A fetch checks it before unpacking anything;
+an unsigned entry, or one whose signature does not match this key (forged, altered, or
+signed under another key), is refused with the reason like a damaged one, and the job's
+publish replaces it with an entry signed under its own key. The CRC-32s in the manifest
+still catch damage; the signature is what makes their values trustworthy.
+
 The supervisor fetches an entry into a new job's empty cache folder before its first attempt
 and publishes the folder after an attempt that added to it. This module imports no torch: the
 supervisor, which must stay instant for ``--help``, uses it.
@@ -29,6 +37,7 @@ supervisor, which must stay instant for ``--help``, uses it.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
 import json
 import os
@@ -41,7 +50,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from trainer.config import TrainConfig
 from trainer.integrity import CHUNK, crc32_of, write_atomic
@@ -49,6 +58,10 @@ from trainer.integrity import CHUNK, crc32_of, write_atomic
 STORE_ENV = "ETT_COMPILE_STORE"
 STORE_FOLDER = "compile-store"
 MANIFEST = "ett-compile-store-manifest.json"
+#: The trailer after an entry's tar (tar readers stop at the archive's end and never see it):
+#: this tag, 64 hex characters of HMAC-SHA256, a newline.
+SIGNATURE_TAG = b"\nett-compile-store hmac-sha256 "
+SIGNATURE_LEN = len(SIGNATURE_TAG) + 64 + 1
 #: The GPU's mega-cache artifacts (``torch.compiler.save_cache_artifacts``) in a cache folder.
 MEGA_CACHE_FILE = "mega-cache.bin"
 #: Inductor's CPU vector-ISA verdict for this machine (trainer.pt2.settle_cpu_vec_isa): shared
@@ -168,8 +181,9 @@ class CompileStore:
     """The shared store: a folder of ``<key digest>.tar`` entries (and a readable ``.json``
     of each key beside it, for whoever lists the folder)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, key: bytes) -> None:
         self.root = root
+        self.key = key
 
     def entry(self, key: dict[str, Any]) -> Path:
         return self.root / f"{key_digest(key)}.tar"
@@ -193,6 +207,7 @@ class CompileStore:
         staging = into.with_name(f"{into.name}.fetch-{os.getpid()}.tmp")
         shutil.rmtree(staging, ignore_errors=True)
         try:
+            check_signature(entry, self.key)
             manifest = _unpack(entry, staging)
             shutil.rmtree(into, ignore_errors=True)  # no artifacts: at most old lock files
             staging.rename(into)
@@ -219,7 +234,7 @@ class CompileStore:
             entry = self.entry(key)
             tmp = entry.with_name(f"{entry.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
             try:
-                _pack(folder, manifest, tmp)
+                _pack(folder, manifest, tmp, self.key)
                 tmp.replace(entry)
             finally:
                 tmp.unlink(missing_ok=True)
@@ -231,18 +246,50 @@ class CompileStore:
                        time.monotonic() - started), manifest
 
 
-def _pack(folder: Path, manifest: dict[str, list[int]], tar_path: Path) -> None:
-    """The manifest first (a reader checks every file against it), then every artifact."""
+def _pack(folder: Path, manifest: dict[str, list[int]], tar_path: Path, key: bytes) -> None:
+    """The manifest first (a reader checks every file against it), then every artifact, then
+    the signature over all of it."""
     body = json.dumps({"files": manifest}).encode()
-    with tar_path.open("wb") as file:
+    with tar_path.open("w+b") as file:
         with tarfile.open(fileobj=file, mode="w") as tar:
             info = tarfile.TarInfo(MANIFEST)
             info.size = len(body)
             tar.addfile(info, io.BytesIO(body))
             for name in manifest:
                 tar.add(folder / name, arcname=name, recursive=False)
+        signature = _mac(file, key, file.seek(0, os.SEEK_END))
+        file.seek(0, os.SEEK_END)
+        file.write(SIGNATURE_TAG + signature.encode() + b"\n")
         file.flush()
         os.fsync(file.fileno())  # on disk before the rename makes it the entry
+
+
+def _mac(file: BinaryIO, key: bytes, length: int) -> str:
+    """HMAC-SHA256 of the first ``length`` bytes of ``file``, as hex."""
+    mac = hmac.new(key, digestmod=hashlib.sha256)
+    file.seek(0)
+    left = length
+    while left > 0 and (chunk := file.read(min(CHUNK, left))):
+        mac.update(chunk)
+        left -= len(chunk)
+    return mac.hexdigest()
+
+
+def check_signature(entry: Path, key: bytes) -> None:
+    """Raise Damaged unless ``entry`` ends in a signature of everything before it under
+    ``key``."""
+    with entry.open("rb") as file:
+        size = file.seek(0, os.SEEK_END)
+        if size < SIGNATURE_LEN:
+            raise Damaged("unsigned (no signature: written without a store key, or cut short)")
+        file.seek(size - SIGNATURE_LEN)
+        trailer = file.read(SIGNATURE_LEN)
+        if not trailer.startswith(SIGNATURE_TAG) or not trailer.endswith(b"\n"):
+            raise Damaged("unsigned (no signature: written without a store key, or cut short)")
+        signature = trailer[len(SIGNATURE_TAG):-1].decode("ascii", "replace")
+        if not hmac.compare_digest(signature, _mac(file, key, size - SIGNATURE_LEN)):
+            raise Damaged("signature does not match this store's key: altered, forged, or "
+                          "signed with another key")
 
 
 def _unpack(entry: Path, into: Path) -> dict[str, list[int]]:

@@ -24,7 +24,7 @@ from types import FrameType
 from typing import Any
 
 from collector.reporter import Reporter
-from trainer import compile_store, warmup
+from trainer import compile_store, store_key, warmup
 from trainer.config import (
     LAUNCH_TS_ENV,
     SUPERVISED_ENV,
@@ -100,7 +100,9 @@ def build_parser() -> OneLineParser:
                           "size starts from its entry, and an attempt that compiled something "
                           "new publishes to it (default: $" + compile_store.STORE_ENV + ", else "
                           "<checkpoint-dir>/../" + compile_store.STORE_FOLDER + "; not used with "
-                          "--compile-cache-dir, which is already shared)")
+                          "--compile-cache-dir, which is already shared). Entries are signed: "
+                          "the key is $" + store_key.KEY_FILE_ENV + " or $" + store_key.KEY_ENV +
+                          ", else ~/.config/ett/compile-store.key, made on first use")
     sup.add_argument("--no-compile-store", action="store_true",
                      help="keep the job's compile caches to itself")
     return parser
@@ -119,6 +121,11 @@ def parse(argv: list[str] | None = None) -> tuple[TrainConfig, SupervisorOptions
                                 args.team, args.cluster,
                                 str(Path(cache).absolute()) if cache else None,
                                 args.restarts_by, store_folder(args, cfg))
+    if options.compile_store is not None:
+        try:
+            store_key.load_key()  # a key setting that cannot be used stops the job here
+        except store_key.StoreKeyError as exc:
+            parser.error(f"compile store: {exc}")
     return cfg, options
 
 
@@ -330,7 +337,7 @@ class StoreSync:
     def __init__(self, cfg: TrainConfig, options: SupervisorOptions,
                  say: Callable[[str], None]) -> None:
         assert options.compile_store is not None
-        self.store = compile_store.CompileStore(Path(options.compile_store))
+        self.store = compile_store.CompileStore(Path(options.compile_store), store_key.load_key())
         self.cfg = cfg
         self.world_size = options.nproc_per_node
         self.say = say

@@ -1,13 +1,17 @@
 """The compile store shared across jobs (trainer.compile_store).
 
 What must hold: an entry serves only jobs whose artifacts it can serve (same model and config,
-torch version, device, world size); a damaged entry is never unpacked into a job's cache (a
-message names the problem, the job compiles as if the store were empty); two jobs publishing
-at once leave one complete entry; and, end to end, the next job of a model starts warm.
+torch version, device, world size); an entry not signed under the store's key (unsigned,
+altered, forged, re-signed with another key) or damaged is never unpacked into a job's cache
+(a message names the problem, the job compiles as if the store were empty); two jobs
+publishing at once leave one complete entry; and, end to end, the next job of a model starts
+warm.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import io
 import json
 import os
@@ -22,9 +26,29 @@ from typing import Any
 import pytest
 from trainer_runs import REPO, TINY, TrainerRun
 
-from trainer import compile_store, launch
+from trainer import compile_store, launch, store_key
 from trainer.compile_store import CompileStore, artifact_key, folder_manifest, key_digest
 from trainer.config import TrainConfig
+
+#: The store key of these tests (any job started here gets it through the environment).
+KEY_HEX = "5e" * 32
+KEY = KEY_HEX.encode()
+
+
+@pytest.fixture(autouse=True)
+def _store_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(store_key.KEY_ENV, KEY_HEX)
+    monkeypatch.delenv(store_key.KEY_FILE_ENV, raising=False)
+
+
+def resign(entry: Path, key: bytes = KEY) -> None:
+    """Sign ``entry`` again (its old signature, if any, dropped): what someone holding
+    ``key`` could do after changing it."""
+    data = entry.read_bytes()
+    if data[-compile_store.SIGNATURE_LEN:].startswith(compile_store.SIGNATURE_TAG):
+        data = data[:-compile_store.SIGNATURE_LEN]
+    mac = hmac.new(key, data, hashlib.sha256).hexdigest().encode()
+    entry.write_bytes(data + compile_store.SIGNATURE_TAG + mac + b"\n")
 
 
 def config(tmp: Path, *flags: str) -> TrainConfig:
@@ -74,7 +98,7 @@ def test_the_key_changes_with_the_model_its_config_versions_device_and_world_siz
 
 def test_another_model_or_torch_version_does_not_hit(
         tmp_path: Path, key: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    store = CompileStore(tmp_path / "store")
+    store = CompileStore(tmp_path / "store", KEY)
     outcome, _ = store.publish(key, cache_folder(tmp_path / "job-a", ARTIFACTS))
     assert outcome.status == "published" and outcome.files == 3
     other_model = artifact_key(config(tmp_path, "--embedding-rows", "999"), 1, "test-cpu")
@@ -90,7 +114,7 @@ def test_another_model_or_torch_version_does_not_hit(
 
 def test_an_unchanged_folder_is_not_published_again(tmp_path: Path,
                                                     key: dict[str, Any]) -> None:
-    store = CompileStore(tmp_path / "store")
+    store = CompileStore(tmp_path / "store", KEY)
     _, manifest = store.fetch(key, tmp_path / "empty")
     source = cache_folder(tmp_path / "job", ARTIFACTS)
     first, known = store.publish(key, source, manifest)
@@ -127,15 +151,16 @@ def foreign_tar(entry: Path) -> None:
 
 @pytest.mark.parametrize(("damage", "reason"), [
     (corrupt_a_file, "fxgraph/ab/graph-1 fails its checksum"),
-    (truncate, "unreadable"),
+    (truncate, "missing"),
     (not_a_tar, "unreadable"),
     (foreign_tar, "no manifest"),
 ])
 def test_a_damaged_entry_is_skipped_with_a_reason_and_leaves_the_cache_alone(
         tmp_path: Path, key: dict[str, Any], damage: Any, reason: str) -> None:
-    store = CompileStore(tmp_path / "store")
+    store = CompileStore(tmp_path / "store", KEY)
     store.publish(key, cache_folder(tmp_path / "job-a", ARTIFACTS))
     damage(store.entry(key))
+    resign(store.entry(key))  # damage behind a valid signature: the checks after it
     into = tmp_path / "job-b" / "compile-cache"
     outcome, manifest = store.fetch(key, into)
     assert outcome.status == "damaged" and manifest == {}
@@ -149,7 +174,7 @@ def test_a_damaged_entry_is_skipped_with_a_reason_and_leaves_the_cache_alone(
 
 
 def test_a_member_outside_its_folder_is_refused(tmp_path: Path, key: dict[str, Any]) -> None:
-    store = CompileStore(tmp_path / "store")
+    store = CompileStore(tmp_path / "store", KEY)
     store.entry(key).parent.mkdir(parents=True)
     evil = tmp_path / "evil"
     evil.write_bytes(b"x")
@@ -159,16 +184,82 @@ def test_a_member_outside_its_folder_is_refused(tmp_path: Path, key: dict[str, A
         info.size = len(body)
         tar.addfile(info, io.BytesIO(body))
         tar.add(evil, arcname="../../escaped")
+    resign(store.entry(key))
     outcome, _ = store.fetch(key, tmp_path / "job" / "cache")
     assert outcome.status == "damaged" and "outside its folder" in outcome.reason
     assert not (tmp_path / "escaped").exists()
+
+
+def replace_manifest(entry: Path) -> None:
+    """The kernel swapped for other bytes and the manifest rewritten to match them: every
+    checksum holds, only the signature can tell."""
+    with tarfile.open(entry) as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()  # type: ignore[union-attr]
+                 if m.name != compile_store.MANIFEST}
+    files["cxx/kernel.so"] = b"\x7fELF evil" * 100
+    folder = entry.parent / "evil-folder"
+    cache_folder(folder, files)
+    with tarfile.open(entry, "w") as tar:
+        body = json.dumps({"files": folder_manifest(folder)}).encode()
+        info = tarfile.TarInfo(compile_store.MANIFEST)
+        info.size = len(body)
+        tar.addfile(info, io.BytesIO(body))
+        for name in files:
+            tar.add(folder / name, arcname=name)
+
+
+def tamper_kernel(entry: Path) -> None:
+    data = bytearray(entry.read_bytes())
+    offset = data.find(bytes(range(256)))
+    data[offset:offset + 4] = b"\x90\x90\x90\x90"  # the built kernel, same size
+    entry.write_bytes(bytes(data))
+
+
+def tamper_kernel_and_checksum(entry: Path) -> None:
+    """What a writer of the store folder can do without the key: any change, signed or
+    re-signed with a key of its own."""
+    tamper_kernel(entry)
+    resign(entry, key=b"an-attackers-own-key-of-32-chars")
+
+
+def strip_signature(entry: Path) -> None:
+    entry.write_bytes(entry.read_bytes()[:-compile_store.SIGNATURE_LEN])
+
+
+@pytest.mark.parametrize(("attack", "reason"), [
+    (tamper_kernel, "signature does not match this store's key"),
+    (tamper_kernel_and_checksum, "signature does not match this store's key"),
+    (replace_manifest, "unsigned"),
+    (lambda entry: (replace_manifest(entry), resign(entry, b"x" * 32)),
+     "signature does not match this store's key"),
+    (strip_signature, "unsigned"),
+])
+def test_an_entry_not_signed_under_the_store_key_is_refused(
+        tmp_path: Path, key: dict[str, Any], attack: Any, reason: str) -> None:
+    """Entries carry code every later job runs: whoever can write the store folder but does
+    not hold the key cannot get one unpacked, whatever they change; the job compiles cold and
+    its publish puts back an entry signed under the key."""
+    store = CompileStore(tmp_path / "store", KEY)
+    store.publish(key, cache_folder(tmp_path / "job-a", ARTIFACTS))
+    attack(store.entry(key))
+    into = tmp_path / "job-b" / "compile-cache"
+    outcome, manifest = store.fetch(key, into)
+    assert outcome.status == "damaged" and manifest == {}
+    assert reason in outcome.reason, outcome.reason
+    assert not into.exists() and not list(into.parent.glob("*.tmp"))
+    store.publish(key, cache_folder(tmp_path / "job-b2", ARTIFACTS))
+    assert store.fetch(key, tmp_path / "job-c")[0].status == "hit"
+    other = CompileStore(store.root, b"another-team-with-its-own-key-32")
+    refused, _ = other.fetch(key, tmp_path / "job-d")
+    assert refused.status == "damaged" and "another key" in refused.reason
 
 
 PUBLISHER = """
 import sys
 from pathlib import Path
 from trainer.compile_store import CompileStore
-store, folder, rounds = CompileStore(Path(sys.argv[1])), Path(sys.argv[2]), int(sys.argv[3])
+store = CompileStore(Path(sys.argv[1]), sys.argv[4].encode())
+folder, rounds = Path(sys.argv[2]), int(sys.argv[3])
 key = {"model": "concurrency-test"}
 for _ in range(rounds):
     outcome, _ = store.publish(key, folder)
@@ -180,14 +271,14 @@ def test_two_jobs_publishing_at_once_leave_one_complete_entry(tmp_path: Path) ->
     """Two processes publish different caches for the same key over and over while a third
     reader fetches: every fetch is a whole entry of one job or the other, never a mix, never
     damaged, and no temporary file is left behind."""
-    store = CompileStore(tmp_path / "store")
+    store = CompileStore(tmp_path / "store", KEY)
     big = {f"fxgraph/{i:02d}/graph": bytes([i]) * 200_000 for i in range(10)}
     jobs = [cache_folder(tmp_path / "job-a", {**big, "a-only": b"a"}),
             cache_folder(tmp_path / "job-b", {**big, "b-only": b"b" * 10})]
     manifests = [folder_manifest(job) for job in jobs]
     key = {"model": "concurrency-test"}
     writers = [subprocess.Popen([sys.executable, "-c", PUBLISHER, str(store.root), str(job),
-                                 "15"], cwd=REPO) for job in jobs]
+                                 "15", KEY_HEX], cwd=REPO) for job in jobs]
     seen: list[dict[str, list[int]]] = []
     failures: list[str] = []
 
@@ -224,8 +315,8 @@ def store_job(tmp: Path, job: str, store: Path, *flags: str) -> TrainerRun:
         [sys.executable, "-m", "trainer", *TINY, "--job", job, "--spool-dir", str(spool),
          "--checkpoint-dir", str(checkpoints), "--compile-store", str(store),
          "--opt", "compile_cache,init_overlap", *flags],
-        cwd=REPO, env={**env, "PYTHONUNBUFFERED": "1"}, capture_output=True, text=True,
-        timeout=400, check=False)
+        cwd=REPO, env={**env, "PYTHONUNBUFFERED": "1", store_key.KEY_ENV: KEY_HEX},
+        capture_output=True, text=True, timeout=400, check=False)
     return TrainerRun(proc.returncode, proc.stdout, proc.stderr, spool, checkpoints)
 
 
@@ -243,7 +334,7 @@ def two_jobs(tmp_path_factory: pytest.TempPathFactory) -> tuple[TrainerRun, Trai
     cfg, options = launch.parse(["--job", "a", "--spool-dir", str(tmp / "a" / "spool"),
                                  "--checkpoint-dir", str(tmp / "a" / "checkpoints"), *TINY,
                                  "--opt", "compile_cache,init_overlap"])
-    entry = CompileStore(store).entry(artifact_key(cfg, options.nproc_per_node))
+    entry = CompileStore(store, KEY).entry(artifact_key(cfg, options.nproc_per_node))
     entry.parent.mkdir(parents=True)
     entry.write_bytes(b"not an entry at all" * 100)
     first = store_job(tmp, "a", store, "--fail-at-steps", "20")
@@ -256,7 +347,7 @@ def test_a_damaged_entry_is_skipped_with_a_message_and_the_job_still_compiles(
         two_jobs: tuple[TrainerRun, TrainerRun, Path]) -> None:
     first, _, entry = two_jobs
     assert first.returncode == 0, first.stderr[-3000:]
-    assert f"compile store entry skipped, compiling without it: {entry.name}: unreadable" in (
+    assert f"compile store entry skipped, compiling without it: {entry.name}: unsigned" in (
         first.stderr)
     (fetch,) = [e for e in compile_spans(first, 0) if e["attrs"].get("stage") == "store_fetch"]
     assert fetch["blocking"] and fetch["attrs"]["store"] == "damaged"
