@@ -37,6 +37,7 @@ from typing import TypeVar
 from django.db import connection, connections
 
 from ettweb.attribution.engine import gc_paused
+from ettweb.ingest import retention
 from ettweb.ingest.logic import IngestResult, ingest_lines
 from ettweb.ingest.models import QuarantinedEvent
 from ettweb.rollups.logic import JOBS_PER_TRANSACTION, RefreshStats, refresh_jobs
@@ -70,21 +71,28 @@ class ImportFileError(Exception):
 
 @dataclass(frozen=True)
 class ImportSummary:
-    """What an import did; every line given is in exactly one of the three counts."""
+    """What an import did; every line given is in exactly one of the four counts. Lines of
+    days retention has dropped (``expired``, by day in ``expired_days``) are refused by
+    policy and never quarantined: one sentence says how many, which days and why."""
 
     stored: int
     duplicates: int
     rejected: int
     reasons: dict[str, int]  # rejection reason -> count
     jobs: tuple[str, ...]  # every job a valid line belonged to, sorted
+    expired: int = 0
+    expired_days: tuple[str, ...] = ()
 
     def line(self) -> str:
-        """``1,234 stored, 0 duplicates, 2 rejected (span end before start: 1; ...)``."""
+        """``1,234 stored, 0 duplicates, 2 rejected (span end before start: 1; ...)``, and
+        the expired events' sentence when there are any."""
         text = (f"{self.stored:,} stored, {counted(self.duplicates, 'duplicate')}, "
                 f"{self.rejected:,} rejected")
         ranked = sorted(self.reasons.items(), key=lambda item: (-item[1], item[0]))
         if ranked:
             text += " (" + "; ".join(f"{reason}: {count:,}" for reason, count in ranked) + ")"
+        if self.expired:
+            text += "; " + retention.expired_line(self.expired, self.expired_days)
         return text
 
     def __add__(self, other: ImportSummary) -> ImportSummary:
@@ -93,7 +101,10 @@ class ImportSummary:
                              duplicates=self.duplicates + other.duplicates,
                              rejected=self.rejected + other.rejected,
                              reasons=dict(Counter(self.reasons) + Counter(other.reasons)),
-                             jobs=tuple(sorted({*self.jobs, *other.jobs})))
+                             jobs=tuple(sorted({*self.jobs, *other.jobs})),
+                             expired=self.expired + other.expired,
+                             expired_days=tuple(sorted({*self.expired_days,
+                                                        *other.expired_days})))
 
 
 EMPTY = ImportSummary(stored=0, duplicates=0, rejected=0, reasons={}, jobs=())
@@ -301,20 +312,23 @@ def import_lines(lines: Iterable[str | bytes], *, source: str,
     if batch_lines < 1:
         raise ValueError("batch_lines must be >= 1")
     mark = _last_quarantine_id()
-    stored = duplicates = rejected = 0
+    stored = duplicates = rejected = expired = 0
     jobs: set[str] = set()
+    expired_days: set[str] = set()
     batches = (_Batch(batch, source) for batch in _batches(lines, batch_lines))
     first = list(itertools.islice(batches, 2))  # one batch: not worth starting processes
     with _pool(workers if len(first) > 1 else 1) as pool:
         for batch, result in _run(pool, _ingest, itertools.chain(first, batches)):
             stored, duplicates = stored + result.stored, duplicates + result.duplicates
-            rejected += result.rejected
+            rejected, expired = rejected + result.rejected, expired + result.expired
             jobs.update(result.jobs)
+            expired_days.update(result.expired_days)
             if progress is not None:
                 progress(len(batch.lines))
     reasons = _reasons_after(source, mark) if rejected else {}
     return ImportSummary(stored=stored, duplicates=duplicates, rejected=rejected,
-                         reasons=reasons, jobs=tuple(sorted(jobs)))
+                         reasons=reasons, jobs=tuple(sorted(jobs)), expired=expired,
+                         expired_days=tuple(sorted(expired_days)))
 
 
 def _plus(a: RefreshStats, b: RefreshStats) -> RefreshStats:

@@ -13,8 +13,10 @@ import hashlib
 import json
 import math
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import DataError, IntegrityError, connection, transaction
@@ -47,7 +49,7 @@ EVENT_COLUMNS = (
 
 @dataclass(frozen=True)
 class IngestResult:
-    """What happened to a batch: every input line lands in exactly one of the three counts.
+    """What happened to a batch: every input line lands in exactly one of the four counts.
 
     ``jobs`` names every job a valid event of the batch belongs to, duplicates included: the
     caller refreshes their rollups, and a batch retried after a failed refresh is all
@@ -62,9 +64,15 @@ class IngestResult:
     refresh: tuple[str, ...] = field(default=(), compare=False)
     #: The batch's nonce was seen before (a redelivery or a replay of a stored batch).
     seen_before: bool = field(default=False, compare=False)
+    #: Events older than the retention horizon, refused by policy and not quarantined (the
+    #: quarantine is for bad data): their days' raw events were dropped and their numbers
+    #: are final (``retention``). ``expired_days`` are their UTC days.
+    expired: int = 0
+    expired_days: tuple[str, ...] = field(default=(), compare=False)
 
     def as_dict(self) -> dict[str, int]:
-        return {"stored": self.stored, "duplicates": self.duplicates, "rejected": self.rejected}
+        return {"stored": self.stored, "duplicates": self.duplicates, "rejected": self.rejected,
+                "expired": self.expired}
 
 
 @dataclass
@@ -75,6 +83,8 @@ class _Sorted:
     lines: list[str | bytes] = field(default_factory=list)  # the raw line of each event
     rejected: list[QuarantinedEvent] = field(default_factory=list)
     in_batch_duplicates: int = 0
+    #: Events refused as older than the retention horizon, by UTC day.
+    expired: Counter[str] = field(default_factory=Counter)
 
 
 def _storage_problem(value: Any, where: str = "event") -> str | None:
@@ -389,21 +399,22 @@ def _store_and_mark(batch: _Sorted, source: str, nonce: Nonce | None) -> IngestR
             claim_nonce(nonce)
         before = retention.lock_for_ingest()
         if before is not None:
-            _refuse_older(batch, before, source)
+            _refuse_older(batch, before)
         result = _store_sorted(batch, source)
         refresh = mark_dirty(result.jobs, time.time(), MARK_STALE_AFTER_S)
         mark_chunks(batch.events)
     return replace(result, refresh=tuple(refresh))
 
 
-def _refuse_older(batch: _Sorted, before: float, source: str) -> None:
-    """Move the events older than the retention horizon to the batch's rejected lines:
-    their chunks are final, so storing them would change no number (``retention``)."""
+def _refuse_older(batch: _Sorted, before: float) -> None:
+    """Take the events older than the retention horizon out of the batch, counted by day:
+    their chunks are final, so storing them would change no number (``retention``). They are
+    refused by policy, not as bad data, so nothing goes to the quarantine."""
     kept: list[tuple[dict[str, Any], Any]] = []
-    reason = retention.too_old(before)
     for event, line in zip(batch.events, batch.lines, strict=True):
-        if _partition_key(event) < before:
-            batch.rejected.append(_reject(line, reason, source))
+        at = _partition_key(event)
+        if at < before:
+            batch.expired[datetime.fromtimestamp(at, UTC).date().isoformat()] += 1
         else:
             kept.append((event, line))
     if len(kept) < len(batch.events):
@@ -421,4 +432,5 @@ def _store_sorted(batch: _Sorted, source: str) -> IngestResult:
     duplicates = len(batch.events) - stored - refused + batch.in_batch_duplicates
     jobs = tuple(sorted({event["job"] for event in batch.events}))
     return IngestResult(stored=stored, duplicates=duplicates, rejected=len(batch.rejected),
-                        jobs=jobs)
+                        jobs=jobs, expired=sum(batch.expired.values()),
+                        expired_days=tuple(sorted(batch.expired)))

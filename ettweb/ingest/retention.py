@@ -10,19 +10,20 @@ and sums it as stored. Rollups, chunks and rollout impacts are kept.
 
 The horizon (:class:`EventHorizon`) then says how far back raw events exist. An event
 older than it cannot change anything any more (its chunk is final), so ingestion refuses it
-with that reason, kept in the quarantine like any refused line, instead of storing an event
-no number would ever see. Ingestion checks the horizon under a shared advisory lock and the
-drop moves it under the exclusive one: a batch storing old events either commits before the
-drop (whose marks check then sees its chunks dirty and waits for the next run) or sees the
-new horizon.
+instead of storing an event no number would ever see. That is policy, not bad data: such
+events are counted by day and reported in one line (:func:`expired_line`: the worker's log,
+``ett_import``'s summary), never quarantined one row each, so re-importing retained raw
+files of dropped days leaves the quarantine as it was. Ingestion checks the horizon under a
+shared advisory lock and the drop moves it under the exclusive one: a batch storing old
+events either commits before the drop (whose marks check then sees its chunks dirty and
+waits for the next run) or sees the new horizon.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Final
 
 from django.conf import settings
@@ -52,11 +53,12 @@ def horizon() -> float | None:
     return None if row is None else row
 
 
-def too_old(before: float) -> str:
-    """The reason an event older than the horizon is refused."""
-    day = datetime.fromtimestamp(before, UTC).date().isoformat()
-    return (f"event time before {day}: raw events older than that were dropped after "
-            f"ETT_EVENT_RETENTION_DAYS and their numbers are final")
+def expired_line(count: int, days: Sequence[str]) -> str:
+    """One line for the events refused as older than the horizon: how many, which days, why."""
+    span = days[0] if len(days) == 1 else f"{days[0]} to {days[-1]} ({len(days)} days)"
+    return (f"{count:,} event{'s' if count != 1 else ''} of {span} refused: raw events of "
+            "those days were dropped after ETT_EVENT_RETENTION_DAYS and their numbers are "
+            "final (kept in the rollups), so storing them would change nothing")
 
 
 @dataclass(frozen=True)

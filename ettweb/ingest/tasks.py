@@ -71,7 +71,9 @@ def ingest_batch(self: Any, lines: list[str], source: str = "",
     A batch failing authentication is quarantined whole with the reason. The refresh runs
     ``ETT_ROLLUP_REFRESH_DELAY_S`` after the events committed (inline when called in-process),
     so running jobs show live numbers a few seconds behind.
-    Returns ``{"stored", "duplicates", "rejected"}``.
+    Events older than the retention horizon are refused with one warning naming their days,
+    not quarantined (``retention``). Returns ``{"stored", "duplicates", "rejected",
+    "expired"}``.
     """
     batch: list[Any] = lines if isinstance(lines, list) else [lines]
     source = str(source)
@@ -80,6 +82,9 @@ def ingest_batch(self: Any, lines: list[str], source: str = "",
     except BatchRejected as exc:
         return reject_batch(batch, source, str(exc)).as_dict()
     result: IngestResult = ingest_lines(batch, source, nonce=nonce)
+    if result.expired:
+        logger.warning("batch from %r: %s", source,
+                       retention.expired_line(result.expired, result.expired_days))
     redelivered = _redelivered(self) or result.seen_before
     if self.request.called_directly:  # in-process caller: rollups current when we return
         refresh_jobs(result.jobs)

@@ -52,7 +52,8 @@ def test_bad_auth_quarantines_the_whole_batch(worked_example_lines: list[str], s
     auth = tamper(sign(worked_example_lines))  # type: ignore[operator]
     # apply(): a delivery as the worker runs it (a plain call is trusted in-process code)
     result = ingest_batch.apply(args=(worked_example_lines, "node-1", auth)).get()
-    assert result == {"stored": 0, "duplicates": 0, "rejected": len(worked_example_lines)}
+    assert result == {"stored": 0, "duplicates": 0,
+                      "rejected": len(worked_example_lines), "expired": 0}
     assert Event.objects.count() == 0
     # Unauthenticated: a sample is kept (the first lines), every line counted above.
     sample = UNAUTHENTICATED_SAMPLE_LINES
@@ -78,7 +79,8 @@ def test_an_authentic_batch_is_stored_however_long_it_waited(
     send it again, so refusing it by this clock would lose its events."""
     auth = sign(worked_example_lines, ts=time.time() - age_s)
     result = ingest_batch(worked_example_lines, "n", auth)
-    assert result == {"stored": len(worked_example_lines), "duplicates": 0, "rejected": 0}
+    assert result == {"stored": len(worked_example_lines), "duplicates": 0,
+                      "rejected": 0, "expired": 0}
     assert not QuarantinedEvent.objects.exists()
 
 
@@ -89,7 +91,8 @@ def test_a_replay_stores_nothing_new_and_quarantines_nothing(
     auth = sign(worked_example_lines)
     assert ingest_batch(worked_example_lines, "n", auth)["stored"] == len(worked_example_lines)
     again = ingest_batch(worked_example_lines, "n", auth)
-    assert again == {"stored": 0, "duplicates": len(worked_example_lines), "rejected": 0}
+    assert again == {"stored": 0, "duplicates": len(worked_example_lines),
+                     "rejected": 0, "expired": 0}
     assert not QuarantinedEvent.objects.exists()
     assert Event.objects.count() == len(worked_example_lines)
     assert BatchNonce.objects.count() == 1
@@ -101,7 +104,8 @@ def test_a_replay_after_its_nonce_was_pruned_is_still_all_duplicates(
     ingest_batch(worked_example_lines, "n", auth)
     assert prune_nonces(time.time() + NONCE_TTL_S + 1) == 1
     again = ingest_batch(worked_example_lines, "n", auth)
-    assert again == {"stored": 0, "duplicates": len(worked_example_lines), "rejected": 0}
+    assert again == {"stored": 0, "duplicates": len(worked_example_lines),
+                     "rejected": 0, "expired": 0}
     assert Event.objects.count() == len(worked_example_lines)
 
 
@@ -235,7 +239,7 @@ def test_a_huge_unsigned_batch_cannot_fill_the_quarantine(sign: Signer) -> None:
     leave at most the sample, each a prefix with the line's size and hash (issue 13, 5)."""
     huge = ["x" * 100_000 + str(n) for n in range(2000)]
     result = ingest_batch.apply(args=(huge, "intruder", None)).get()
-    assert result == {"stored": 0, "duplicates": 0, "rejected": 2000}
+    assert result == {"stored": 0, "duplicates": 0, "rejected": 2000, "expired": 0}
     rows = list(QuarantinedEvent.objects.order_by("id"))
     assert len(rows) == UNAUTHENTICATED_SAMPLE_LINES
     assert all(len(row.raw) == QUARANTINE_RAW_CHARS for row in rows)
@@ -252,7 +256,8 @@ def test_an_authentic_batch_keeps_a_prefix_of_each_bad_line(worked_example_lines
     garbage = "{" + "a" * 1_000_000
     lines = [*worked_example_lines, garbage]
     result = ingest_batch(lines, "node-1", sign(lines))
-    assert result == {"stored": len(worked_example_lines), "duplicates": 0, "rejected": 1}
+    assert result == {"stored": len(worked_example_lines), "duplicates": 0,
+                      "rejected": 1, "expired": 0}
     row = QuarantinedEvent.objects.get()
     assert row.raw == garbage[:QUARANTINE_RAW_CHARS] and row.raw_bytes == len(garbage)
     assert row.raw_sha256 == hashlib.sha256(garbage.encode()).hexdigest()

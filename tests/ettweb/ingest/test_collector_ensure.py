@@ -170,7 +170,7 @@ def test_the_written_file_signs_batches_the_worker_stores(
     auth = _agent_signs(path, tmp_path / "spool", lines)
     # apply(): a delivery as the worker runs it.
     result = ingest_batch.apply(args=(lines, "n", auth)).get()
-    assert result == {"stored": len(lines), "duplicates": 0, "rejected": 0}
+    assert result == {"stored": len(lines), "duplicates": 0, "rejected": 0, "expired": 0}
     assert Event.objects.count() == len(lines)
     assert not QuarantinedEvent.objects.exists()
 

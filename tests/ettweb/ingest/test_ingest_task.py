@@ -49,7 +49,7 @@ def test_unsigned_batches_are_refused_by_default() -> None:
 def test_task_ingests_a_batch(worked_example_lines: list[str], sign: Signer) -> None:
     lines = [*worked_example_lines, '{"v": 1}']
     assert ingest_batch(lines, source="collector@node-3", auth=sign(lines)) == {
-        "stored": len(worked_example_lines), "duplicates": 0, "rejected": 1}
+        "stored": len(worked_example_lines), "duplicates": 0, "rejected": 1, "expired": 0}
     assert Event.objects.count() == len(worked_example_lines)
     quarantined = QuarantinedEvent.objects.get()
     assert quarantined.source == "collector@node-3"

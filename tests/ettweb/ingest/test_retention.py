@@ -1,11 +1,15 @@
 """Retention: raw events older than the window are dropped, their numbers are kept final,
-an event that old is refused with the reason, and later events still refresh exactly."""
+an event that old is refused (counted by day, never quarantined: re-importing the retained
+raw files of a dropped day says so in one line), and later events still refresh exactly."""
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
 
 from ettweb.attribution.chunks import day_values
@@ -96,9 +100,9 @@ def test_an_event_older_than_the_horizon_is_refused_and_newer_ones_still_count()
     late.span("long", 0, "eval", EPOCH + 36 * HOUR + 400.0, EPOCH + 36 * HOUR + 700.0)
     late.mark("long", 0, "attempt_end", EPOCH + 36 * HOUR + 700.0, attrs={"status": "completed"})
     result = ingest_lines(late.lines())
-    assert (result.stored, result.rejected) == (2, 1)
-    reason = QuarantinedEvent.objects.get().reason
-    assert "2026-03-02" in reason and "ETT_EVENT_RETENTION_DAYS" in reason
+    assert (result.stored, result.rejected, result.expired) == (2, 0, 1)
+    assert result.expired_days == ("2026-03-01",)
+    assert not QuarantinedEvent.objects.exists()  # policy, not bad data
     refresh_jobs(result.jobs)
     # Exactly what the engine says of every event that was ever accepted.
     assert _numbers("long") == _approx(_engine([*b.events, *late.events[1:]]))
@@ -157,3 +161,24 @@ def test_the_default_partition_is_dropped_too() -> None:
 def test_beat_drops_expired_events_hourly() -> None:
     entry = BEAT_SCHEDULE["drop-expired-events"]
     assert entry["task"] == "ett.drop_expired_events" and entry["schedule"] == 3600.0
+
+
+def test_reimporting_dropped_days_is_refused_in_one_line_with_no_quarantine(
+        tmp_path: Path) -> None:
+    """The retained raw files of days retention dropped, imported again: nothing is stored,
+    nothing quarantined, and the summary says how many events, which days and why."""
+    b = FleetBuilder()
+    _job(b, "old", EPOCH, hours=30)
+    archive = tmp_path / "old.jsonl"
+    archive.write_text("\n".join(b.lines()) + "\n")
+    call_command("ett_import", str(archive), "--no-progress", stdout=io.StringIO())
+    drop_expired(now=EPOCH + 3 * DAY, days=1)
+    before = _numbers("old")
+    out = io.StringIO()
+    call_command("ett_import", str(archive), "--no-progress", stdout=out)
+    summary = out.getvalue()
+    assert (f"0 stored, 0 duplicates, 0 rejected; {len(b.lines()):,} events of 2026-03-01 to "
+            "2026-03-02 (2 days) refused: raw events of those days were dropped after "
+            "ETT_EVENT_RETENTION_DAYS and their numbers are final") in summary, summary
+    assert not QuarantinedEvent.objects.exists()
+    assert _numbers("old") == before
