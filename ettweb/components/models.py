@@ -8,6 +8,7 @@ owner); adding a row here adds a component that rollouts may name before any pha
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 
@@ -24,3 +25,24 @@ class Component(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class PhaseMove(models.Model):
+    """One change of the phase map: a category moved from one component to another, by
+    whom and when. Why kept: a move recharges history on every page (rollups keep
+    categories), so an owner seeing their component's numbers jump can see who moved what."""
+
+    category = models.CharField(max_length=64)
+    from_component = models.CharField(max_length=64)
+    to_component = models.CharField(max_length=64)
+    moved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                 on_delete=models.SET_NULL, related_name="+")
+    moved_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-moved_at", "-id"]
+        indexes = [models.Index(fields=["from_component"], name="phasemove_from"),
+                   models.Index(fields=["to_component"], name="phasemove_to")]
+
+    def __str__(self) -> str:
+        return f"{self.category}: {self.from_component} → {self.to_component}"

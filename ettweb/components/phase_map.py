@@ -13,6 +13,7 @@ from typing import Any
 
 from django import forms
 from django.db import transaction
+from django.db.models import Q
 
 from ettweb.attribution.components import (
     DEFAULT_PHASE_COMPONENTS,
@@ -21,6 +22,7 @@ from ettweb.attribution.components import (
     component_of,
 )
 from ettweb.components.logic import known_components
+from ettweb.components.models import PhaseMove
 from ettweb.queries.base import phase_components
 from ettweb.rollups.models import PhaseComponent
 
@@ -71,8 +73,8 @@ class ReassignForm(forms.Form):
                          for field, errors in self.errors.items())
 
     @transaction.atomic
-    def save(self) -> PhaseComponent:
-        """Store the move (with the defaults, if the table held none)."""
+    def save(self, user: Any = None) -> PhaseComponent:
+        """Store the move (with the defaults, if the table held none) and record it."""
         if not PhaseComponent.objects.exists():
             PhaseComponent.objects.bulk_create(
                 [PhaseComponent(phase=phase, component=component)
@@ -81,4 +83,14 @@ class ReassignForm(forms.Form):
         row, _ = PhaseComponent.objects.update_or_create(
             phase=self.cleaned_data["category"],
             defaults={"component": self.cleaned_data["component"]})
+        if row.component != self.page_component:
+            PhaseMove.objects.create(category=row.phase, from_component=self.page_component,
+                                     to_component=row.component,
+                                     moved_by=user if getattr(user, "pk", None) else None)
         return row
+
+
+def moves_of(component: str, limit: int = 50) -> list[PhaseMove]:
+    """The newest moves of categories to or from ``component``."""
+    return list(PhaseMove.objects.select_related("moved_by")
+                .filter(Q(from_component=component) | Q(to_component=component))[:limit])

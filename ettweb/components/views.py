@@ -187,8 +187,9 @@ def _save_owner_team(request: HttpRequest, name: str) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def phases(request: HttpRequest, name: str) -> HttpResponse:
-    """``/components/<name>/phases/``: the categories the phase map gives ``name``; its
-    owners and admins move one to another component (POST, CSRF-checked; 403 otherwise)."""
+    """``/components/<name>/phases/``: the categories the phase map gives ``name`` and the
+    moves recorded to and from it; an owner moves a category only between components they
+    own, an admin anywhere (POST, CSRF-checked; 403 with the reason otherwise)."""
     if name not in phase_map.components():
         raise Http404(f"no component {name!r}")
     editable = can_edit_component(request.user, name)
@@ -198,11 +199,15 @@ def phases(request: HttpRequest, name: str) -> HttpResponse:
         if not form.is_valid():
             return HttpResponseBadRequest(f"bad phase map change: {form.reason()}",
                                           content_type="text/plain")
-        moved = form.save()
+        target = form.cleaned_data["component"]
+        require(can_edit_component(request.user, target), request.user,
+                f"move {form.cleaned_data['category']} to {target}")
+        moved = form.save(request.user)
         return redirect(f"{request.path}?{urlencode({'moved': moved.phase})}")
     return render(request, "components/phases.html", {
         "name": name, "categories": phase_map.categories_of(name), "editable": editable,
-        "targets": phase_map.components(), "moved": request.GET.get("moved", "")})
+        "targets": [c for c in phase_map.components() if can_edit_component(request.user, c)],
+        "moves": phase_map.moves_of(name), "moved": request.GET.get("moved", "")})
 
 
 def _charts(result: ComponentResult, interval: str, filters: dict[str, str],

@@ -20,7 +20,7 @@ from django.urls import get_resolver
 from ettweb.access.roles import set_role
 from ettweb.api.tokens import issue_token
 from ettweb.attribution.components import DEFAULT_PHASE_COMPONENTS
-from ettweb.components.models import Component
+from ettweb.components.models import Component, PhaseMove
 from ettweb.queries.base import phase_components
 from ettweb.rollouts.models import Rollout
 from ettweb.rollups.models import PhaseComponent
@@ -209,16 +209,45 @@ def test_an_owner_edits_their_owner_team_only(owner: Client) -> None:
     assert 'id="owner-form"' not in owner.get("/components/checkpointing/").content.decode()
 
 
-def test_an_owner_moves_a_category_of_their_component(owner: Client) -> None:
+def test_an_owner_moves_a_category_only_between_components_they_own() -> None:
+    """Moving a category recharges its history to the other component, so an owner of
+    pt2_compiler alone may not hand ``compile`` to scheduler (the rollout editor's rule);
+    owning both, they may, and the move is recorded and shown on both pages."""
     PhaseComponent.objects.all().delete()  # the defaults apply; the first edit stores them
-    page = owner.get("/components/pt2_compiler/phases/").content.decode()
+    olga = _user("olga", "owner", "pt2_compiler")
+    only_theirs = _client(olga)
+    page = only_theirs.get("/components/pt2_compiler/phases/").content.decode()
     assert '<input type="hidden" name="category" value="compile">' in page
-    response = owner.post("/components/pt2_compiler/phases/",
-                          {"category": "compile", "component": "scheduler"})
+    assert '<option value="scheduler"' not in page  # not offered
+    refused = only_theirs.post("/components/pt2_compiler/phases/",
+                               {"category": "compile", "component": "scheduler"})
+    assert refused.status_code == 403
+    assert "move compile to scheduler" in _reason(refused)
+    assert phase_components()["compile"] == "pt2_compiler"
+    assert not PhaseMove.objects.exists()
+
+    both = _client(_user("omar", "owner", "pt2_compiler", "scheduler"))
+    response = both.post("/components/pt2_compiler/phases/",
+                         {"category": "compile", "component": "scheduler"})
     assert response.status_code == 302
     assert response["Location"] == "/components/pt2_compiler/phases/?moved=compile"
     assert phase_components() == {**DEFAULT_PHASE_COMPONENTS, "compile": "scheduler"}
-    assert "<td>compile</td>" in owner.get("/components/scheduler/phases/").content.decode()
+    move = PhaseMove.objects.get()
+    assert (move.category, move.from_component, move.to_component, move.moved_by) == (
+        "compile", "pt2_compiler", "scheduler", User.objects.get(username="omar"))
+    for page_of in ("pt2_compiler", "scheduler"):
+        shown = both.get(f"/components/{page_of}/phases/").content.decode()
+        assert re.search(r"<td>compile</td>\s*<td>pt2_compiler</td><td>scheduler</td>\s*"
+                         r"<td>omar</td>", shown), page_of
+    assert "<td>compile</td>" in both.get("/components/scheduler/phases/").content.decode()
+
+
+def test_an_admin_moves_any_category_anywhere(client: Client) -> None:
+    admin = _client(_user("ada", "admin"))
+    assert admin.post("/components/checkpointing/phases/",
+                      {"category": "checkpoint_save", "component": "scheduler"}).status_code == 302
+    assert phase_components()["checkpoint_save"] == "scheduler"
+    assert PhaseMove.objects.get().moved_by == User.objects.get(username="ada")
 
 
 def test_an_owner_cannot_move_another_components_categories(owner: Client) -> None:
@@ -351,7 +380,8 @@ def test_a_token_needs_no_csrf_and_a_bad_one_is_still_a_401() -> None:
 
 
 def test_page_writes_need_the_csrf_token(rollouts: dict[str, Rollout]) -> None:
-    owner = _client(_user("olga", "owner", "pt2_compiler"), enforce_csrf_checks=True)
+    owner = _client(_user("olga", "owner", "pt2_compiler", "scheduler"),
+                    enforce_csrf_checks=True)
     move = {"category": "compile", "component": "scheduler"}
     assert owner.post("/components/pt2_compiler/phases/", move).status_code == 403
     assert owner.post("/rollouts/new/", FORM).status_code == 403
