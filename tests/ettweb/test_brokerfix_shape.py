@@ -18,7 +18,7 @@ from ettweb import brokerfix
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_the_installed_kombu_has_the_shape_the_guards_expect() -> None:
+def test_the_installed_kombu_has_the_shape_the_guards_expect(guards: None) -> None:
     assert brokerfix.shape_problems() == []
     assert kombu.__version__.startswith(f"{brokerfix.TESTED_KOMBU}.")
 
@@ -31,33 +31,53 @@ def test_pyproject_pins_kombu_and_celery_to_the_tested_series() -> None:
         assert spec == f"{name}>={major}.{minor},<{major}.{int(minor) + 1}", spec
 
 
-def _forget_originals(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(brokerfix, "_ORIGINALS", {})
+def _change(monkeypatch: pytest.MonkeyPatch, cls: Any, name: str, new: Any | None) -> None:
+    """kombu's ``cls.name`` as if it shipped as ``new`` (None: gone), whether or not the
+    guards are installed yet (once they are, the check reads the originals they kept)."""
+    key = (cls.__name__, name)
+    if new is None:
+        monkeypatch.delattr(cls, name)
+        if key in brokerfix._ORIGINALS:
+            monkeypatch.delitem(brokerfix._ORIGINALS, key)
+        return
+    monkeypatch.setattr(cls, name, new)
+    if key in brokerfix._ORIGINALS:
+        monkeypatch.setitem(brokerfix._ORIGINALS, key, new)
 
 
-def test_a_changed_signature_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    _forget_originals(monkeypatch)
+@pytest.fixture(params=["installed", "not installed"])
+def guards(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run a check both before and after ``install()`` (the test suite may have installed
+    the guards by importing the Celery app)."""
+    if request.param == "installed":
+        brokerfix.install()
+    elif brokerfix._ORIGINALS:
+        for (cls_name, method), original in brokerfix._ORIGINALS.items():
+            monkeypatch.setattr(getattr(kombu_redis, cls_name), method, original)
+        monkeypatch.setattr(brokerfix, "_ORIGINALS", {})
+
+
+def test_a_changed_signature_is_named(monkeypatch: pytest.MonkeyPatch, guards: None) -> None:
 
     def _brpop_start(self: Any, timeout: float | None = None, *, block: bool = True) -> None:
         self._in_poll = self.client.connection  # the facts hold; the parameters do not
         self._queue_cycle.consume(len(self.active_queues))
         self.client.connection.send_command("BRPOP")
 
-    monkeypatch.setattr(kombu_redis.Channel, "_brpop_start", _brpop_start)
+    _change(monkeypatch, kombu_redis.Channel, "_brpop_start", _brpop_start)
     assert brokerfix.shape_problems() == [
         "kombu.transport.redis.Channel._brpop_start takes ('self', 'timeout', 'block'), "
         "not ('self', 'timeout')"]
 
 
 def test_a_changed_unacked_layout_and_a_missing_method_are_named(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    _forget_originals(monkeypatch)
+        monkeypatch: pytest.MonkeyPatch, guards: None) -> None:
 
     def append(self: Any, message: Any, delivery_tag: str) -> None:
         """Records the message elsewhere."""
 
-    monkeypatch.setattr(kombu_redis.QoS, "append", append)
-    monkeypatch.delattr(kombu_redis.Channel, "_q_for_pri")
+    _change(monkeypatch, kombu_redis.QoS, "append", append)
+    _change(monkeypatch, kombu_redis.Channel, "_q_for_pri", None)
     monkeypatch.delattr(kombu_redis.Channel, "unacked_index_key")
     problems = brokerfix.shape_problems()
     assert "kombu.transport.redis.QoS.append no longer does 'self.unacked_index_key'" in problems
