@@ -27,8 +27,8 @@ VIEWER: Final = "viewer"
 OWNER: Final = "owner"
 ADMIN: Final = "admin"
 ROLES: Final[tuple[Role, ...]] = (VIEWER, OWNER, ADMIN)
-#: Where a refused user is told to go: roles are given by an admin (README "Roles").
-ASK: Final = "an admin gives roles (README: Roles)"
+#: Where a refused user is told to go: roles are given by an admin (docs/guide.md, "Roles").
+ASK: Final = "an admin gives roles (docs/guide.md: Roles)"
 
 AnyUser = AbstractBaseUser | AnonymousUser
 _CACHE: Final = "_ett_access"

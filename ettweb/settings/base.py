@@ -257,13 +257,13 @@ ETT_PARTITION_DAYS_AHEAD: int = env.int_("ETT_PARTITION_DAYS_AHEAD", 7, minimum=
 # Rollups: a job's refresh runs this many seconds after its first new batch, so the batches
 # arriving meanwhile share one refresh (the dashboard lags by about this much). A refresh
 # recomputes the chunks the new events land in, so a job reporting steadily has its live
-# chunk recomputed about once per delay (README "Capacity plan"); 5 s keeps trend pages
+# chunk recomputed about once per delay (docs/operations.md, "Capacity plan"); 5 s keeps trend pages
 # current while a backlog is stored first.
 ETT_ROLLUP_REFRESH_DELAY_S: float = env.float_("ETT_ROLLUP_REFRESH_DELAY_S", 5.0, minimum=0.0)
 # Attribution is kept per chunk of this many seconds of each job's timeline (it must divide
 # a day): a refresh recomputes the chunks new events touch. Shorter chunks: a refresh of a
 # thousand-rank job reads fewer events; longer: fewer rows per job (ettweb.attribution.chunks,
-# README "Attribution at scale").
+# docs/operations.md, "Attribution at scale").
 ETT_CHUNK_S: int = env.int_("ETT_CHUNK_S", 900, minimum=1)
 if 86400 % ETT_CHUNK_S:
     from django.core.exceptions import ImproperlyConfigured

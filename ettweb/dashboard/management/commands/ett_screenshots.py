@@ -1,4 +1,4 @@
-"""``manage.py ett_screenshots``: a picture of every dashboard page, as the README shows them.
+"""``manage.py ett_screenshots``: a picture of every dashboard page, as the docs show them.
 
 Why a command and not a test fixture: the README's pictures should show a fleet worth
 looking at — the demo's months of simulated jobs and its real TorchRec job — so this runs
