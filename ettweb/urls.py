@@ -13,6 +13,7 @@ from django.urls import URLPattern, URLResolver, include, path
 
 from ettweb.api.tokens import session_or_token
 from ettweb.api.v1 import api
+from ettweb.dashboard.parameters import takes
 from ettweb.dashboard.views import favicon, healthz
 from ettweb.metrics.views import metrics
 
@@ -43,10 +44,11 @@ def _docs_need_login(
 # anyone and send e-mail with a reset link, and ETT has no such flow (an administrator resets
 # a password with ``manage.py ett_login USER``); password change needs a login.
 auth_urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("password_change/", auth_views.PasswordChangeView.as_view(), name="password_change"),
-    path("password_change/done/", auth_views.PasswordChangeDoneView.as_view(),
+    path("login/", takes("next")(auth_views.LoginView.as_view()), name="login"),
+    path("logout/", takes("next")(auth_views.LogoutView.as_view()), name="logout"),
+    path("password_change/", takes()(auth_views.PasswordChangeView.as_view()),
+         name="password_change"),
+    path("password_change/done/", takes()(auth_views.PasswordChangeDoneView.as_view()),
          name="password_change_done"),
 ]
 

@@ -37,7 +37,17 @@ class ChangeOut(Schema):
                                                 "null: unrecorded")
 
 
+class ChangesFilterOut(Schema):
+    component: str
+    team: str
+
+
 class ChangesOut(Schema):
+    """The changes found, with the days (null: open) and filter the answer applied."""
+
+    date_from: str | None
+    date_to: str | None
+    filter: ChangesFilterOut
     changes: list[ChangeOut]
 
 
@@ -71,4 +81,6 @@ def changes(request: HttpRequest, date_from: date | None = None, date_to: date |
                              team=team)
     except ValueError as exc:
         raise HttpError(400, f"{str(exc).split(' ', 1)[0]}: {exc}") from None
-    return calculate(query).as_api()
+    return {"date_from": date_from.isoformat() if date_from else None,
+            "date_to": date_to.isoformat() if date_to else None,
+            "filter": {"component": component, "team": team}, **calculate(query).as_api()}

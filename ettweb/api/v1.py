@@ -21,19 +21,19 @@ from datetime import date, datetime
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
-from ninja import NinjaAPI, Schema, Status
+from ninja import NinjaAPI, Query, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, SessionAuth
 from pydantic import ConfigDict
 
 from ettweb.access.roles import can_edit_component, can_record_rollouts, refusal
 from ettweb.api.changes import ChangeOut
-from ettweb.api.fleet import VerdictsOut
+from ettweb.api.fleet import FilterParams, ScopeOut, VerdictsOut
+from ettweb.api.parameters import refuse_unknown_parameters
 from ettweb.api.tokens import user_for_token
 from ettweb.components.logic import known_components
 from ettweb.queries import (
     CollectorsQuery,
-    DateRange,
     FleetSummaryQuery,
     ImpactQuery,
     IsoWeek,
@@ -123,6 +123,9 @@ api = EttAPI(title="ETT API", version="1", urls_namespace="api-v1",
                description="Rollouts and their measured ETT% impact (docs/rollouts.md), the fleet "
                            "over any days, the weekly report's numbers (docs/reports.md) and "
                            "the collectors' health.")
+# Before any router is bound: every operation, mounted routers' included, refuses a query
+# parameter it does not declare (a misspelt filter must not answer the unfiltered numbers).
+api.add_decorator(refuse_unknown_parameters, mode="view")
 
 
 # --------------------------------------------------------------------------- schemas
@@ -211,8 +214,9 @@ class TopJobOut(Schema):
     wall_gpu_s: float
 
 
-class FleetSummaryOut(PeriodOut):
-    """The fleet over a range of UTC days, as the fleet page shows it."""
+class FleetSummaryOut(PeriodOut, ScopeOut):
+    """The fleet (or the jobs a filter keeps) over a range of UTC days, as the fleet page
+    shows it; ``days`` repeats ``date_from``/``date_to`` for clients written before them."""
 
     days: list[str]
     top_jobs: list[TopJobOut]
@@ -318,7 +322,23 @@ class JobOut(Schema):
     anomalies: int
 
 
+class JobsFilterOut(Schema):
+    q: str
+    model: str
+    team: str
+    cluster: str
+    gpus: str
+    status: str
+
+
 class JobsOut(Schema):
+    """One page of jobs, with the range (null: unbounded) and filters it applied."""
+
+    date_from: str | None
+    date_to: str | None
+    filter: JobsFilterOut
+    sort: str
+    page_size: int
     total: int
     page: int
     pages: int
@@ -429,18 +449,17 @@ def get_impact(request: HttpRequest, rollout_id: int,
 
 
 @api.get("/fleet/summary", response={200: FleetSummaryOut, 400: ErrorOut, 401: ErrorOut},
-         summary="The fleet over a range of UTC days")
-def fleet_summary(request: HttpRequest, date_from: date, date_to: date,
+         summary="The fleet, or the jobs a filter keeps, over a range of UTC days")
+def fleet_summary(request: HttpRequest, filters: Query[FilterParams],
                   top: int = TOP_JOBS) -> dict[str, Any]:
     """ETT%, GPU-seconds, lost time by component, failures, mean time to start and recover,
-    and the jobs that lost most, over ``date_from``..``date_to`` (inclusive UTC days)."""
+    and the jobs that lost most, over ``date_from``..``date_to`` (inclusive UTC days; the
+    fleet page's default range when left out) for the jobs ``model``, ``team``, ``cluster``
+    and ``gpus`` keep; the answer repeats the range and filter it applied."""
     if not 1 <= top <= 50:
         raise HttpError(400, f"top: must be between 1 and 50, not {top}")
-    try:
-        days = DateRange(date_from, date_to)
-    except ValueError as exc:
-        raise HttpError(400, f"date_from/date_to: {exc}") from None
-    return calculate(FleetSummaryQuery(days, top)).as_api()
+    days, jobs = filters.scope()
+    return calculate(FleetSummaryQuery(days, top, jobs)).as_api()
 
 
 @api.get("/reports/weekly", response={200: WeeklyReportOut, 400: ErrorOut, 401: ErrorOut},
@@ -496,7 +515,7 @@ def jobs(request: HttpRequest, date_from: date | None = None, date_to: date | No
                           gpus=gpus, status=status, sort=sort, page=page, page_size=page_size)
     except ValueError as exc:
         raise HttpError(400, f"{str(exc).split(' ', 1)[0]}: {exc}") from None
-    return calculate(query).as_api()
+    return {**query.scope_api(), **calculate(query).as_api()}
 
 
 api.add_router("/", "ettweb.api.fleet.router")  # the fleet and component charts' JSON

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET
 
 from ettweb.changes.forms import ChangesFilterForm
 from ettweb.dashboard.forms import bad_parameters
+from ettweb.dashboard.parameters import takes
 from ettweb.queries import DetectedChange, FilterChoicesQuery, calculate
 from ettweb.queries.changes import LIST_LIMIT, MATCH_DAYS
 from ettweb.queries.components import component_names
@@ -26,6 +27,7 @@ CONTEXT_DAYS = 30
 
 
 @login_required
+@takes(ChangesFilterForm)
 @require_GET
 def change_list(request: HttpRequest) -> HttpResponse:
     """Every detected change the filters keep, newest first: its rollout, or (for owners of

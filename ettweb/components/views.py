@@ -17,6 +17,7 @@ from ettweb.components.forms import ComponentFilterForm, OwnerTeamForm
 from ettweb.dashboard import figures
 from ettweb.dashboard.exports import csv_response
 from ettweb.dashboard.forms import ExportForm, bad_parameters
+from ettweb.dashboard.parameters import takes
 from ettweb.queries import (
     ChangesQuery,
     ComponentQuery,
@@ -63,6 +64,7 @@ def _csv_links(form: ComponentFilterForm, tables: tuple[str, ...]) -> dict[str, 
 
 
 @login_required
+@takes(ComponentFilterForm, ExportForm)
 @require_GET
 def index(request: HttpRequest) -> HttpResponse:
     """``/components/``: every component's lost GPU-hours, share of the (filtered) fleet's
@@ -90,6 +92,7 @@ def _index_csv(result: ComponentsIndexResult, days: DateRange) -> HttpResponse:
 
 
 @login_required
+@takes(ComponentFilterForm, ExportForm)
 @require_http_methods(["GET", "POST"])
 def detail(request: HttpRequest, name: str) -> HttpResponse:
     """``/components/<name>/``: one component's lost time over time, its top jobs and
@@ -185,6 +188,7 @@ def _save_owner_team(request: HttpRequest, name: str) -> HttpResponse:
 
 
 @login_required
+@takes("moved")
 @require_http_methods(["GET", "POST"])
 def phases(request: HttpRequest, name: str) -> HttpResponse:
     """``/components/<name>/phases/``: the categories the phase map gives ``name`` and the

@@ -34,6 +34,7 @@ from ettweb.dashboard.forms import (
     JobsFilterForm,
     bad_parameters,
 )
+from ettweb.dashboard.parameters import takes
 from ettweb.queries import (
     HOUR_S,
     ChangesQuery,
@@ -64,6 +65,7 @@ BROKER_TIMEOUT_S = 2
 
 
 @login_required
+@takes(JobsFilterForm, "format")
 @require_GET
 def jobs(request: HttpRequest) -> HttpResponse:
     """``/``: one page of jobs, filtered and sorted, with the filtered set's GPU-weighted ETT%
@@ -101,6 +103,7 @@ def _jobs_csv(form: JobsFilterForm) -> HttpResponse:
 
 
 @login_required
+@takes(JobPageForm)
 @require_GET
 def job_detail(request: HttpRequest, job: str) -> HttpResponse:
     """``/jobs/<job>/``: headline numbers, the category timeline and the rank lanes of one
@@ -129,6 +132,7 @@ def job_detail(request: HttpRequest, job: str) -> HttpResponse:
 
 
 @login_required
+@takes(FleetFilterForm, ExportForm)
 @require_GET
 def fleet(request: HttpRequest) -> HttpResponse:
     """``/fleet/``: ETT% trend, lost GPU-hours by component, top jobs, restart tax, lifecycle,
@@ -266,6 +270,7 @@ def _fleet_charts(trend: TrendResult, components: Any, lifecycle: LifecycleResul
 
 
 @login_required
+@takes(CollectorsFilterForm, ExportForm)
 @require_GET
 def collectors(request: HttpRequest) -> HttpResponse:
     """``/collectors/``: every agent's latest health (silent ones first and flagged) and the
@@ -343,6 +348,7 @@ def _broker_status() -> str:
 
 
 @never_cache
+@takes()
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
     """``/healthz`` (no login): DB and broker status; 503 when either is down."""
@@ -352,6 +358,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
                         status=200 if healthy else 503)
 
 
+@takes()
 @require_GET
 def favicon(request: HttpRequest) -> HttpResponsePermanentRedirect:
     """``/favicon.ico`` (no login): the static icon, resolved per request because the

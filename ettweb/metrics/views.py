@@ -8,6 +8,7 @@ from django.views.decorators.http import require_GET
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from ettweb.api.tokens import user_for_token
+from ettweb.dashboard.parameters import takes
 from ettweb.metrics.exposition import render
 from ettweb.queries import FleetTotalsQuery, calculate
 
@@ -17,6 +18,7 @@ UNAUTHORIZED = ("missing or invalid bearer token: scrape with an API token "
 
 
 @never_cache
+@takes()
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
     """The fleet's totals for Prometheus; 401 without a valid API token."""

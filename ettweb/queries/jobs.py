@@ -67,6 +67,16 @@ class JobsQuery:
             raise ValueError(f"page_size must be between 1 and {MAX_PAGE_SIZE}, "
                              f"not {self.page_size}")
 
+    def scope_api(self) -> dict[str, Any]:
+        """The range and filters this query applies, as the API repeats them: a client
+        sees what it was answered (a range of None means every job, whenever it ran)."""
+        days = self.range
+        return {"date_from": days.date_from.isoformat() if days else None,
+                "date_to": days.date_to.isoformat() if days else None,
+                "filter": {"q": self.search, "model": self.model, "team": self.team,
+                           "cluster": self.cluster, "gpus": self.gpus, "status": self.status},
+                "sort": self.sort, "page_size": self.page_size}
+
 
 @dataclass(frozen=True)
 class JobListRow:

@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Final
 
-from ettweb.queries.base import FIRST_DAY, LAST_DAY, DateRange, pct, phase_components
+from ettweb.queries.base import (
+    ANY_JOB,
+    FIRST_DAY,
+    LAST_DAY,
+    DateRange,
+    JobFilter,
+    pct,
+    phase_components,
+)
 from ettweb.queries.changes import ChangesQuery, ChangesQueryRunner, DetectedChange
 from ettweb.queries.fleet import (
     DayTotalsQuery,
@@ -251,6 +259,8 @@ class FleetSummaryQuery:
 
     range: DateRange
     top: int = TOP_JOBS
+    #: The jobs counted: the fleet page's filter (the weekly report counts every job).
+    jobs: JobFilter = ANY_JOB
 
     def __post_init__(self) -> None:
         if not 1 <= self.top <= 50:
@@ -262,9 +272,12 @@ class FleetSummaryResult:
     range: DateRange
     numbers: WeekNumbers
     top_jobs: list[TopJob]
+    jobs: JobFilter = ANY_JOB
 
     def as_api(self) -> dict[str, Any]:
         return {**self.numbers.as_api(),
+                "date_from": self.range.date_from.isoformat(),
+                "date_to": self.range.date_to.isoformat(), "filter": self.jobs.as_api(),
                 "days": [self.range.date_from.isoformat(), self.range.date_to.isoformat()],
                 "top_jobs": [{"job": j.job, "lost_gpu_s": j.lost_gpu_s,
                               "wall_gpu_s": j.wall_gpu_s} for j in self.top_jobs]}
@@ -276,21 +289,23 @@ class FleetSummaryQueryRunner:
 
     def calculate(self) -> FleetSummaryResult:
         q = self.query
-        top = TopJobsQueryRunner(TopJobsQuery(q.range, q.top)).calculate().jobs
-        return FleetSummaryResult(q.range, period_numbers(q.range), top)
+        top = TopJobsQueryRunner(TopJobsQuery(q.range, q.top, q.jobs)).calculate().jobs
+        return FleetSummaryResult(q.range, period_numbers(q.range, jobs=q.jobs), top, q.jobs)
 
 
-def period_numbers(days: DateRange, totals: DayTotalsResult | None = None) -> WeekNumbers:
-    """The fleet's numbers over any days, each from the fold the dashboard uses for it;
-    ``totals`` holds the day totals when the caller read them for a longer span already."""
+def period_numbers(days: DateRange, totals: DayTotalsResult | None = None,
+                   jobs: JobFilter = ANY_JOB) -> WeekNumbers:
+    """The numbers of the jobs ``jobs`` keeps over any days, each from the fold the
+    dashboard uses for it; ``totals`` holds those jobs' day totals when the caller read them
+    for a longer span already."""
     if totals is None:
-        totals = DayTotalsQueryRunner(DayTotalsQuery(days)).calculate()
+        totals = DayTotalsQueryRunner(DayTotalsQuery(days, jobs)).calculate()
     else:
         totals = totals.within(days)
     trend = trend_of(totals, days, "week")
     lost = lost_by_component_of(totals, phase_components())
     lifecycle = LifecycleQueryRunner(
-        LifecycleQuery(days, "week", with_restart_tax=False)).calculate()
+        LifecycleQuery(days, "week", jobs, with_restart_tax=False)).calculate()
     return WeekNumbers(
         wall_gpu_s=trend.wall_gpu_s, productive_gpu_s=trend.productive_gpu_s,
         lost_by_component_gpu_s={c.component: c.gpu_s for c in lost.components},

@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from ettweb.access.roles import is_admin, require
 from ettweb.dashboard.forms import bad_parameters
+from ettweb.dashboard.parameters import takes
 from ettweb.queries import IsoWeek
 from ettweb.queries.weekly import report_history
 from ettweb.reports.chart import trend_png
@@ -46,6 +47,7 @@ def _subscription_of(user: User) -> Subscription:
 
 
 @login_required
+@takes("saved")
 @require_http_methods(["GET", "POST"])
 def subscription_settings(request: HttpRequest) -> HttpResponse:
     """``/reports/settings/``: what I receive, where, when. Every role, viewers included,
@@ -77,6 +79,7 @@ def _week(form: PreviewForm) -> IsoWeek:
 
 
 @login_required
+@takes(PreviewForm)
 @require_GET
 def preview(request: HttpRequest) -> HttpResponse:
     """``/reports/preview/?week=2026-W47``: the report as it would be sent (admins may add
@@ -104,6 +107,7 @@ def preview(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@takes(PreviewForm)
 @require_GET
 def preview_chart(request: HttpRequest) -> HttpResponse:
     """``/reports/preview/chart.png?week=2026-W47``: the chart the week's report carries
@@ -120,6 +124,7 @@ def preview_chart(request: HttpRequest) -> HttpResponse:
 
 
 @csrf_exempt
+@takes()
 @require_http_methods(["GET", "POST"])
 def unsubscribe(request: HttpRequest, token: str) -> HttpResponse:
     """GET: confirm (changes nothing). POST: unsubscribe (the page's button or one-click)."""

@@ -19,6 +19,7 @@ from ettweb.components.logic import known_components
 from ettweb.dashboard.exports import csv_response
 from ettweb.dashboard.figures import to_fragment
 from ettweb.dashboard.forms import ExportForm, bad_parameters
+from ettweb.dashboard.parameters import takes
 from ettweb.queries import FilterChoicesQuery, ImpactQuery, RolloutListResult, calculate
 from ettweb.queries.impact import ImpactResult
 from ettweb.queries.markers import LIST_LIMIT, LIST_WINDOW_DAYS, RolloutRow
@@ -34,6 +35,7 @@ from ettweb.rollouts.warm import WARM_WINDOWS
 
 
 @login_required
+@takes(RolloutListForm, ExportForm)
 @require_GET
 def rollout_list(request: HttpRequest) -> HttpResponse:
     """``/rollouts/``: every rollout, newest first, filterable by component, days and the
@@ -89,6 +91,7 @@ def _list_csv(result: RolloutListResult) -> HttpResponse:
 
 
 @login_required
+@takes(RolloutForm)
 @require_http_methods(["GET", "POST"])
 def rollout_create(request: HttpRequest) -> HttpResponse:
     """``/rollouts/new/``: the form a person uses when no pipeline recorded the rollout;
@@ -108,6 +111,7 @@ def rollout_create(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@takes()
 @require_http_methods(["GET", "POST"])
 def rollout_edit(request: HttpRequest, rollout_id: int) -> HttpResponse:
     """``/rollouts/<id>/edit/``: fix a name, a scope or a time; impact follows at once.
@@ -127,6 +131,7 @@ def rollout_edit(request: HttpRequest, rollout_id: int) -> HttpResponse:
 
 
 @login_required
+@takes(ImpactWindowForm)
 @require_GET
 def rollout_detail(request: HttpRequest, rollout_id: int) -> HttpResponse:
     """``/rollouts/<id>/?window=14``: the measured impact, as the API reports it."""

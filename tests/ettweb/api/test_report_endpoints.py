@@ -55,7 +55,8 @@ def test_the_weekly_report_lists_the_asked_components_first(client: Client, toke
     ("/api/v1/reports/weekly?week=2026-W11&components=ckpt", "components: unknown component "
                                                              "'ckpt' (known: "),
     ("/api/v1/reports/weekly", "week: Field required"),
-    ("/api/v1/fleet/summary?date_from=2026-03-15&date_to=2026-03-09", "date_from/date_to: "),
+    ("/api/v1/fleet/summary?date_from=2026-03-15&date_to=2026-03-09", "date_from: date_from "
+                                                                   "2026-03-15 is after"),
     ("/api/v1/fleet/summary?date_from=2026-03-09&date_to=2026-03-15&top=0",
      "top: must be between 1 and 50, not 0"),
     ("/api/v1/fleet/summary?date_from=March&date_to=2026-03-15", "date_from: "),

@@ -107,10 +107,12 @@ def test_the_api_lists_the_changes_with_the_specs_fields(client: Client) -> None
     day = STEP_DAY.isoformat()
     assert len(client.get(f"/api/v1/changes?date_from={day}&date_to={day}&team=ads")
                .json()["changes"]) == 1
-    assert client.get(f"/api/v1/changes?date_to={STEP_DAY - timedelta(days=1)}"
-                      ).json() == {"changes": []}
-    assert client.get("/api/v1/changes?component=evaluation&team=feed").json() == {
-        "changes": []}
+    before = STEP_DAY - timedelta(days=1)
+    assert client.get(f"/api/v1/changes?date_to={before}").json() == {
+        "date_from": None, "date_to": before.isoformat(),
+        "filter": {"component": "", "team": ""}, "changes": []}
+    assert client.get("/api/v1/changes?component=evaluation&team=feed").json()[
+        "changes"] == []
 
 
 @pytest.mark.parametrize(("query", "parameter", "problem"), [

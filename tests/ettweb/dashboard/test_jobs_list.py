@@ -115,7 +115,9 @@ def test_the_api_answers_what_the_page_shows(client: Client, fleet: None) -> Non
     token = issue_token(User.objects.create_user("reader"), "jobs test")
     body = client.get("/api/v1/jobs?team=ads&sort=-ett_pct&page_size=4",
                       HTTP_AUTHORIZATION=f"Bearer {token}").json()
-    assert body == calculate(JobsQuery(team="ads", sort="-ett_pct", page_size=4)).as_api()
+    query = JobsQuery(team="ads", sort="-ett_pct", page_size=4)
+    assert body == {**query.scope_api(), **calculate(query).as_api()}
+    assert body["filter"]["team"] == "ads" and body["date_from"] is None
     assert body["total"] == 12 and len(body["jobs"]) == 4
     bad = client.get("/api/v1/jobs?sort=nope", HTTP_AUTHORIZATION=f"Bearer {token}")
     assert bad.status_code == 400 and bad.json()["error"].startswith("sort:")

@@ -1,0 +1,59 @@
+"""The GET parameters a page takes: any other is a 400 naming it.
+
+Why: a form reads the fields it has and ignores the rest, so ``/fleet/?teem=ads`` showed the
+whole fleet under a URL that reads as team ``ads``'s. A page names what it takes by its
+forms (their fields are its inputs) and a few plain names (``moved`` after a redirect);
+``tests/ettweb/test_parameters.py`` checks that every page says, so a page added later cannot
+forget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from functools import wraps
+from typing import Any, TypeVar, cast
+
+from django import forms
+from django.http import HttpRequest, HttpResponseBadRequest
+from django.http.response import HttpResponseBase
+
+View = TypeVar("View", bound=Callable[..., HttpResponseBase])
+#: The attribute a checked view carries: what it takes (the URL walk reads it).
+TAKES = "ett_parameters"
+
+
+def names_of(sources: Iterable[type[forms.Form] | str]) -> frozenset[str]:
+    """Every field of the forms and every plain name given."""
+    names: set[str] = set()
+    for source in sources:
+        names.update([source] if isinstance(source, str) else source.base_fields)
+    return frozenset(names)
+
+
+def unknown_reason(unknown: Iterable[str], known: Iterable[str]) -> str:
+    """``bad parameters: teem: unknown parameter (this page takes cluster, …)``."""
+    names = sorted(unknown)
+    takes = ", ".join(sorted(known)) or "no parameters"
+    noun = "unknown parameter" if len(names) == 1 else "unknown parameters"
+    return f"bad parameters: {', '.join(names)}: {noun} (this page takes {takes})"
+
+
+def takes(*sources: type[forms.Form] | str) -> Callable[[View], View]:
+    """Refuse a request whose query string names anything outside ``sources`` (a form's
+    fields, or a plain parameter name), whatever its method: a form posted back to its own
+    URL keeps the query string it was opened with."""
+    known = names_of(sources)
+
+    def decorate(view: View) -> View:
+        @wraps(view)
+        def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+            unknown = set(request.GET) - known
+            if unknown:
+                return HttpResponseBadRequest(unknown_reason(unknown, known),
+                                              content_type="text/plain")
+            return view(request, *args, **kwargs)
+
+        setattr(checked, TAKES, known)
+        return cast(View, checked)
+
+    return decorate
