@@ -65,8 +65,8 @@ lint: install  ## ruff + mypy
 bench: install install-trainer  ## run every benchmark
 	@for b in bench/*.py; do n=$$(basename $$b .py); [ $$n = __init__ ] || $(PY) -m bench.$$n; done
 
-stop:  ## stop the embedded Postgres and Redis
-	$(PY) -m ettweb.embedded stop
+stop:  ## stop whatever a demo left running (worker, beat, collector, web) and the embedded Postgres and Redis
+	$(PY) -m ettweb.demo --stop
 
 clean: stop  ## remove the embedded servers' data, spools and checkpoints
 	rm -rf var

@@ -30,7 +30,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -43,14 +43,102 @@ PY = sys.executable
 FLEET_DAYS, FLEET_JOBS = 90, 300
 
 
+#: How long a process group has to stop after SIGTERM before it is killed.
+STOP_TIMEOUT_S = 20.0
+
+
 @dataclass
 class Child:
-    """A background process of the demo and the log file it writes."""
+    """A background process of the demo (the leader of its own process group, so a worker's
+    pool processes stop with it) and the log file it writes."""
 
     name: str
     popen: subprocess.Popen[bytes]
     log_path: Path
     log: IO[bytes] = field(repr=False)
+
+
+def started_at(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22),
+    None once it is gone: with the pid, it names one process, so a pid reused after a reboot
+    or a long pause is never signalled by ``--stop``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[19]
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the group still runs. Zombies do not count: they are dead,
+    waiting for a parent to collect them (a killed demo's children are collected by init)."""
+    proc = Path("/proc")
+    if not proc.is_dir():  # no procfs: ask the kernel, zombies included
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            state, _, group = stat.read_text().rpartition(")")[2].split()[:3]
+            if int(group) == pgid and state not in ("Z", "X"):
+                return True
+    return False
+
+
+def stop_groups(groups: list[tuple[str, int]], timeout: float = STOP_TIMEOUT_S,
+                reap: Callable[[], object] = lambda: None) -> list[str]:
+    """SIGTERM every process group, wait up to ``timeout`` for all of them, SIGKILL what is
+    left; returns what was stopped, in words ("worker (pid 123)", "beat (pid 124, killed)").
+    ``reap`` collects the leaders when they are our children: an unreaped leader is a
+    zombie, and a zombie still counts as a member of its group."""
+    for _, pgid in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reap()
+        if not any(group_alive(pgid) for _, pgid in groups):
+            break
+        time.sleep(0.1)
+    stopped = []
+    for name, pgid in groups:
+        killed = group_alive(pgid)
+        if killed:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        stopped.append(f"{name} (pid {pgid}{', killed' if killed else ''})")
+    return stopped
+
+
+class ProcessTable:
+    """``var/demo/processes.json``: the groups a running demo started, so ``make stop``
+    (``python -m ettweb.demo --stop``) can stop whatever a demo that was killed outright
+    (SIGKILL, a closed terminal) left running."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def write(self, children: list[Child]) -> None:
+        rows = [{"name": c.name, "pid": c.popen.pid, "started": started_at(c.popen.pid)}
+                for c in children]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(rows))
+
+    def alive(self) -> list[tuple[str, int]]:
+        """The recorded groups whose leader is still the process the demo started."""
+        try:
+            rows = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return []
+        return [(row["name"], row["pid"]) for row in rows
+                if row.get("started") and started_at(row["pid"]) == row["started"]]
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)
 
 
 def _say(step: str, text: str) -> None:
@@ -66,6 +154,7 @@ class Demo:
         self.spool = self.work / "spool"
         self.logs = self.work / "logs"
         self.children: list[Child] = []
+        self.table = ProcessTable(self.work / "processes.json")
         self.started_embedded = False
         self.env = dict(os.environ)
         self.env.setdefault("DJANGO_SETTINGS_MODULE", "ettweb.settings.local")
@@ -79,8 +168,9 @@ class Demo:
         if need_pg or need_redis:
             _say("1/7", "starting embedded Postgres and Redis (data in var/)…")
             was_running = embedded.status()
-            urls = embedded.start(postgres=need_pg, redis=need_redis)
+            # Set before starting: a Ctrl-C during the start must still stop them.
             self.started_embedded = not all(was_running.values())
+            urls = embedded.start(postgres=need_pg, redis=need_redis)
             if urls.database_url:
                 self.env["DATABASE_URL"] = urls.database_url
             if urls.broker_url:
@@ -205,9 +295,11 @@ class Demo:
         log_path = self.logs / f"{name}.log"
         log = open(log_path, "ab")  # noqa: SIM115 - closed in stop_children
         env = {**self.env, **(extra_env or {})}
+        # Its own session: Ctrl-C reaches the demo alone, which stops the children in order.
         popen = subprocess.Popen([PY, *argv], cwd=REPO_ROOT, env=env, stdout=log,
                                  stderr=subprocess.STDOUT, start_new_session=True)
         self.children.append(Child(name, popen, log_path, log))
+        self.table.write(self.children)
 
     def check_children(self) -> None:
         for child in self.children:
@@ -215,28 +307,50 @@ class Demo:
                 raise SystemExit(f"demo: {child.name} exited with {child.popen.returncode}; "
                                  f"see {child.log_path}")
 
-    def stop_children(self) -> None:
-        for child in reversed(self.children):
-            if child.popen.poll() is None:
-                child.popen.send_signal(signal.SIGTERM)
-        for child in reversed(self.children):
-            try:
-                child.popen.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                child.popen.kill()
-                child.popen.wait()
+    def stop_children(self) -> list[str]:
+        """Stop every child's whole process group (a Celery worker's pool processes are
+        its children: signalling the leader alone left them running); returns what was
+        stopped, in words."""
+        groups = [(child.name, child.popen.pid) for child in reversed(self.children)]
+        stopped = stop_groups(groups, reap=lambda: [c.popen.poll() for c in self.children])
+        for child in self.children:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.popen.wait(timeout=5)
             child.log.close()
         self.children.clear()
+        self.table.clear()
+        return stopped
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
         try:
             yield
         finally:
-            self.stop_children()
-            if self.started_embedded and not self.args.keep_servers:
-                embedded.stop()
-                print("embedded Postgres and Redis stopped", flush=True)
+            with signals_held():
+                stopped = self.stop_children()
+                if stopped:
+                    print(f"stopped {', '.join(stopped)}", flush=True)
+                if self.started_embedded and not self.args.keep_servers:
+                    embedded.stop()
+                    print("embedded Postgres and Redis stopped", flush=True)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Finish the shutdown whatever signals come meanwhile: make passes Ctrl-C on, and an
+    impatient user presses it twice; the second one used to abort the clean-up half-way
+    and leave the worker, beat and the servers running."""
+    def still_stopping(signum: int, frame: object) -> None:
+        print("still stopping: every process the demo started is being stopped…",
+              file=sys.stderr, flush=True)
+
+    held = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {signum: signal.signal(signum, still_stopping) for signum in held}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _print_job(report: dict[str, object]) -> None:
@@ -253,11 +367,29 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def stop_leftovers(args: argparse.Namespace) -> int:
+    """``--stop`` (``make stop``): stop what a demo that could not clean up left running (its
+    recorded process groups), then the embedded servers."""
+    table = ProcessTable(Path(args.var_dir).resolve() / "demo" / "processes.json")
+    stopped = stop_groups(table.alive())
+    table.clear()
+    print(f"stopped {', '.join(stopped)}" if stopped else "no demo process was running",
+          flush=True)
+    if args.keep_servers:
+        return 0
+    servers = [name for name, was in embedded.stop().items() if was]
+    print(f"embedded {' and '.join(servers)} stopped" if servers
+          else "no embedded server was running", flush=True)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
-    # Ctrl-C and `kill` both end the demo cleanly, also when it was started in the background
-    # (a non-interactive shell starts background jobs with SIGINT ignored).
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
+    if args.stop:
+        return stop_leftovers(args)
+    # Ctrl-C, `kill` and a closed terminal all end the demo cleanly, also when it was started
+    # in the background (a non-interactive shell starts background jobs with SIGINT ignored).
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
     demo = Demo(args)
     with demo.running():
         demo.servers()
@@ -313,6 +445,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="exit after the job is stored instead of serving until Ctrl-C")
     parser.add_argument("--keep-servers", action="store_true",
                         help="leave the embedded Postgres and Redis running at the end")
+    parser.add_argument("--stop", action="store_true",
+                        help="stop what an earlier demo left running (its worker, beat, "
+                             "collector and web server) and the embedded servers, then exit")
     args = parser.parse_args(argv)
     if not 0 < args.fail_at_step < args.steps:
         parser.error("--fail-at-step must be between 1 and --steps - 1")

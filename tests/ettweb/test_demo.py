@@ -4,17 +4,22 @@ is exercised by real processes."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.db import connection
 
+from ettweb import demo as demo_module
 from ettweb.demo import Demo, parse_args
 from ettweb.ingest.models import CollectorCredential, Event, QuarantinedEvent
 from ettweb.rollouts.models import Rollout
@@ -56,14 +61,70 @@ def test_the_demo_starts_celery_beat_beside_the_worker(tmp_path: Path,
     assert beat[beat.index("--schedule") + 1] == str(tmp_path / "demo" / "celerybeat-schedule")
 
 
-def test_stopping_the_demo_stops_every_process_it_spawned(tmp_path: Path) -> None:
+#: A child that starts a grandchild in its own process group, as a Celery worker starts its
+#: pool, and ignores SIGTERM for a moment while "shutting down".
+POOL = ("import os, signal, subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(0.5), sys.exit(0)))\n"
+        "time.sleep(120)\n")
+
+
+def _group_gone(pgid: int) -> bool:
+    """No process of the group runs (zombies are dead: their parent has yet to reap them)."""
+    return not demo_module.group_alive(pgid)
+
+
+def test_stopping_the_demo_stops_every_process_group_it_spawned(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     demo = Demo(parse_args(["--var-dir", str(tmp_path)]))
     for name in ("worker", "beat"):
-        demo.spawn(name, ["-c", "import time; time.sleep(120)"])
-    popens = [child.popen for child in demo.children]
-    demo.stop_children()
-    assert [p.returncode for p in popens] == [-15, -15]  # SIGTERM, as the real ones get
-    assert demo.children == []
+        demo.spawn(name, ["-c", POOL])
+    time.sleep(1.0)  # the grandchildren are started
+    groups = [child.popen.pid for child in demo.children]
+    stopped = demo.stop_children()
+    assert stopped == [f"beat (pid {groups[1]})", f"worker (pid {groups[0]})"]
+    assert all(_group_gone(pgid) for pgid in groups)  # the "pool" processes too
+    assert demo.children == [] and not (tmp_path / "demo" / "processes.json").exists()
+
+
+def test_a_second_signal_during_the_shutdown_does_not_abort_it(tmp_path: Path) -> None:
+    demo = Demo(parse_args(["--var-dir", str(tmp_path)]))
+    demo.spawn("worker", ["-c", POOL])
+    time.sleep(1.0)
+    pgid = demo.children[0].popen.pid
+    # Signals arrive while the worker takes its time to stop: both are held, not raised.
+    timers = [threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
+              for delay in (0.1, 0.3)]
+    handlers = {s: signal.signal(s, demo_module._interrupt) for s in (signal.SIGINT,)}
+    try:
+        with pytest.raises(KeyboardInterrupt), demo.running():
+            for timer in timers:
+                timer.start()
+            raise KeyboardInterrupt
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+    assert _group_gone(pgid)
+
+
+def test_stop_stops_what_a_killed_demo_left_running(tmp_path: Path) -> None:
+    """``make stop`` after a demo died without cleaning up (SIGKILL): its recorded groups
+    are stopped; a recorded pid now used by another process is left alone."""
+    demo = Demo(parse_args(["--var-dir", str(tmp_path)]))
+    demo.spawn("web", ["-c", POOL])
+    time.sleep(1.0)
+    pgid = demo.children[0].popen.pid
+    table = tmp_path / "demo" / "processes.json"
+    rows = json.loads(table.read_text())
+    rows.append({"name": "reused", "pid": os.getpid(), "started": "0"})  # not that process
+    table.write_text(json.dumps(rows))
+    proc = subprocess.run([sys.executable, "-m", "ettweb.demo", "--stop", "--keep-servers",
+                           "--var-dir", str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == f"stopped web (pid {pgid})"
+    demo.children[0].popen.wait(timeout=5)
+    assert _group_gone(pgid) and not table.exists()
 
 
 @pytest.mark.integration
@@ -97,3 +158,49 @@ def test_demo_trains_a_job_and_stores_every_event(tmp_path: Path) -> None:
     assert {"compile", "checkpoint_save", "checkpoint_load", "train"} <= phases
     # Beat ran beside the worker (and was stopped with it: the demo returned).
     assert "beat: Starting..." in (tmp_path / "demo" / "logs" / "beat.log").read_text()
+
+
+def _answers(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_ctrl_c_twice_stops_every_process_of_the_demo(tmp_path: Path) -> None:
+    """What a user's double Ctrl-C does to ``make demo``: SIGINT to the whole foreground group,
+    twice, while the job trains. Afterwards no process the demo started runs and its port is
+    free."""
+    env = dict(os.environ, DATABASE_URL=database_url(connection.settings_dict),
+               CELERY_BROKER_URL=str(settings.CELERY_BROKER_URL),
+               DJANGO_SETTINGS_MODULE="ettweb.settings.test")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ettweb.demo", "--no-fleet", "--steps", "100000",
+         "--fail-at-step", "99999", "--port", str(port), "--var-dir", str(tmp_path),
+         "--trainer-arg=--embedding-rows=1000", "--trainer-arg=--batch-size=64"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not _answers(port):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() \
+                if proc.stdout else ""
+            time.sleep(0.5)
+        time.sleep(3.0)  # the trainer has started
+        table = json.loads((tmp_path / "demo" / "processes.json").read_text())
+        assert [row["name"] for row in table] == ["worker", "beat", "collector", "web"]
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.3)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    leftovers = [row["name"] for row in table if not _group_gone(row["pid"])]
+    assert leftovers == [], out[-3000:]
+    assert _group_gone(proc.pid), out[-3000:]  # the trainer ran in the demo's own group
+    assert not _answers(port)
+    assert "stopped web (pid" in out and "worker (pid" in out, out[-3000:]
+    assert not (tmp_path / "demo" / "processes.json").exists()
