@@ -131,6 +131,17 @@ def test_component_owners_are_exactly_whom_owned_components_names() -> None:
     assert list(component_owners(["pt2_compiler", "scheduler"])) == ["pt2_compiler"]
 
 
+def test_ett_login_sets_the_address_reports_go_to() -> None:
+    _ett_login("dee", "--role", "owner", "--component", "checkpointing",
+               "--email", " dee@example.com ")
+    assert User.objects.get(username="dee").email == "dee@example.com"
+    _ett_login("dee", "--role", "owner", "--component", "checkpointing")
+    assert User.objects.get(username="dee").email == "dee@example.com"  # kept when not given
+    with pytest.raises(CommandError, match=r"^--email: 'dee' is not a valid e-mail address$"):
+        _ett_login("eve", "--email", "dee")
+    assert not User.objects.filter(username="eve").exists()
+
+
 def _ett_login(*args: str) -> str:
     out = StringIO()
     call_command("ett_login", *args, stdout=out)
