@@ -6,7 +6,8 @@ What it does, with progress on the console:
   2. migrates and prints a dashboard login;
   3. loads a small simulated fleet beside it (``manage.py simulate_fleet``: 90 days, 300 jobs,
      staged optimization rollouts and one change nobody recorded; ``--no-fleet`` skips it), so
-     the trend, lost-time and rollout pages have months to show, detects its changes
+     the trend, lost-time and rollout pages have months to show, gives its components owner
+     teams and some of them owners (``manage.py simulate_owners``), detects its changes
      (``manage.py ett_detect_changes``) and computes its rollouts' verdicts
      (``manage.py ett_warm_impacts``) so ``/changes/`` and ``/rollouts/`` show them at once;
   4. starts a Celery worker, Celery beat (the periodic tasks of ``ettweb/schedule.py``: the
@@ -194,9 +195,10 @@ class Demo:
         out = self.manage("simulate_fleet", "--seed", "0", "--days", str(FLEET_DAYS),
                           "--jobs", str(FLEET_JOBS), "--no-progress", quiet=True)
         print(f"      {out.strip().splitlines()[-1]}", flush=True)
-        # Beat detects changes hourly and computes the rollouts' verdicts every 10 minutes;
-        # run both once now so /changes/ and /rollouts/ show the fleet's at once.
-        for command in ("ett_detect_changes", "ett_warm_impacts"):
+        # Owners first, so the component pages name them. Beat detects changes hourly and
+        # computes the rollouts' verdicts every 10 minutes; run both once now so /changes/
+        # and /rollouts/ show the fleet's at once.
+        for command in ("simulate_owners", "ett_detect_changes", "ett_warm_impacts"):
             out = self.manage(command, quiet=True)
             print(f"      {out.strip().splitlines()[-1]}", flush=True)
 

@@ -12,7 +12,8 @@ from django.db import models
 
 class ComponentOwner(models.Model):
     """``user`` owns ``component``: with the ``owner`` role they edit its rollouts, its owner
-    team and the categories the phase map gives it."""
+    team and the categories the phase map gives it, its pages and the API list them as its
+    owners, and their weekly report lists it first by default."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
                              related_name="owned_components")

@@ -7,18 +7,21 @@
 * **admin** (group ``admin``, and every superuser): everything, the Django admin included.
 
 Pages ask these to decide which edit links to show; views, the admin site and the API ask the
-same functions before any write, so a hidden link is never the only protection.
+same functions before any write, so a hidden link is never the only protection. Who owns a
+component is this one answer everywhere: the component pages and the API list
+:func:`component_owners`, and default report subscriptions follow :func:`owned_components`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group, User
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import QuerySet
 
 from ettweb.access.models import ComponentOwner
 
@@ -115,6 +118,26 @@ def require(allowed: bool, user: AnyUser, action: str) -> None:
     """Refuse the request (a 403 page with the reason) unless ``allowed``."""
     if not allowed:
         raise PermissionDenied(refusal(user, action))
+
+
+def owners() -> QuerySet[User]:
+    """Every user whose role is owner, as :func:`role_of` decides it: active, in ``owner``,
+    neither a superuser nor in ``admin``. Their :class:`ComponentOwner` rows are what they own;
+    anyone else's rows count for nothing."""
+    return (User.objects.filter(is_active=True, is_superuser=False, groups__name=OWNER)
+            .exclude(groups__name=ADMIN).distinct())
+
+
+def component_owners(components: Iterable[str] | None = None) -> Mapping[str, list[User]]:
+    """The owners of each component (of ``components``, else of every owned one), by
+    username: the people whose :func:`owned_components` hold it."""
+    rows = ComponentOwner.objects.filter(user__in=owners()).select_related("user")
+    if components is not None:
+        rows = rows.filter(component__in=list(components))
+    found: dict[str, list[User]] = {}
+    for row in rows.order_by("component", "user__username"):
+        found.setdefault(row.component, []).append(row.user)
+    return found
 
 
 @transaction.atomic

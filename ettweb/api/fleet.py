@@ -209,9 +209,18 @@ class HeadlineOut(ScopeOut):
     trend_change_pts: float | None
 
 
+class OwnerOut(Schema):
+    """A component owner: a user whose owner role covers the component."""
+
+    username: str
+    name: str = Field(description="their full name; empty when the account has none")
+
+
 class ComponentRowOut(Schema):
     name: str
-    owner_team: str
+    owner_team: str = Field(description="free-text label: the team to talk to")
+    owners: list[OwnerOut] = Field(description="who may edit it: its owner-role users, by "
+                                               "username")
     lost_gpu_s: float
     lost_share_pts: float
     share_of_fleet_lost_pct: float
@@ -272,7 +281,9 @@ class ComponentOut(ScopeOut):
 
     interval: str
     name: str
-    owner_team: str
+    owner_team: str = Field(description="free-text label: the team to talk to")
+    owners: list[OwnerOut] = Field(description="who may edit it: its owner-role users, by "
+                                               "username")
     lost_gpu_s: float
     lost_share_pts: float
     share_of_fleet_lost_pct: float
@@ -382,7 +393,8 @@ def fleet_top_jobs(request: HttpRequest, filters: Query[FilterParams],
             summary="Every owning component's lost time over the range")
 def components(request: HttpRequest, filters: Query[FilterParams]) -> dict[str, Any]:
     """The components page's table: each component's lost GPU-seconds, its share of the
-    (filtered) fleet's lost time and wall time, its owner team and rollouts in the range."""
+    (filtered) fleet's lost time and wall time, its owner team, its owners and its rollouts
+    in the range."""
     days, jobs = filters.scope()
     return {**_scope(days, jobs), **calculate(ComponentsIndexQuery(days, jobs)).as_api()}
 

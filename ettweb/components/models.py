@@ -1,9 +1,11 @@
 """An owning component and the team that owns it.
 
 The phase→component map (``rollups.PhaseComponent``) says which categories a component owns;
-this table says who the component belongs to, so a component page can name the team to talk
-to. A component named in the map but missing here is still a component (it shows with no
-owner); adding a row here adds a component that rollouts may name before any phase maps to it.
+this table names the team a component belongs to, so a component page can say whom to talk
+to. That label grants nothing: who may edit a component, is listed as its owner and gets its
+report by default is the owner role's (``access.ComponentOwner``). A component named in the
+map but missing here is still a component (it shows with no owner team); adding a row here
+adds a component that rollouts may name before any phase maps to it.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ def _csv_links(form: ComponentFilterForm, tables: tuple[str, ...]) -> dict[str, 
 @require_GET
 def index(request: HttpRequest) -> HttpResponse:
     """``/components/``: every component's lost GPU-hours, share of the (filtered) fleet's
-    lost time and owner team over the range; ``format=csv&table=components`` exports it."""
+    lost time, owner team and owners over the range; ``format=csv&table=components`` exports it."""
     inputs = _inputs(request, INDEX_TABLES)
     if isinstance(inputs, HttpResponse):
         return inputs
@@ -86,9 +86,9 @@ def index(request: HttpRequest) -> HttpResponse:
 def _index_csv(result: ComponentsIndexResult, days: DateRange) -> HttpResponse:
     return csv_response(f"ett-components-{days.date_from}-{days.date_to}.csv", (
         "component", "owner_team", "lost_gpu_hours", "share_of_fleet_lost_pct",
-        "lost_share_pts", "rollouts"), (
+        "lost_share_pts", "rollouts", "owners"), (
         [r.name, r.owner_team, r.lost_gpu_hours, r.share_of_fleet_lost_pct, r.lost_share_pts,
-         r.rollouts] for r in result.rows))
+         r.rollouts, ", ".join(o.username for o in r.owners)] for r in result.rows))
 
 
 @login_required

@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from django.db.models import Count, Q, Sum
 
+from ettweb.access.roles import component_owners
 from ettweb.attribution.components import PRODUCTIVE, UNKNOWN_COMPONENT, component_of
 from ettweb.components.logic import known_components
 from ettweb.components.models import Component
@@ -149,11 +150,33 @@ class ComponentRollout:
 
 
 @dataclass(frozen=True)
+class Owner:
+    """A person who owns a component: a user the owner role lets edit it (their
+    ``ComponentOwner`` row), as the pages and the API name them."""
+
+    username: str
+    name: str  # their full name; empty when the account has none
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.username})" if self.name else self.username
+
+    def as_api(self) -> dict[str, str]:
+        return {"username": self.username, "name": self.name}
+
+
+def owners_by_component(names: Iterable[str] | None = None) -> dict[str, tuple[Owner, ...]]:
+    """Each component's owners by username (of ``names``, else of every owned component)."""
+    return {component: tuple(Owner(user.username, user.get_full_name()) for user in users)
+            for component, users in component_owners(names).items()}
+
+
+@dataclass(frozen=True)
 class ComponentResult:
     """Everything the component page shows; fleet totals are over the same range."""
 
     name: str
     owner_team: str
+    owners: tuple[Owner, ...]
     categories: dict[str, float]
     points: list[ComponentPoint]
     lost_gpu_s: float
@@ -183,7 +206,8 @@ class ComponentResult:
 
     def as_api(self) -> dict[str, Any]:
         return {
-            "name": self.name, "owner_team": self.owner_team, "lost_gpu_s": self.lost_gpu_s,
+            "name": self.name, "owner_team": self.owner_team,
+            "owners": [owner.as_api() for owner in self.owners], "lost_gpu_s": self.lost_gpu_s,
             "lost_share_pts": self.lost_share_pts,
             "share_of_fleet_lost_pct": self.share_of_fleet_lost_pct,
             "fleet_wall_gpu_s": self.fleet_wall_gpu_s, "fleet_lost_gpu_s": self.fleet_lost_gpu_s,
@@ -230,6 +254,7 @@ class ComponentQueryRunner:
         markers = _markers(q.range, q.name, q.jobs)
         return ComponentResult(
             name=q.name, owner_team=owner_teams().get(q.name, ""),
+            owners=owners_by_component([q.name]).get(q.name, ()),
             categories={c: sum(v for (_, cat), v in by_period.items() if cat == c)
                         for c in sorted(categories)},
             points=points, lost_gpu_s=sum(p.lost_gpu_s for p in points),
@@ -242,6 +267,8 @@ class ComponentQueryRunner:
 
 
 def owner_teams() -> dict[str, str]:
+    """Each component's owner team: a free-text label for people to read (who to talk to),
+    not who may edit it (that is :func:`owners_by_component`)."""
     return dict(Component.objects.values_list("name", "owner_team"))
 
 
@@ -330,6 +357,7 @@ class ComponentsIndexQuery:
 class ComponentRow:
     name: str
     owner_team: str
+    owners: tuple[Owner, ...]
     lost_gpu_s: float
     fleet_wall_gpu_s: float
     fleet_lost_gpu_s: float
@@ -364,6 +392,7 @@ class ComponentsIndexResult:
         return {"fleet_wall_gpu_s": self.fleet_wall_gpu_s,
                 "fleet_lost_gpu_s": self.fleet_lost_gpu_s,
                 "components": [{"name": r.name, "owner_team": r.owner_team,
+                                "owners": [owner.as_api() for owner in r.owners],
                                 "lost_gpu_s": r.lost_gpu_s, "lost_share_pts": r.lost_share_pts,
                                 "share_of_fleet_lost_pct": r.share_of_fleet_lost_pct,
                                 "rollouts": r.rollouts} for r in self.rows]}
@@ -383,9 +412,10 @@ class ComponentsIndexQueryRunner:
                 lost[component_of(category, mapping)] += gpu_s or 0.0
         wall = sum(v or 0.0 for v in sums.values())
         fleet_lost = sum(lost.values())
-        teams, counts = owner_teams(), _rollout_counts(self.query.range, self.query.jobs)
-        rows = [ComponentRow(name, teams.get(name, ""), lost.get(name, 0.0), wall, fleet_lost,
-                             counts.get(name, 0))
+        teams, owners = owner_teams(), owners_by_component()
+        counts = _rollout_counts(self.query.range, self.query.jobs)
+        rows = [ComponentRow(name, teams.get(name, ""), owners.get(name, ()), lost.get(name, 0.0),
+                             wall, fleet_lost, counts.get(name, 0))
                 for name in sorted({*component_names(), *lost})]
         rows.sort(key=lambda r: (-r.lost_gpu_s, r.name))
         return ComponentsIndexResult(rows, wall, fleet_lost)

@@ -16,9 +16,9 @@ from ettweb.reports.models import SendRecord, SendStatus, Subscription
 
 @admin.register(Subscription)
 class SubscriptionAdmin(admin.ModelAdmin):
-    list_display = ["email", "user", "enabled", "time_zone", "fleet", "components", "teams",
-                    "created_at"]
-    list_filter = ["enabled", "fleet", "time_zone"]
+    list_display = ["email", "user", "enabled", "time_zone", "fleet", "owned",
+                    "components", "created_at"]
+    list_filter = ["enabled", "fleet", "owned", "time_zone"]
     search_fields = ["email", "user__username"]
     readonly_fields = ["created_at", "updated_at", "unsubscribed_at"]
 

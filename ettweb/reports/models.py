@@ -1,11 +1,11 @@
 """Who gets the weekly report, and what happened to each week's send.
 
 A :class:`Subscription` is one user's: where to send, in which time zone, and what it covers
-(the whole fleet, and the components and owner teams listed first). A :class:`SendRecord` is
-one (subscription, week): created when the week is planned, claimed by exactly one sender
-with a conditional UPDATE before anything is sent, and left in the admin with its attempts and
-last error. The unique constraint on (subscription, week) is what makes "exactly once" hold
-across two beats, a retried task and the manual command alike.
+(the whole fleet, and the components listed first: chosen ones, and those the user owns). A
+:class:`SendRecord` is one (subscription, week): created when the week is planned, claimed by
+exactly one sender with a conditional UPDATE before anything is sent, and left in the admin
+with its attempts and last error. The unique constraint on (subscription, week) is what makes
+"exactly once" hold across two beats, a retried task and the manual command alike.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ class Subscription(models.Model):
         "list every component's lost time, not only the subscribed ones"))
     components = models.JSONField(default=list, blank=True,
                                   help_text="components listed first (names)")
-    teams = models.JSONField(default=list, blank=True,
-                             help_text="owner teams whose components are listed first")
+    owned = models.BooleanField(default=True, help_text=(
+        "also list first the components the user owns (their owner role's, read for each "
+        "report)"))
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     unsubscribed_at = models.DateTimeField(null=True, blank=True)

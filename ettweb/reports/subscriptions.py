@@ -1,9 +1,11 @@
 """Subscription rules: what a subscription may hold, and who is subscribed by default.
 
-Owners are people in a Django group named like a component's owner team (the Component
-table's ``owner_team``). An owner with an e-mail address and no subscription yet gets one,
-following their teams — that is "owners are subscribed by default". Someone who turned it
-off keeps it off: defaults only ever create, never overwrite.
+Owners are whoever the owner role says (``ettweb.access.roles``: the ``owner`` group and
+their ``ComponentOwner`` rows), the same people the component pages list and who edit those
+components. An owner of at least one component with an e-mail address and no subscription
+yet gets one that lists the components they own first — that is "owners are subscribed by
+default". Someone who turned it off keeps it off: defaults only ever create, never
+overwrite. A component's owner team is a label for people to read; nothing here follows it.
 """
 
 from __future__ import annotations
@@ -12,12 +14,11 @@ import zoneinfo
 from collections.abc import Iterable, Sequence
 from functools import cache
 
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 
-from ettweb.components.models import Component
+from ettweb.access.roles import owned_components, owners
 from ettweb.reports.models import Subscription
 
 
@@ -49,12 +50,6 @@ def check_address(address: str) -> str:
     return address
 
 
-def owner_teams() -> list[str]:
-    """Every team that owns a component, sorted."""
-    teams = Component.objects.exclude(owner_team="").values_list("owner_team", flat=True)
-    return sorted(set(teams))
-
-
 def check_names(field: str, names: Iterable[str], allowed: Sequence[str]) -> list[str]:
     """``names`` deduplicated in order, each one of ``allowed``; else a ValueError naming it."""
     known, seen = set(allowed), []
@@ -67,45 +62,38 @@ def check_names(field: str, names: Iterable[str], allowed: Sequence[str]) -> lis
 
 
 def followed_components(subscription: Subscription) -> tuple[str, ...]:
-    """The components a report lists first: the chosen ones, then those its teams own."""
-    owned = (Component.objects.filter(owner_team__in=subscription.teams)
-             .order_by("name").values_list("name", flat=True))
+    """The components a report lists first: the chosen ones, then (``owned``) those its user
+    owns now, by name. Read for each report, so taking the owner role away takes them off."""
     names = list(subscription.components)
-    names += [name for name in owned if name not in names]
+    if subscription.owned:
+        names += [name for name in sorted(owned_components(subscription.user))
+                  if name not in names]
     return tuple(names)
 
 
-def default_teams(user: User) -> list[str]:
-    """The owner teams a user belongs to (their Django groups named like an owner team)."""
-    groups = set(user.groups.values_list("name", flat=True))
-    return [team for team in owner_teams() if team in groups]
-
-
 def new_subscription(user: User) -> Subscription:
-    """An unsaved subscription with the defaults: the user's address, UTC, their teams."""
+    """An unsaved subscription with the defaults: the user's address, UTC, the whole fleet,
+    and the components they own (none chosen)."""
     return Subscription(user=user, email=user.email or "", time_zone="UTC",
-                        enabled=True, fleet=True, components=[], teams=default_teams(user))
+                        enabled=True, fleet=True, components=[], owned=True)
 
 
 def ensure_owner_subscriptions() -> int:
-    """Subscribe every owner who has a valid address and no subscription; returns how many."""
-    teams = owner_teams()
-    if not teams:
-        return 0
-    users = (get_user_model().objects.filter(groups__name__in=teams, is_active=True,
-                                             report_subscription__isnull=True)
+    """Subscribe every owner who owns a component, has a valid address and no subscription;
+    returns how many."""
+    users = (owners().filter(owned_components__isnull=False, report_subscription__isnull=True)
              .exclude(email="").distinct())
     created = 0
     for user in users:
-        subscription = new_subscription(user)
         try:
-            subscription.email = check_address(subscription.email)
+            address = check_address(user.email)
         except ValueError:
             continue  # no usable address: the settings page asks them for one
         # get_or_create: two planners at once (beat and the command) must not both insert
         # (it retries the read on the unique user constraint instead of raising).
+        template = new_subscription(user)
         _, made = Subscription.objects.get_or_create(user=user, defaults={
-            "email": subscription.email, "time_zone": subscription.time_zone,
-            "teams": subscription.teams})
+            "email": address, "time_zone": template.time_zone, "fleet": template.fleet,
+            "owned": template.owned})
         created += made
     return created

@@ -69,6 +69,7 @@ def subscription_settings(request: HttpRequest) -> HttpResponse:
     return render(request, "reports/settings.html", {
         "form": form, "subscription": subscription, "saved": request.GET.get("saved") == "1",
         "zones": SubscriptionForm.zone_names(), "recent": recent,
+        "checks": SubscriptionForm.CHECKS,
         "last_week": IsoWeek.last_complete(timezone.now())})
 
 

@@ -20,6 +20,8 @@ from django.conf import settings
 from django.db import connection
 
 from ettweb import demo as demo_module
+from ettweb.access.models import ComponentOwner
+from ettweb.components.models import Component
 from ettweb.demo import Demo, parse_args
 from ettweb.ingest.models import CollectorCredential, Event, QuarantinedEvent
 from ettweb.rollouts.models import Rollout
@@ -148,6 +150,11 @@ def test_demo_trains_a_job_and_stores_every_event(tmp_path: Path) -> None:
     assert re.search(r"simulated [\d,]+ jobs \(seed 0, 90 days to .*, 14 rollouts; fleet ETT% ",
                      proc.stdout), proc.stdout[:3000]
     assert Rollout.objects.filter(simulated=True).count() == 14
+    # ...and gave its components owner teams and some of them owners (simulate_owners).
+    assert "owners created: ada, grace, ken, barbara" in proc.stdout
+    assert set(ComponentOwner.objects.filter(component="checkpointing")
+               .values_list("user__username", flat=True)) == {"ada"}
+    assert Component.objects.get(name="pt2_compiler").owner_team == "pytorch-compiler"
     spool = tmp_path / "demo" / "spool"
     spooled = sum(len(p.read_text().splitlines()) for p in spool.glob("*.jsonl"))
     assert Event.objects.filter(job=job).count() == spooled > 0

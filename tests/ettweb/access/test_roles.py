@@ -16,8 +16,10 @@ from ettweb.access.roles import (
     can_edit_component,
     can_edit_rollout,
     can_record_rollouts,
+    component_owners,
     is_admin,
     owned_components,
+    owners,
     require,
     role_of,
     set_role,
@@ -98,6 +100,46 @@ def test_set_role_replaces_the_role_and_the_components() -> None:
     assert role_of(_fresh(user)) == "viewer" and not ComponentOwner.objects.filter(user=user)
     with pytest.raises(ValueError, match="role: must be one of"):
         set_role(user, "root")  # type: ignore[arg-type]
+
+
+def test_component_owners_are_exactly_whom_owned_components_names() -> None:
+    """Pages, the API and default subscriptions list ``component_owners``; edits ask
+    ``owned_components``: for every kind of user both must give the same answer."""
+    made = {"owner": User.objects.create_user("owner"),
+            "other": User.objects.create_user("other"),
+            "viewer": User.objects.create_user("viewer"),
+            "admin": User.objects.create_user("admin"),
+            "superuser": User.objects.create_user("superuser", is_superuser=True),
+            "inactive": User.objects.create_user("inactive", is_active=False),
+            "rowless": User.objects.create_user("rowless")}
+    set_role(made["owner"], "owner", ["checkpointing", "pt2_compiler"])
+    set_role(made["other"], "owner", ["checkpointing"])
+    set_role(made["inactive"], "owner", ["checkpointing"])
+    set_role(made["rowless"], "owner")
+    _with_group(made["admin"], "owner")
+    _with_group(made["admin"], "admin")  # both groups: the stronger role wins
+    _with_group(made["superuser"], "owner")
+    for name in ("viewer", "admin", "superuser"):
+        ComponentOwner.objects.create(user=made[name], component="scheduler")
+    listed = component_owners()
+    assert {c: [u.username for u in users] for c, users in listed.items()} == {
+        "checkpointing": ["other", "owner"], "pt2_compiler": ["owner"]}
+    for user in made.values():
+        by_list = {c for c, users in listed.items() if user in users}
+        assert by_list == owned_components(_fresh(user)), user.username
+    assert set(owners().values_list("username", flat=True)) == {"owner", "other", "rowless"}
+    assert list(component_owners(["pt2_compiler", "scheduler"])) == ["pt2_compiler"]
+
+
+def test_ett_login_sets_the_address_reports_go_to() -> None:
+    _ett_login("dee", "--role", "owner", "--component", "checkpointing",
+               "--email", " dee@example.com ")
+    assert User.objects.get(username="dee").email == "dee@example.com"
+    _ett_login("dee", "--role", "owner", "--component", "checkpointing")
+    assert User.objects.get(username="dee").email == "dee@example.com"  # kept when not given
+    with pytest.raises(CommandError, match=r"^--email: 'dee' is not a valid e-mail address$"):
+        _ett_login("eve", "--email", "dee")
+    assert not User.objects.filter(username="eve").exists()
 
 
 def _ett_login(*args: str) -> str:

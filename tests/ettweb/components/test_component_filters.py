@@ -60,7 +60,8 @@ def test_the_index_shows_only_the_filtered_jobs(viewer: Client) -> None:
     feed = calculate(ComponentsIndexQuery(MARCH, JobFilter(team="feed")))
     assert tile(html, "fleet-lost-hours") == hours(feed.fleet_lost_gpu_hours)
     assert feed.fleet_lost_gpu_hours == pytest.approx(16 * 2 + 1)  # compile, ckpt save
-    assert re.search(r"pt2_compiler</a></td>\s*<td>—</td>\s*<td class=\"num\">32\.00</td>", html)
+    assert re.search(r"pt2_compiler</a></td>\s*<td>—</td>\s*<td class=\"owners\">—</td>\s*"
+                     r"<td class=\"num\">32\.00</td>", html)
     query = "date_from=2026-03-01&amp;date_to=2026-03-31&amp;team=feed"
     assert f'href="/components/pt2_compiler/?{query}"' in html
 

@@ -13,9 +13,12 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.test import Client
 
+from ettweb.access.models import ComponentOwner
+from ettweb.access.roles import set_role
+from ettweb.api.tokens import issue_token
 from ettweb.components.models import Component
 from ettweb.queries import (
     ComponentQuery,
@@ -162,8 +165,70 @@ def test_index_page_links_every_component(viewer: Client) -> None:
     assert response.status_code == 200
     html = response.content.decode()
     assert 'href="/components/pt2_compiler/?date_from=2026-02-01&amp;date_to=2026-03-31"' in html
-    assert re.search(r"pt2_compiler</a></td>\s*<td>—</td>\s*<td class=\"num\">8\.00</td>\s*"
+    assert re.search(r"pt2_compiler</a></td>\s*<td>—</td>\s*<td class=\"owners\">—</td>\s*"
+                     r"<td class=\"num\">8\.00</td>\s*"
                      rf"<td class=\"num\">{100 * 8 / 11:.2f}%</td>", html)
+
+
+# --------------------------------------------------------------------------- owners
+
+def _owners_shown(client: Client) -> tuple[str, str]:
+    """checkpointing's owners as its page's headline and the index's row show them."""
+    detail = client.get("/components/checkpointing/", RANGE).content.decode()
+    index = client.get("/components/", RANGE).content.decode()
+    headline = re.search(r'id="owners">([^<]*)<', detail)
+    row = re.search(r'checkpointing</a></td>\s*<td>[^<]*</td>\s*<td class="owners">([^<]*)<',
+                    index)
+    assert headline is not None and row is not None
+    return headline.group(1), row.group(1)
+
+
+def _api(client: Client, token: str, path: str) -> dict[str, Any]:
+    response = client.get(path, RANGE, HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 200, response.content
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def test_pages_and_api_name_the_owner_roles_owners(viewer: Client) -> None:
+    """Who owns a component is the owner role's answer, the one edits ask: a ComponentOwner
+    row of an active user in ``owner``. A row without the role (a viewer's, an admin's, a
+    deactivated account's) names nobody; taking the role away removes the owner at once."""
+    Component.objects.filter(name="checkpointing").update(owner_team="storage-team")
+    ada = User.objects.create_user("ada", first_name="Ada", last_name="Lovelace")
+    set_role(ada, "owner", ["checkpointing", "pt2_compiler"])
+    bob = User.objects.create_user("bob")
+    set_role(bob, "owner", ["checkpointing"])
+    gone = User.objects.create_user("gone", is_active=False)
+    set_role(gone, "owner", ["checkpointing"])
+    for name, role in (("carol", "viewer"), ("root", "admin")):
+        user = User.objects.create_user(name)
+        set_role(user, role)  # type: ignore[arg-type]
+        ComponentOwner.objects.create(user=user, component="checkpointing")
+    token = issue_token(User.objects.create_user("reader"), "owners test")
+
+    def api_owners() -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+        one = _api(viewer, token, "/api/v1/components/checkpointing")
+        rows = {r["name"]: r for r in _api(viewer, token, "/api/v1/components")["components"]}
+        assert rows["checkpointing"]["owner_team"] == one["owner_team"] == "storage-team"
+        assert rows["scheduler"]["owners"] == []
+        return one["owners"], rows["checkpointing"]["owners"]
+
+    assert _owners_shown(viewer) == ("Ada Lovelace (ada), bob", "Ada Lovelace (ada), bob")
+    both = [{"username": "ada", "name": "Ada Lovelace"}, {"username": "bob", "name": ""}]
+    assert api_owners() == (both, both)
+    csv = viewer.get("/components/", {**RANGE, "format": "csv", "table": "components"})
+    rows = {line.split(",")[0]: line for line in csv.content.decode().splitlines()}
+    assert rows["component"].endswith(",rollouts,owners")  # a new last column: none moved
+    assert rows["checkpointing"].startswith("checkpointing,storage-team,")
+    assert rows["checkpointing"].endswith(',"ada, bob"')
+
+    set_role(bob, "viewer")  # ett_login bob --role viewer, or SSO taking the claim away
+    assert _owners_shown(viewer) == ("Ada Lovelace (ada)", "Ada Lovelace (ada)")
+    ada.groups.remove(Group.objects.get(name="owner"))  # the admin's way: rows stay
+    assert ComponentOwner.objects.filter(user=ada).count() == 2
+    assert _owners_shown(viewer) == ("none", "—")
+    assert api_owners() == ([], [])
 
 
 def test_fleet_table_links_component_pages(viewer: Client) -> None:

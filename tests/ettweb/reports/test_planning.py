@@ -16,11 +16,13 @@ from django.contrib.auth.models import Group, User
 from django.utils import timezone
 from pytest_django.fixtures import Settings
 
+from ettweb.access.models import ComponentOwner
+from ettweb.access.roles import set_role
 from ettweb.components.models import Component
 from ettweb.queries import IsoWeek
 from ettweb.reports.models import SendRecord, SendStatus, Subscription
 from ettweb.reports.planning import due_at, jitter_s, plan, plan_week
-from ettweb.reports.subscriptions import followed_components
+from ettweb.reports.subscriptions import ensure_owner_subscriptions, followed_components
 from ettweb.schedule import BEAT_SCHEDULE
 
 W02 = IsoWeek(2026, 2)
@@ -170,57 +172,82 @@ def test_plan_week_now_sends_every_enabled_one_now(no_jitter: Settings) -> None:
 
 
 @pytest.fixture
-def ads_owns_two(db: None) -> Group:
-    """Team ``ads`` owns pt2_compiler and checkpointing (rows made here: a transactional test
-    before this one flushes the seeded components)."""
+def ads_labels_two(db: None) -> Group:
+    """Team ``ads`` is the owner team of pt2_compiler and checkpointing, and a Django group of
+    that name exists: what default subscriptions used to follow (rows made here: a
+    transactional test before this one flushes the seeded components)."""
     for name in ("pt2_compiler", "checkpointing"):
         Component.objects.update_or_create(name=name, defaults={"owner_team": "ads"})
-    Group.objects.create(name="bystanders")  # a group that owns nothing
     return Group.objects.create(name="ads")
 
 
-def test_plan_subscribes_owners_by_default(ads_owns_two: Group) -> None:
-    """Spec §7: owners get the report without asking; defaults never override a no."""
-    alice = User.objects.create_user("alice", email="alice@example.com")
-    stopped = User.objects.create_user("stopped", email="stopped@example.com")
-    no_mail = User.objects.create_user("nomail", email="")
-    bad_mail = User.objects.create_user("badmail", email="badmail")
-    gone = User.objects.create_user("gone", email="gone@example.com", is_active=False)
-    other = User.objects.create_user("other", email="other@example.com")
-    for user in (alice, stopped, no_mail, bad_mail, gone):
-        user.groups.add(ads_owns_two)
-    other.groups.add(Group.objects.get(name="bystanders"))
+def owner(name: str, *components: str, **fields: object) -> User:
+    """A user with the owner role over ``components`` (``set_role``, as ett_login and SSO)."""
+    user = User.objects.create_user(name, **{"email": f"{name}@example.com", **fields})
+    set_role(user, "owner", components)
+    return user
+
+
+def test_plan_subscribes_owners_by_default(ads_labels_two: Group) -> None:
+    """Spec §7: owners get the report without asking; defaults never override a no. Owners
+    are the owner role's: a ComponentOwner row and an address suffice, no team group."""
+    alice = owner("alice", "checkpointing")
+    stopped = owner("stopped", "checkpointing")
+    owner("nomail", "checkpointing", email="")
+    owner("badmail", "checkpointing", email="badmail")
+    owner("gone", "checkpointing", is_active=False)
     Subscription.objects.create(user=stopped, email=stopped.email, enabled=False,
                                 unsubscribed_at=LONG_AGO)
     # A week whose Monday is still ahead, so today's new subscription is planned for it.
     now = timezone.now() + timedelta(days=14)
     assert plan(now) == 1
     subscribed = Subscription.objects.get(user=alice)
-    assert (subscribed.email, subscribed.time_zone, subscribed.enabled) == (
-        "alice@example.com", "UTC", True)
-    assert subscribed.teams == ["ads"] and subscribed.components == []
+    assert (subscribed.email, subscribed.time_zone, subscribed.enabled, subscribed.fleet) == (
+        "alice@example.com", "UTC", True, True)
+    assert subscribed.owned and subscribed.components == []
+    assert followed_components(subscribed) == ("checkpointing",)
     stopped_sub = Subscription.objects.get(user=stopped)
     assert not stopped_sub.enabled and stopped_sub.unsubscribed_at == LONG_AGO
     assert set(Subscription.objects.values_list("user__username", flat=True)) == {
         "alice", "stopped"}
     record = SendRecord.objects.get()
-    assert record.subscription == subscribed
+    assert record.subscription == subscribed and record.recipient == "alice@example.com"
     assert record.week == str(IsoWeek.last_complete(now))
     assert plan(now) == 0  # and a second run creates nothing
 
 
-def test_followed_components_chosen_first_then_owned(ads_owns_two: Group) -> None:
-    """The report's first rows are what the subscriber asked for, then their teams'."""
-    user = User.objects.create_user("f", email="f@example.com")
+def test_only_the_owner_role_subscribes_by_default(ads_labels_two: Group) -> None:
+    """A group named like an owner team owns nothing; neither do rows without the owner
+    role (a viewer's, an admin's), nor the role without rows."""
+    grouped = User.objects.create_user("grouped", email="grouped@example.com")
+    grouped.groups.add(ads_labels_two)
+    viewer = User.objects.create_user("viewer", email="viewer@example.com")
+    ComponentOwner.objects.create(user=viewer, component="checkpointing")
+    admin = User.objects.create_user("admin", email="admin@example.com")
+    set_role(admin, "admin")
+    ComponentOwner.objects.create(user=admin, component="checkpointing")
+    owner("ownsnothing")
+    assert ensure_owner_subscriptions() == 0
+    assert plan(timezone.now() + timedelta(days=14)) == 0
+    assert not Subscription.objects.exists() and not SendRecord.objects.exists()
+
+
+def test_followed_components_chosen_first_then_owned(db: None) -> None:
+    """The report's first rows are what the subscriber asked for, then what they own now:
+    read for each report, so the owner role taken away takes its components off."""
+    user = owner("f", "pt2_compiler", "checkpointing")
     subscription = Subscription(user=user, email=user.email,
-                                components=["scheduler", "checkpointing"], teams=["ads"])
+                                components=["scheduler", "checkpointing"], owned=True)
     assert followed_components(subscription) == ("scheduler", "checkpointing",
                                                  "pt2_compiler")
-    subscription.teams = []
+    subscription.owned = False
     assert followed_components(subscription) == ("scheduler", "checkpointing")
     subscription.components = []
-    subscription.teams = ["ads"]
+    subscription.owned = True
     assert followed_components(subscription) == ("checkpointing", "pt2_compiler")
+    set_role(user, "viewer")
+    subscription.user = User.objects.get(pk=user.pk)  # the next report loads the user anew
+    assert followed_components(subscription) == ()
 
 
 def test_the_beat_schedule_is_the_one_module_and_every_task_exists() -> None:

@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.utils import timezone
 from playwright.sync_api import Browser, ConsoleMessage, Page
 from pytest_django.live_server_helper import LiveServer
 
+from ettweb.access.roles import set_role
 from ettweb.components.models import Component
 from ettweb.queries import IsoWeek, WeeklyReportQuery, calculate
 from ettweb.reports.models import Subscription
@@ -57,7 +58,7 @@ def scene(transactional_db: None) -> Scene:
     for name in ("pt2_compiler", "checkpointing"):
         Component.objects.update_or_create(name=name, defaults={"owner_team": "ads"})
     user = User.objects.create_user("owner", email="owner@example.com", password=PASSWORD)
-    user.groups.add(Group.objects.create(name="ads"))
+    set_role(user, "owner", ["pt2_compiler", "checkpointing"])
     leaver = User.objects.create_user("leaver", email="leaver@example.com")
     subscription = Subscription.objects.create(user=leaver, email=leaver.email)
     subject = calculate(WeeklyReportQuery(shown, components=("checkpointing",
@@ -122,7 +123,7 @@ def test_report_pages_in_a_browser(scene: Scene, live_server: LiveServer,
     assert width > 300  # the PNG decoded, not a broken-image icon
     box = chart.bounding_box()
     assert box is not None and box["width"] > 300  # and shown at size on the page
-    assert frame.locator("text=yours").first.is_visible()  # their team's components first
+    assert frame.locator("text=yours").first.is_visible()  # the components they own first
     fits = ("f => f.contentDocument && f.contentDocument.readyState === 'complete'"
             " && Math.abs(f.clientHeight - f.contentDocument.body.scrollHeight) <= 1")
     page.wait_for_function(f"({fits})(document.querySelector('iframe.email-preview'))",
@@ -136,7 +137,8 @@ def test_report_pages_in_a_browser(scene: Scene, live_server: LiveServer,
     assert page.input_value("#id_email") == "owner@example.com"
     assert page.input_value("#id_time_zone") == "UTC"
     assert page.is_checked("#id_enabled") and page.is_checked("#id_fleet")
-    assert page.is_checked("input[name=teams][value=ads]")
+    assert page.is_checked("#id_owned")  # what they own is listed first
+    assert page.text_content("#id_owned_helptext") == "you own checkpointing, pt2_compiler"
     assert not page.is_checked("input[name=components][value=scheduler]")
     assert page.locator("datalist#time-zones option[value='Europe/Berlin']").count() == 1
     shoot(page, tmp_path, "settings.png")

@@ -17,15 +17,19 @@ import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
+from io import StringIO
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
+from django.core.management import call_command
 from django.test import Client
 from pytest_django.fixtures import Settings
 
+from ettweb.access.roles import set_role
 from ettweb.api.tokens import issue_token
+from ettweb.components.models import Component
 from ettweb.dashboard.templatetags.ett_format import duration
 from ettweb.queries import IsoWeek
 from ettweb.reports.models import SendRecord, SendStatus, Subscription
@@ -517,3 +521,52 @@ def test_unsubscribing_cancels_the_pending_report(smtp: SmtpServer, client: Clie
     record = SendRecord.objects.get(subscription=kai, week="2026-W12")
     assert record.status == SendStatus.CANCELLED and record.attempts == 1
     assert [len(smtp.handler.to(s.email)) for s in (jane, kai)] == [1, 1]
+
+
+# --------------------------------------------------------------------------- owners
+
+def _send_week(week: IsoWeek) -> str:
+    """``manage.py send_weekly_reports --week W``: default subscriptions, plan, send now."""
+    out = StringIO()
+    call_command("send_weekly_reports", "--week", str(week), stdout=out)
+    return out.getvalue()
+
+
+def test_an_owner_gets_the_report_of_what_they_own_by_default(
+        fleet: None, smtp: SmtpServer, client: Client) -> None:
+    """The owner role is the one ownership: an owner of checkpointing with an address (in no
+    group named like a team) is subscribed and sent the report with checkpointing first, as
+    the API lists it for ``components=checkpointing``; a member of a group named like
+    checkpointing's owner team, owning nothing, gets nothing. Taking the role away takes
+    checkpointing off their next report."""
+    Component.objects.update_or_create(name="checkpointing",
+                                       defaults={"owner_team": "storage-team"})
+    dana = User.objects.create_user("dana", email="dana@example.com")
+    set_role(dana, "owner", ["checkpointing"])
+    teamed = User.objects.create_user("teamed", email="teamed@example.com")
+    teamed.groups.add(Group.objects.create(name="storage-team"))
+
+    assert "2026-W11: 1 sent, 0 failed" in _send_week(W11)
+    subscription = Subscription.objects.get()
+    assert (subscription.user, subscription.email, subscription.owned) == (
+        dana, "dana@example.com", True)
+    assert [r.rcpt_tos for r in smtp.received] == [("dana@example.com",)]
+    text, html = bodies(only_to(smtp, dana.email))
+    token = issue_token(User.objects.create_user("reader"), "owner report test")
+    weekly = api(client, token, "/api/v1/reports/weekly?week=2026-W11&components=checkpointing")
+    assert [c["component"] for c in weekly["components"] if c["subscribed"]] == [
+        "checkpointing"]
+    lines = text.splitlines()
+    mine_at = lines.index("YOUR COMPONENTS: lost GPU-hours (change from the week before)")
+    rest_at = lines.index("THE REST OF THE FLEET (change from the week before)")
+    (yours,) = [line for line in lines[mine_at + 1:rest_at] if line]
+    checkpointing = next(c for c in weekly["components"] if c["component"] == "checkpointing")
+    assert checkpointing["lost_gpu_s"] > 0  # this-b's checkpoint save
+    assert yours.split()[:2] == ["checkpointing", gpuh(checkpointing["lost_gpu_s"])]
+    assert "yours" in html
+
+    set_role(dana, "viewer")
+    assert "2026-W12: 1 sent, 0 failed" in _send_week(W12)
+    text, _ = bodies(smtp.handler.to(dana.email)[1])
+    assert "YOUR COMPONENTS" not in text and "LOST GPU-HOURS BY COMPONENT" in text
+    assert smtp.handler.to(teamed.email) == []

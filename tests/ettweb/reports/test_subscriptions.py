@@ -11,13 +11,14 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
+from ettweb.access.roles import set_role
 from ettweb.components.models import Component
 from ettweb.reports.models import SendRecord, SendStatus, Subscription
 from ettweb.reports.subscriptions import check_address, check_names, check_time_zone
 
 URL = "/reports/settings/"
 GOOD = {"enabled": "on", "email": "alice@example.org", "time_zone": "Europe/Berlin",
-        "fleet": "on", "components": ["scheduler", "evaluation"], "teams": ["ads"]}
+        "fleet": "on", "owned": "on", "components": ["scheduler", "evaluation"]}
 
 
 @pytest.mark.parametrize("address", ["bob", "bob@", "@example.com", "bob@intranet",
@@ -49,19 +50,19 @@ def test_check_time_zone_names_the_bad_zone() -> None:
 
 def test_check_names_dedupes_in_order_and_names_strangers() -> None:
     """Order is the report's order; an unknown name is refused by name."""
-    assert check_names("teams", ["b", "a", "b"], ["a", "b"]) == ["b", "a"]
-    with pytest.raises(ValueError, match=r"^teams: unknown team 'c'$"):
-        check_names("teams", ["a", "c"], ["a", "b"])
+    assert check_names("components", ["b", "a", "b"], ["a", "b"]) == ["b", "a"]
+    with pytest.raises(ValueError, match=r"^components: unknown component 'c'$"):
+        check_names("components", ["a", "c"], ["a", "b"])
 
 
 @pytest.fixture
 def alice(db: None, client: Client) -> User:
-    """A logged-in member of ``ads``, the team that owns pt2_compiler."""
+    """A logged-in owner of pt2_compiler (pt2_compiler's owner team is ``ads``, a label)."""
     # update_or_create: a transactional test before this one flushes the seeded rows.
     Component.objects.update_or_create(name="pt2_compiler", defaults={"owner_team": "ads"})
     Component.objects.update_or_create(name="scheduler", defaults={"owner_team": "infra"})
     user = User.objects.create_user("alice", email="alice@example.com")
-    user.groups.add(Group.objects.create(name="ads"))
+    set_role(user, "owner", ["pt2_compiler"])
     client.force_login(user)
     return user
 
@@ -78,14 +79,37 @@ def test_a_new_user_sees_the_defaults(alice: User, client: Client) -> None:
     assert status == 200
     assert 'name="email" value="alice@example.com"' in body
     assert 'name="time_zone" value="UTC"' in body
-    assert 'name="teams" value="ads" id="id_teams_0" checked' in body  # their team
-    assert 'name="teams" value="infra" id="id_teams_1">' in body  # not theirs: unchecked
+    assert 'name="owned" aria-describedby="id_owned_helptext" id="id_owned" checked' in body
+    assert '<span class="muted" id="id_owned_helptext">you own pt2_compiler</span>' in body
+    chosen = re.search(r'<input type="checkbox" name="components" value="pt2_compiler"[^>]*>',
+                       body)
+    assert chosen is not None and "checked" not in chosen.group(0)  # owned, not chosen
+    assert "teams" not in body.lower()  # no heading over nothing to choose
     assert 'name="enabled" id="id_enabled" checked' in body
-    assert "You are not subscribed yet" in body
+    assert "You are not subscribed yet: save this form to start. You own components" in body
     assert '<option value="Europe/Berlin">' in body  # the zone list
     assert 'id="id_email_helptext"' in body  # what aria-describedby points at exists
     assert 'for=""' not in body  # checkbox groups get no label pointing nowhere
     assert not Subscription.objects.exists()  # looking changes nothing
+
+
+def test_someone_who_owns_nothing_gets_no_owned_box(db: None, client: Client) -> None:
+    """A group named like an owner team owns nothing: no box that would change nothing
+    visible, no empty heading; saving keeps ``owned`` on, so components they are given later
+    are listed without another visit."""
+    Component.objects.update_or_create(name="pt2_compiler", defaults={"owner_team": "ads"})
+    user = User.objects.create_user("bob", email="bob@example.com")
+    user.groups.add(Group.objects.create(name="ads"))
+    client.force_login(user)
+    status, body = page(client)
+    assert status == 200
+    assert 'name="owned"' not in body and "You own components" not in body
+    assert "teams" not in body.lower()
+    assert 'name="components" value="pt2_compiler"' in body
+    response = client.post(URL, {**GOOD, "owned": ""})  # a stale box posted: ignored
+    assert response.status_code == 302
+    saved = Subscription.objects.get(user=user)
+    assert saved.owned and saved.components == ["scheduler", "evaluation"]
 
 
 @pytest.mark.parametrize(("change", "reason"), [
@@ -94,7 +118,6 @@ def test_a_new_user_sees_the_defaults(alice: User, client: Client) -> None:
     ({"email": ""}, "This field is required."),
     ({"time_zone": "Mars/Olympus"}, "unknown time zone 'Mars/Olympus'"),
     ({"components": ["nope"]}, "Select a valid choice. nope is not one of the available"),
-    ({"teams": ["nobody"]}, "Select a valid choice. nobody is not one of the available"),
 ])
 def test_bad_input_is_shown_and_nothing_saved(alice: User, client: Client,
                                               change: dict[str, object], reason: str) -> None:
@@ -113,14 +136,15 @@ def test_a_good_post_saves_and_redirects(alice: User, client: Client) -> None:
     saved = Subscription.objects.get(user=alice)
     assert (saved.email, saved.time_zone, saved.enabled, saved.fleet) == (
         "alice@example.org", "Europe/Berlin", True, True)
-    assert saved.components == ["scheduler", "evaluation"] and saved.teams == ["ads"]
+    assert saved.components == ["scheduler", "evaluation"] and saved.owned
     assert saved.unsubscribed_at is None
     body = html.unescape(client.get(f"{URL}?saved=1").content.decode())
     assert "Saved. Next report: Monday 09:00 Europe/Berlin to alice@example.org." in body
     assert "You are not subscribed yet" not in body
-    response = client.post(URL, {**GOOD, "fleet": "", "teams": []})
+    response = client.post(URL, {**GOOD, "fleet": "", "owned": "", "components": []})
     saved.refresh_from_db()
-    assert not saved.fleet and saved.teams == []  # unchecked boxes save as off / empty
+    assert not saved.fleet and not saved.owned  # unchecked boxes save as off / empty
+    assert saved.components == []
     assert Subscription.objects.count() == 1  # edited, not a second one
 
 
