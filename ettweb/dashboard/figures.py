@@ -29,7 +29,7 @@ from plotly.colors import qualitative
 
 from ettweb.attribution.engine import Segment
 from ettweb.colours import category_order, colour_of, ink_on
-from ettweb.queries.base import ALL
+from ettweb.queries.base import ALL, DateRange
 from ettweb.queries.markers import RolloutMarker
 
 if TYPE_CHECKING:
@@ -316,28 +316,149 @@ def _previous_traces(previous: PreviousPeriod, colours: Mapping[str, str],
     return traces
 
 
+#: The least room above and below the data on a fitted ETT% axis, in points.
+FIT_PAD_PTS = 1.0
+#: Half the height of the reference band around the range's own ETT%, in points.
+BAND_PTS = 1.0
+BAND_COLOUR = "#4c78a8"
+OUTSIDE_COLOUR = "#9aa3ad"
+
+
+def fitted_percent_range(values: Sequence[float]) -> list[float]:
+    """A y range that shows how the values move: their spread padded by a tenth of itself
+    (at least ``FIT_PAD_PTS``), inside 0-100. Why not 0-100: a fleet moving from 90% to
+    96% is a flat line at the top of a 0-100 axis, and the move is what an owner looks for."""
+    if not values:
+        return [0.0, 100.0]
+    low, high = min(values), max(values)
+    pad = max(FIT_PAD_PTS, 0.1 * (high - low))
+    return [max(0.0, low - pad), min(100.0, high + pad)]
+
+
+def percent_scale_menu(fitted: Sequence[float]) -> list[dict[str, Any]]:
+    """Two buttons above a percentage chart: *fit to data* (the default) and *0-100%*, the
+    whole scale, for whoever wants the size of a move against everything."""
+    return [{"type": "buttons", "direction": "left", "showactive": True, "active": 0,
+             "x": 0.0, "xanchor": "left", "y": 1.0, "yanchor": "bottom", "pad": {"b": 4},
+             "font": {"size": 11},
+             "buttons": [{"label": "fit to data", "method": "relayout",
+                          "args": [{"yaxis.range": list(fitted)}]},
+                         {"label": "0-100%", "method": "relayout",
+                          "args": [{"yaxis.range": [0, 100]}]}]}]
+
+
+def _with_gaps(points: Sequence[tuple[date, float]],
+               interval: str) -> tuple[list[str], list[float | None]]:
+    """x and y of one line, broken where periods have no data: a line drawn straight across
+    three empty weeks claims values nobody measured."""
+    step = timedelta(days=7 if interval == "week" else 1)
+    xs: list[str] = []
+    ys: list[float | None] = []
+    ordered = sorted(points)
+    for index, (period, value) in enumerate(ordered):
+        if index and period - ordered[index - 1][0] > step:
+            xs.append((period - step).isoformat())
+            ys.append(None)
+        xs.append(period.isoformat())
+        ys.append(value)
+    return xs, ys
+
+
+def partial_days(period: date, interval: str, days: DateRange | None) -> int | None:
+    """How many of a week's 7 days the range covers, when it does not cover all of them
+    (None: a whole period, or a day)."""
+    if interval != "week" or days is None:
+        return None
+    covered = sum(1 for offset in range(7)
+                  if days.date_from <= period + timedelta(days=offset) <= days.date_to)
+    return covered if covered < 7 else None
+
+
+def _trend_trace(group: str, points: Sequence[tuple[date, float]], colour: str,
+                 interval: str, days: DateRange | None) -> dict[str, Any]:
+    """One group's line; a week the range covers only in part is an open marker whose hover
+    says how many days it holds."""
+    x, y = _with_gaps(points, interval)
+    partial = [partial_days(date.fromisoformat(p), interval, days) for p in x]
+    labels = [_period_label(date.fromisoformat(p), interval)
+              + (f" (partial: {n} of 7 days in the range)" if n else "")
+              for p, n in zip(x, partial, strict=True)]
+    return {"type": "scatter", "name": _text(group), "legendgroup": _text(group),
+            "x": x, "y": y, "customdata": labels, "mode": "lines+markers",
+            "line": {"color": colour}, "connectgaps": False,
+            "marker": {"symbol": ["circle-open" if n else "circle" for n in partial],
+                       "size": [9 if n else 6 for n in partial]},
+            "hovertemplate": "%{customdata}: %{y:.2f}%<extra>" + _text(group) + "</extra>"}
+
+
+def _reference_band(level: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A light band of ±``BAND_PTS`` around the range's own ETT%, and its label: the
+    periods outside it are the ones that moved."""
+    shapes = [{"type": "rect", "xref": "paper", "x0": 0, "x1": 1, "yref": "y",
+               "y0": level - BAND_PTS, "y1": level + BAND_PTS, "fillcolor": BAND_COLOUR,
+               "opacity": 0.08, "line": {"width": 0}, "layer": "below"},
+              {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": level,
+               "y1": level, "line": {"color": BAND_COLOUR, "width": 1, "dash": "dot"},
+               "layer": "below"}]
+    notes = [{"xref": "paper", "x": 1, "xanchor": "right", "yref": "y", "y": level + BAND_PTS,
+              "yanchor": "bottom", "showarrow": False, "font": {"size": 10, "color": BAND_COLOUR},
+              "text": f"whole range {level:.2f}% ± {BAND_PTS:g} pt"}]
+    return shapes, notes
+
+
+def _outside_range(fig: Figure, days: DateRange) -> None:
+    """Shade the parts of a weekly axis that lie outside the range (its first and last weeks
+    run past it), so a partial week is not read as a whole one."""
+    xaxis = fig["layout"].get("xaxis", {})
+    if "range" not in xaxis:
+        return
+    low, high = xaxis["range"]
+    start = _plotly_time(_midnight(days.date_from))
+    end = _plotly_time(_midnight(days.date_to) + timedelta(days=1))
+    shades = [(low, start)] if low < start else []
+    shades += [(end, high)] if end < high else []
+    fig["layout"]["shapes"] = [*fig["layout"].get("shapes", []), *(
+        {"type": "rect", "xref": "x", "x0": x0, "x1": x1, "yref": "paper", "y0": 0, "y1": 1,
+         "fillcolor": OUTSIDE_COLOUR, "opacity": 0.15, "line": {"width": 0}, "layer": "below"}
+        for x0, x1 in shades)]
+
+
 def ett_trend(series: Mapping[str, Sequence[tuple[date, float]]], interval: str,
               markers: Sequence[RolloutMarker] = (), previous: PreviousPeriod | None = None,
-              filters: Mapping[str, str] | None = None) -> Figure:
+              filters: Mapping[str, str] | None = None, days: DateRange | None = None,
+              reference: float | None = None) -> Figure:
     """ETT% per day or week, one line per group (GPU-weighted within each point), with a
     lane of rollout markers per component above it and, when given, the previous period
-    dashed beneath. ``filters`` travel with a marker cluster's link to the rollouts list."""
+    dashed beneath. ``filters`` travel with a marker cluster's link to the rollouts list.
+
+    The y axis fits the data (a toggle restores 0-100), around a light band at
+    ``reference`` (the whole range's ETT%); lines break where periods have no data; with
+    ``days``, weeks the range covers in part are marked and the axis outside it shaded.
+    """
     groups = list(dict.fromkeys([*series, *(previous.series if previous else {})]))
     colours = {g: GROUP_COLOURS[i % len(GROUP_COLOURS)] for i, g in enumerate(groups)}
-    traces = [{"type": "scatter", "name": _text(group), "legendgroup": _text(group),
-               "x": [p.isoformat() for p, _ in points], "y": [v for _, v in points],
-               "mode": "lines+markers", "line": {"color": colours[group]},
-               "hovertemplate": "%{x}: %{y:.2f}%<extra>" + _text(group) + "</extra>"}
+    traces = [_trend_trace(group, points, colours[group], interval, days)
               for group, points in series.items()]
     periods = [p.isoformat() for points in series.values() for p, _ in points]
+    values = [v for points in series.values() for _, v in points]
     if previous is not None:  # the axis spans the shifted points too, so none is cut off
         traces += _previous_traces(previous, colours, interval)
         periods += [(p + previous.shift).isoformat() for points in previous.series.values()
                     for p, _ in points]
-    fig = {"data": traces, "layout": base_layout(
-        height=340, yaxis={"title": _title("ETT%"), "range": [0, 100]},
-        xaxis={"title": _title(f"{interval} (UTC)")}, legend={"title": _title("group")})}
+        values += [v for points in previous.series.values() for _, v in points]
+    shapes, notes = _reference_band(reference) if reference is not None else ([], [])
+    fitted = fitted_percent_range(
+        values + ([reference - BAND_PTS, reference + BAND_PTS] if reference is not None else []))
+    layout = base_layout(
+        height=340, yaxis={"title": _title("ETT%"), "range": fitted},
+        xaxis={"title": _title(f"{interval} (UTC)")}, legend={"title": _title("group")},
+        updatemenus=percent_scale_menu(fitted))
+    if shapes:
+        layout.update(shapes=shapes, annotations=notes)
+    fig = {"data": traces, "layout": layout}
     _with_markers(fig, periods, interval, markers, filters)
+    if days is not None and interval == "week":
+        _outside_range(fig, days)
     return fig
 
 
@@ -632,7 +753,7 @@ def add_rollout_lanes(fig: Figure, lanes: Mapping[str, Sequence[MarkerCluster]],
     split = 1.0 - lanes_px / (height - PLOT_MARGIN_PX)
     layout["height"] = height
     layout["yaxis"] = {**layout.get("yaxis", {}), "domain": [0.0, split]}
-    layout["shapes"] = _guides(lanes)
+    layout["shapes"] = [*layout.get("shapes", []), *_guides(lanes)]
     layout[f"yaxis{axis[1:]}"] = {
         "domain": [split + LANES_GAP_PX / (height - PLOT_MARGIN_PX), 1.0], "fixedrange": True,
         "range": [len(names) - 0.5, -0.5], "tickvals": list(range(len(names))),

@@ -164,7 +164,7 @@ def _fleet_context(form: FleetFilterForm) -> dict[str, Any]:
     markers = calculate(RolloutMarkersQuery(days, jobs=jobs)).markers
     changes = calculate(ChangesQuery(days.date_from, days.date_to, team=jobs.team)).changes
     over_time = calculate(LostTrendQuery(days, interval, jobs))
-    charts = _fleet_charts(trend, lost.components, lifecycle, interval, markers, jobs,
+    charts = _fleet_charts(trend, lost.components, lifecycle, interval, markers, jobs, days,
                            _overlay(earlier, days), changes)
     if over_time.components:
         charts["lost_over_time"] = figures.to_fragment(figures.lost_over_time_stacked(
@@ -218,13 +218,15 @@ def _blank(value: float | None) -> float | str:
 
 
 def _trend_chart(trend: TrendResult, interval: str, markers: list[RolloutMarker],
-                 jobs: JobFilter, previous: figures.PreviousPeriod | None = None,
+                 jobs: JobFilter, days: DateRange,
+                 previous: figures.PreviousPeriod | None = None,
                  changes: list[DetectedChange] | None = None) -> str:
     """The ETT% trend, one line per group, the previous period dashed when asked for; a
     cluster of rollout markers links to the rollouts list with the page's filter; the
     detected changes of the range marked (ettweb.changes.figures)."""
     labels = {name: value for name, value in jobs.params().items() if name in LABELS}
-    fig = figures.ett_trend(_series(trend), interval, markers, previous, labels)
+    fig = figures.ett_trend(_series(trend), interval, markers, previous, labels, days=days,
+                            reference=trend.ett_pct)
     mark_changes(fig, changes or [])
     return figures.to_fragment(fig, "ett-trend")
 
@@ -240,18 +242,20 @@ def _overlay(earlier: TrendQuery | None, days: DateRange) -> figures.PreviousPer
 
 
 def _series(trend: TrendResult) -> dict[str, list[tuple[date, float]]]:
-    """Each group's (period, ETT%) points, as the trend figure draws them."""
-    return {g: [(p.period, p.ett_pct) for p in trend.series(g)] for g in trend.groups}
+    """Each group's (period, ETT%) points, as the trend figure draws them: a period with no
+    wall time has no ETT% (drawn as a gap, not as 0%)."""
+    return {g: [(p.period, p.ett_pct) for p in trend.series(g) if p.wall_gpu_s > 0]
+            for g in trend.groups}
 
 
 def _fleet_charts(trend: TrendResult, components: Any, lifecycle: LifecycleResult,
                   interval: str, markers: list[RolloutMarker], jobs: JobFilter,
-                  previous: figures.PreviousPeriod | None,
+                  days: DateRange, previous: figures.PreviousPeriod | None,
                   changes: list[DetectedChange] | None = None) -> dict[str, str]:
     """The overview's figures as HTML fragments (empty when there is nothing to draw)."""
     charts: dict[str, str] = {}
     if trend.points:
-        charts["trend"] = _trend_chart(trend, interval, markers, jobs, previous, changes)
+        charts["trend"] = _trend_chart(trend, interval, markers, jobs, days, previous, changes)
     if components:
         hours = {c.component: c.gpu_hours for c in components}
         charts["lost"] = figures.to_fragment(figures.lost_gpu_hours_bar(hours),

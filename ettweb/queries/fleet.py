@@ -18,6 +18,7 @@ from ettweb.ingest.models import QuarantinedEvent
 from ettweb.queries.base import (
     ALL,
     ANY_JOB,
+    GPU_BUCKETS,
     GROUPINGS,
     HOUR_S,
     INTERVALS,
@@ -196,7 +197,7 @@ class TrendQueryRunner:
         q = self.query
         if q.group_by == "none":
             return trend_of(_day_totals(q.range, q.jobs), q.range, q.interval)
-        return _trend_of_sums(_group_sums(q), q.range, q.interval)
+        return _trend_of_sums(_group_sums(q), q.range, q.interval, q.group_by)
 
 
 def _group_sums(q: TrendQuery) -> dict[tuple[date, str], list[float]]:
@@ -229,8 +230,20 @@ def trend_of(totals: DayTotalsResult, days: DateRange, interval: Interval) -> Tr
     return _trend_of_sums(sums, days, interval)
 
 
+#: GPU-size buckets in the order of their sizes ("1", "2-8", … "513+"), not as text sorts.
+_BUCKET_ORDER: Final = {label: index for index, (_, _, label) in enumerate(GPU_BUCKETS)}
+
+
+def group_order(group: str, group_by: str = "none") -> tuple[int, str]:
+    """How groups are listed (legends, the API's points): GPU-size buckets by size, every
+    other grouping by name."""
+    if group_by == "gpus":
+        return _BUCKET_ORDER.get(group, len(_BUCKET_ORDER)), group
+    return 0, group
+
+
 def _trend_of_sums(sums: Mapping[tuple[date, str], list[float]], days: DateRange,
-                   interval: Interval) -> TrendResult:
+                   interval: Interval, group_by: str = "none") -> TrendResult:
     """The trend from (day, group) -> [wall, productive] GPU-s, folded into periods."""
     folded: dict[tuple[date, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
     for (day, group), (wall, productive) in sums.items():
@@ -239,8 +252,10 @@ def _trend_of_sums(sums: Mapping[tuple[date, str], list[float]], days: DateRange
         bucket[1] += productive
     points = [TrendPoint(period, group, wall, productive)
               for (period, group), (wall, productive) in folded.items()]
-    points.sort(key=lambda p: (p.group, p.period))
-    return TrendResult(points=points, groups=sorted({p.group for p in points}),
+    points.sort(key=lambda p: (group_order(p.group, group_by), p.period))
+    return TrendResult(points=points,
+                       groups=sorted({p.group for p in points},
+                                     key=lambda g: group_order(g, group_by)),
                        wall_gpu_s=sum(p.wall_gpu_s for p in points),
                        productive_gpu_s=sum(p.productive_gpu_s for p in points))
 

@@ -16,7 +16,13 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from ettweb.dashboard.figures import DAY_MS, MARGIN, base_layout
+from ettweb.dashboard.figures import (
+    DAY_MS,
+    MARGIN,
+    base_layout,
+    fitted_percent_range,
+    percent_scale_menu,
+)
 from ettweb.queries.impact import ComponentShift, ImpactResult, TrendDay
 
 Figure = dict[str, Any]
@@ -142,11 +148,13 @@ def distributions(result: ImpactResult) -> Figure:
                 "pointpos": 0, "marker": {"color": colour, "size": 4}, "line": {"color": line},
                 "hovertemplate": f"%{{y:.2f}}%<extra>{name}</extra>"}
 
+    fitted = fitted_percent_range([*result.treated_before_ett, *result.treated_after_ett])
     return {"data": [box("before", result.treated_before_ett, CONTROL_COLOUR, "#5f6b77"),
                      box("after", result.treated_after_ett, TREATED_COLOUR, TREATED_COLOUR)],
             "layout": base_layout(height=340, showlegend=False,
-                              yaxis={"title": {"text": "job ETT% in the window"},
-                                     "range": [0, 101]})}
+                                  yaxis={"title": {"text": "job ETT% in the window"},
+                                         "range": fitted},
+                                  updatemenus=percent_scale_menu(fitted))}
 
 
 def component_shifts(shifts: list[ComponentShift]) -> Figure:

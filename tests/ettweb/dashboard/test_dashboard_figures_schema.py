@@ -16,6 +16,7 @@ import pytest
 from ettweb.attribution.engine import Segment
 from ettweb.dashboard import figures
 from ettweb.dashboard.jobfigures import category_timeline
+from ettweb.queries.base import DateRange
 from ettweb.queries.job import TimelineRow
 from ettweb.queries.markers import RolloutMarker
 
@@ -48,7 +49,10 @@ BUILDERS: dict[str, Callable[[], figures.Figure]] = {
         [TimelineRow(0, (("productive", 0.0, 50.0),), 0.0)], 0.0),
     "ett_trend": lambda: figures.ett_trend({"all": [(d, 80.0) for d in DAYS]}, "day",
                                            MARKERS, PREVIOUS, {"team": "ads"}),
-    "ett_trend_week": lambda: figures.ett_trend({"all": [(w, 80.0) for w in WEEKS]}, "week"),
+    "ett_trend_week": lambda: figures.ett_trend(
+        {"all": [(w, 80.0) for w in WEEKS]}, "week",
+        days=DateRange(WEEKS[0] + timedelta(days=2), WEEKS[-1] + timedelta(days=3)),
+        reference=80.0),
     "component_lost_chart": lambda: figures.component_lost_chart(
         [(d, 1.0) for d in DAYS], "checkpointing", "day", MARKERS),
     "component_share_chart": lambda: figures.component_share_chart(
@@ -121,7 +125,11 @@ def test_trend_draws_previous_period_and_marker_lanes_above_the_plot() -> None:
     assert list(fig.layout.yaxis2.ticktext) == ["checkpointing", "pt2_compiler"]
     assert fig.layout.height > 340  # grown by the lanes
     assert {s.type for s in fig.layout.shapes} == {"line", "rect"}
-    assert fig.layout.yaxis.range == (0, 100) and fig.layout.yaxis.title.text == "ETT%"
+    assert fig.layout.yaxis.title.text == "ETT%"
+    assert 0 < fig.layout.yaxis.range[0] < 80 < fig.layout.yaxis.range[1] < 100  # fitted
+    menu = fig.layout.updatemenus[0]
+    assert [b.label for b in menu.buttons] == ["fit to data", "0-100%"]
+    assert menu.buttons[1].args[0] == {"yaxis.range": [0, 100]}
 
 
 def test_timeline_lists_attempts_top_down_with_the_legend_under_it() -> None:
@@ -145,3 +153,36 @@ def test_to_fragment_embeds_the_plain_figure_with_the_page_template() -> None:
     html = figures.to_fragment(built, "fleet-lost")
     assert 'data-target="fleet-lost"' in html and f"height:{built['layout']['height']}px" in html
     assert '"template"' in html and "template" not in built["layout"]
+
+
+def test_the_trend_axis_fits_the_data_around_the_ranges_band() -> None:
+    """90% to 96% is a line that moves, not a flat line at the top of 0-100."""
+    days = [date(2026, 3, d) for d in (2, 3, 4)]
+    fig = _validated(figures.ett_trend({"all": list(zip(days, [90.0, 93.0, 96.0],
+                                                            strict=True))},
+                                       "day", reference=93.0))
+    low, high = fig.layout.yaxis.range
+    assert 88.5 <= low < 90 and 96 < high <= 97.5
+    band = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert [(b.y0, b.y1) for b in band] == [(92.0, 94.0)]
+    assert fig.layout.annotations[0].text == "whole range 93.00% ± 1 pt"
+
+
+def test_a_period_without_data_is_a_gap_not_a_straight_line() -> None:
+    points = [(date(2026, 3, 2), 80.0), (date(2026, 3, 23), 90.0), (date(2026, 3, 30), 91.0)]
+    fig = _validated(figures.ett_trend({"9-64": points}, "week"))
+    assert list(fig.data[0].y) == [80.0, None, 90.0, 91.0]
+    assert fig.data[0].connectgaps is False
+
+
+def test_partial_weeks_are_marked_and_the_axis_outside_the_range_shaded() -> None:
+    weeks = [date(2026, 3, 2), date(2026, 3, 9), date(2026, 3, 16)]  # Mondays
+    days = DateRange(date(2026, 3, 5), date(2026, 3, 17))  # Thu .. the next Tuesday
+    fig = _validated(figures.ett_trend({"all": [(w, 80.0) for w in weeks]}, "week",
+                                       days=days))
+    assert list(fig.data[0].marker.symbol) == ["circle-open", "circle", "circle-open"]
+    assert fig.data[0].customdata[0] == "week of 2026-03-02 (partial: 4 of 7 days in the range)"
+    assert fig.data[0].customdata[2] == "week of 2026-03-16 (partial: 2 of 7 days in the range)"
+    shaded = [s for s in fig.layout.shapes if s.type == "rect" and s.yref == "paper"]
+    assert [s.x1 for s in shaded][:1] == ["2026-03-05 00:00:00"]
+    assert shaded[1].x0 == "2026-03-18 00:00:00"

@@ -67,7 +67,8 @@ def test_small_fleet_pages_show_non_zero_gpu_hours(
     assert re.search(r'id="jobs-table".*<td class="num">0\.0367</td>', jobs, re.S)  # j1 lost
     components = client.get("/components/").content.decode()
     row = components[components.index(">distributed_runtime</a>"):]
-    assert re.match(r'[^/]*</a></td>\s*<td>—</td>\s*<td class="num">0\.00444</td>', row), row
+    assert re.match(r'[^/]*</a></td>\s*<td>—</td>\s*<td class="owners">—</td>\s*'
+                    r'<td class="num">0\.00444</td>', row), row
 
 
 def test_many_recoveries_read_as_a_mean_and_a_count() -> None:
