@@ -16,6 +16,7 @@ from urllib.parse import quote_plus
 
 import jwt
 import requests
+from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import User
 from django.http import HttpRequest
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
@@ -65,6 +66,12 @@ class SsoBackend(OIDCAuthenticationBackend):
         if user is None:
             raise Refused("code and state parameters: the callback needs both; start again "
                           "from the log-in page")
+        return user
+
+    def get_user(self, user_id: Any) -> User | None:
+        """The session's user while active: the library's answer ignores ``is_active``, so
+        a deactivated person would keep their open sessions."""
+        user: User | None = ModelBackend.get_user(self, user_id)
         return user
 
     def get_token(self, payload: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import jwt
@@ -20,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from ettweb.sso.backends import SsoBackend
 from ettweb.sso.config import sso_config
 from ettweb.sso.discovery import provider
-from ettweb.sso.errors import Refused
+from ettweb.sso.errors import ProviderError, Refused
 from tests.ettweb.sso.provider import (
     CLIENT_ID,
     CLIENT_SECRET,
@@ -55,14 +56,20 @@ def id_token(idp: MockProvider, client_id: str = CLIENT_ID, nonce: str = NONCE) 
     return token
 
 
+def backend_for(idp: MockProvider) -> SsoBackend:
+    """ETT's backend as a callback from ``idp`` sets it up (inside ``idp.settings()``)."""
+    backend = SsoBackend()
+    config = sso_config()
+    assert config is not None
+    backend.config, backend.provider = config, provider(config)
+    backend.OIDC_OP_TOKEN_ENDPOINT = backend.provider.token_endpoint
+    return backend
+
+
 def verified(idp: MockProvider, token: str, nonce: str = NONCE) -> dict[str, Any]:
     """What ETT's backend makes of ``token`` (as a callback for ``nonce`` would)."""
     with idp.settings():
-        backend = SsoBackend()
-        config = sso_config()
-        assert config is not None
-        backend.config, backend.provider = config, provider(config)
-        claims: dict[str, Any] = backend.verify_token(token, nonce=nonce)
+        claims: dict[str, Any] = backend_for(idp).verify_token(token, nonce=nonce)
         return claims
 
 
@@ -124,3 +131,17 @@ def test_an_unsigned_or_garbled_token_is_refused(idp: MockProvider) -> None:
     unsigned = ".".join([_part({"alg": "none", "typ": "JWT"}), _part(real), ""])
     assert refused(idp, unsigned) == "ID token: signed with 'none', not ETT_OIDC_SIGN_ALGO RS256"
     assert refused(idp, "not-a-token") == "ID token: not a JSON Web Token"
+
+
+def test_client_credentials_the_provider_does_not_know_name_the_settings(
+        tmp_path: Path) -> None:
+    """A provider that knows only registered clients answers the token request with
+    invalid_client: ETT's client ID or secret is wrong, the operator's to fix (502)."""
+    with (running_provider(tmp_path, "--require-registration") as strict, strict.settings(),
+          pytest.raises(ProviderError) as caught):
+        backend_for(strict).get_token({
+            "grant_type": "authorization_code", "code": "any", "client_id": CLIENT_ID,
+            "client_secret": CLIENT_SECRET, "redirect_uri": "http://testserver/cb"})
+    assert (str(caught.value), caught.value.status) == (
+        "the provider refused ETT's client credentials (invalid_client): check "
+        "ETT_OIDC_CLIENT_ID and ETT_OIDC_CLIENT_SECRET", 502)

@@ -166,15 +166,18 @@ def test_a_local_accounts_username_is_refused_never_taken_over(
 
 
 @pytest.mark.django_db
-def test_a_deactivated_account_is_refused(idp: MockProvider) -> None:
+def test_a_deactivated_account_is_refused_and_its_sessions_end(idp: MockProvider) -> None:
     idp.set_person("sub-jo", preferred_username="jo", groups=[ADMINS])
+    open_session = Client()
     with idp.settings():
-        sign_in(Client(), idp, "sub-jo")
+        sign_in(open_session, idp, "sub-jo")
+        assert open_session.get(reverse("dashboard:fleet")).status_code == 200
         User.objects.filter(username="jo").update(is_active=False)
         client = Client()
         reason = refusal(sign_in(client, idp, "sub-jo"), 403)
     assert "the ETT account &#x27;jo&#x27; is deactivated" in reason
     assert logged_in(client) is None
+    assert open_session.get(reverse("dashboard:fleet")).status_code == 302  # to the log-in
 
 
 @pytest.mark.django_db
