@@ -1,8 +1,9 @@
 """Root URLs: dashboard at ``/``, rollouts, components, changes, weekly reports, the JSON API,
 Django auth login, admin, and an unauthenticated health check.
 
-Every page needs a login except ``/healthz``, the login pages and the token-authenticated
-unsubscribe link; tests/ettweb/test_security.py walks every pattern here to keep it so.
+Every page needs a login except ``/healthz``, the login pages (single sign-on's included)
+and the token-authenticated unsubscribe link; tests/ettweb/test_security.py walks every
+pattern here to keep it so.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ urlpatterns = [
     path("favicon.ico", favicon, name="favicon"),
     path("metrics", metrics, name="metrics"),  # bearer token, for Prometheus
     path("accounts/", include(auth_urlpatterns)),
+    path("accounts/sso/", include("ettweb.sso.urls")),  # single sign-on, when configured
     path("admin/", admin.site.urls),
     path("api/v1/", _docs_need_login(api.urls)),
     path("rollouts/", include("ettweb.rollouts.urls")),

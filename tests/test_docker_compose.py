@@ -92,6 +92,19 @@ def test_every_service_of_ours_can_send_reports_with_links_that_work() -> None:
         assert env["ETT_BASE_URL"].startswith("${ETT_BASE_URL:-http")
 
 
+def test_single_sign_on_is_offered_to_the_web_and_off_by_default() -> None:
+    """Every ``ETT_OIDC_*`` setting the settings read is passed through, empty unless .env
+    sets it (empty reads as unset, so single sign-on stays off and the defaults apply)."""
+    base = (ROOT / "ettweb" / "settings" / "base.py").read_text()
+    read = set(re.findall(r'env\.\w+\("(ETT_OIDC_\w+)"', base))
+    assert "ETT_OIDC_ISSUER" in read and "ETT_OIDC_CLIENT_SECRET" in read
+    env = SERVICES["web"]["environment"]
+    given = {name for name in env if name.startswith("ETT_OIDC_")}
+    assert given == read | {"ETT_OIDC_CLIENT_SECRET_FILE"}
+    for name in given:
+        assert env[name] == f"${{{name}:-}}", name
+
+
 # --- The collector's credential (issue 13, defect 7) -------------------------------------
 # Ingest quarantines unsigned batches by default: a collector without a credential would
 # ship everything into the quarantine. The compose stack makes its own credential.

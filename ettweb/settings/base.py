@@ -75,6 +75,8 @@ INSTALLED_APPS = [
     "ettweb.reports",
     "ettweb.metrics",
     "ettweb.access",
+    # Single sign-on with OpenID Connect (off unless ETT_OIDC_ISSUER is set, below).
+    "ettweb.sso",
     # django-ninja's own static files: the API docs page loads Swagger UI from us, not a CDN.
     "ninja",
     # Login throttling (see AXES_* below).
@@ -126,9 +128,12 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
-# axes first: it refuses a locked-out login before the password is even checked (so the
-# right password does not help a guesser), then Django's own backend authenticates.
+# Single sign-on first: it answers only its own callback (never a username and password),
+# and throttling the provider's log-ins is the provider's business. Then axes: it refuses a
+# locked-out login before the password is even checked (so the right password does not help
+# a guesser), then Django's own backend authenticates.
 AUTHENTICATION_BACKENDS = [
+    "ettweb.sso.backends.SsoBackend",
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
     # Admins (the role, ettweb/access) hold every model permission in the Django admin.
@@ -204,6 +209,41 @@ AXES_CLIENT_IP_CALLABLE = client_ip
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard:jobs"
 LOGOUT_REDIRECT_URL = "login"
+
+# Single sign-on with OpenID Connect (ettweb/sso, docs/sso.md): off unless the issuer is set;
+# then the log-in page offers "Sign in with <provider>" beside the username and password
+# form, which stays (small sites, ``manage.py ett_login``). Endpoints are discovered from the
+# issuer's /.well-known/openid-configuration at the first sign-in, not here: a provider that
+# is down must not stop ETT from starting (its local log-ins still work).
+ETT_OIDC_ISSUER: str | None = env.url("ETT_OIDC_ISSUER", ("http", "https"), default=None,
+                                      kind="http(s)://")
+ETT_OIDC_CLIENT_ID: str | None = env.str_("ETT_OIDC_CLIENT_ID", None)
+ETT_OIDC_CLIENT_SECRET: str | None = env.str_("ETT_OIDC_CLIENT_SECRET", None)
+# The button's "Sign in with ..." (the issuer's host name when unset).
+ETT_OIDC_PROVIDER_NAME: str = env.str_("ETT_OIDC_PROVIDER_NAME", "")
+ETT_OIDC_SCOPES: list[str] = env.str_("ETT_OIDC_SCOPES", "openid email profile").split()
+# The claim holding the person's groups, and how groups become ETT roles (set again from
+# the claim at every sign-in): a group in ETT_OIDC_ADMIN_GROUPS makes an admin; each group
+# named <prefix><component> (ett-owner:checkpointing) makes an owner of that component;
+# anyone else is a viewer, or, when ETT_OIDC_VIEWER_GROUPS is set, refused unless in one.
+ETT_OIDC_GROUPS_CLAIM: str = env.str_("ETT_OIDC_GROUPS_CLAIM", "groups")
+ETT_OIDC_ADMIN_GROUPS: list[str] = env.list_("ETT_OIDC_ADMIN_GROUPS", [])
+ETT_OIDC_OWNER_GROUP_PREFIX: str = env.str_("ETT_OIDC_OWNER_GROUP_PREFIX", "ett-owner:")
+ETT_OIDC_VIEWER_GROUPS: list[str] = env.list_("ETT_OIDC_VIEWER_GROUPS", [])
+# A new user's ETT username (kept afterwards: the account is tied to the provider's subject).
+ETT_OIDC_USERNAME_CLAIM: str = env.str_("ETT_OIDC_USERNAME_CLAIM", "preferred_username")
+ETT_OIDC_SIGN_ALGO: str = env.str_("ETT_OIDC_SIGN_ALGO", "RS256")
+ETT_OIDC_TIMEOUT_S: float = env.float_("ETT_OIDC_TIMEOUT_S", 10.0, minimum=1.0)
+
+
+def _check_sso() -> None:
+    from ettweb.sso.config import check
+
+    check(ETT_OIDC_ISSUER, ETT_OIDC_CLIENT_ID, ETT_OIDC_CLIENT_SECRET, ETT_OIDC_SCOPES,
+          ETT_OIDC_SIGN_ALGO, ETT_OIDC_OWNER_GROUP_PREFIX)
+
+
+_check_sso()
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

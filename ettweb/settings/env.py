@@ -39,7 +39,7 @@ def _fail(name: str, problem: str) -> ImproperlyConfigured:
 #: to every process that can read ``/proc/<pid>/environ`` or ``docker inspect``, a file's
 #: permissions are the operator's to choose. The URLs are here for the passwords inside them.
 FILE_VARIABLES = frozenset({"DJANGO_SECRET_KEY", "EMAIL_HOST_PASSWORD", "DATABASE_URL",
-                            "CELERY_BROKER_URL"})
+                            "CELERY_BROKER_URL", "ETT_OIDC_CLIENT_SECRET"})
 
 
 def _set(value: str | None) -> bool:

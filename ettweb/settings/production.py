@@ -7,9 +7,11 @@ would hide a misconfiguration behind a working-looking dashboard.
 
 from __future__ import annotations
 
+from django.core.exceptions import ImproperlyConfigured
+
 from ettweb.settings import env
 from ettweb.settings.base import *  # noqa: F403
-from ettweb.settings.base import databases
+from ettweb.settings.base import ETT_OIDC_ISSUER, databases
 
 DEBUG = False
 SECRET_KEY = env.str_("DJANGO_SECRET_KEY")
@@ -48,3 +50,10 @@ SECURE_HSTS_SECONDS = env.int_("DJANGO_HSTS_SECONDS", 3600, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool_("DJANGO_HSTS_INCLUDE_SUBDOMAINS", True)
 SECURE_HSTS_PRELOAD = env.bool_("DJANGO_HSTS_PRELOAD", False)
 SILENCED_SYSTEM_CHECKS: list[str] = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+
+# Single sign-on: ETT sends the provider its client secret and takes ID tokens from it, so
+# only over TLS (OpenID Connect requires an https issuer).
+if ETT_OIDC_ISSUER and not ETT_OIDC_ISSUER.startswith("https://"):
+    raise ImproperlyConfigured(
+        "ETT_OIDC_ISSUER: must be an https:// URL in production (the client secret and the "
+        "ID tokens travel to and from it)")

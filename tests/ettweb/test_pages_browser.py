@@ -65,6 +65,8 @@ EXCLUDED: Final[dict[str, str]] = {
     "reports:preview-chart": "the preview's chart, a PNG not a page: decoded inside the "
                              "preview's frame on the reports:preview stop",
     "logout": "POST only (the header's log-out button); a GET answers 405",
+    "sso:": "single sign-on's redirects to and from the identity provider (off here, a 404); "
+            "tests/ettweb/sso/test_sso_browser.py walks them in Chromium with a provider",
 }
 
 #: Every chart block on the page, and whether plotly drew it (a plot div with its SVG).

@@ -90,6 +90,12 @@ ANONYMOUS: dict[str, Anonymous] = {
     "favicon": Anonymous("the icon browsers fetch by themselves: a redirect to the static "
                          "file", frozenset({301})),
     "admin:login": Anonymous("the admin's log-in page", frozenset({200})),
+    # Single sign-on is off in the walk (no ETT_OIDC_ISSUER): both answer 404 pages then.
+    # On, the first redirects to the provider and the second is its redirect back, where
+    # the provider's code and the browser's state are the authentication (tests/ettweb/sso).
+    "sso:login": Anonymous("single sign-on's start: off, a 404 page", frozenset({404})),
+    "sso:callback": Anonymous("single sign-on's return from the provider: off, a 404 page",
+                              frozenset({404})),
     "reports:unsubscribe": Anonymous(
         "RFC 8058 one-click unsubscribe: a mail client POSTs without a login, the signed token "
         "is the authentication; a bad token is a 400 page, an unknown subscription 404",
@@ -363,7 +369,8 @@ def clean_secrets(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 
 
 def test_the_secrets_that_may_come_from_files() -> None:
-    expected = {"DJANGO_SECRET_KEY", "EMAIL_HOST_PASSWORD", "DATABASE_URL", "CELERY_BROKER_URL"}
+    expected = {"DJANGO_SECRET_KEY", "EMAIL_HOST_PASSWORD", "DATABASE_URL", "CELERY_BROKER_URL",
+                "ETT_OIDC_CLIENT_SECRET"}
     assert set(env.FILE_VARIABLES) == expected
 
 

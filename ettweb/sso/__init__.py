@@ -1,0 +1,1 @@
+"""Single sign-on with OpenID Connect: the identity provider's groups give the role."""
