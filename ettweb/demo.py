@@ -159,6 +159,9 @@ class Demo:
         self.started_embedded = False
         self.env = dict(os.environ)
         self.env.setdefault("DJANGO_SETTINGS_MODULE", "ettweb.settings.local")
+        # A user's demo shows the site's own error pages, never Django's debug pages (a
+        # debug 404 lists every URL pattern); a developer sets DJANGO_DEBUG=true for them.
+        self.env.setdefault("DJANGO_DEBUG", "false")
         self.env["ETT_SPOOL_DIR"] = str(self.spool)
         self.env["PYTHONUNBUFFERED"] = "1"
 

@@ -55,3 +55,31 @@ class QueryMemoMiddleware:
 
         with memoized():
             return self.get_response(request)
+
+
+def _wants_html(request: HttpRequest) -> bool:
+    """A browser asks for HTML by name; curl and programs (``*/*``, or nothing) get text."""
+    return "text/html" in request.headers.get("Accept", "")
+
+
+class ErrorPageMiddleware:
+    """A page's plain-text refusal (a 400 naming the parameter) answered to a browser is drawn
+    as a page in the site's layout, with each problem on its own line and a way back; programs
+    keep the one line of text they can parse. The API answers JSON and is left alone."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if (response.status_code != 400 or not _wants_html(request)
+                or not response.get("Content-Type", "").startswith("text/plain")
+                or request.path.startswith("/api/")):
+            return response
+        from django.shortcuts import render  # templates load apps: not at import time
+
+        reason = response.content.decode(errors="replace")
+        heading, _, detail = reason.partition(": ")
+        return render(request, "400.html", {
+            "heading": heading, "problems": detail.split("; ") if detail else [reason],
+            "back": request.path}, status=400)

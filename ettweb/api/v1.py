@@ -46,7 +46,13 @@ from ettweb.queries.base import one_sided_range
 from ettweb.queries.collectors import DEFAULT_SILENT_AFTER_S
 from ettweb.queries.impact import DEFAULT_WINDOW_DAYS
 from ettweb.queries.weekly import TOP_JOBS
-from ettweb.rollouts.logic import RolloutInvalid, as_json, clean_rollout, save_rollout
+from ettweb.rollouts.logic import (
+    RolloutInvalid,
+    RolloutProblems,
+    as_json,
+    clean_rollout,
+    save_rollout,
+)
 from ettweb.rollouts.models import Rollout
 
 MAX_LIST = 500
@@ -386,7 +392,9 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
 
 @api.exception_handler(RolloutInvalid)
 def _invalid(request: HttpRequest, exc: RolloutInvalid) -> HttpResponse:
-    return _error(request, 400, str(exc))
+    """Every field's problem, the first first: a pipeline fixes them in one go."""
+    problems = exc.problems if isinstance(exc, RolloutProblems) else [exc]
+    return _error(request, 400, "; ".join(str(problem) for problem in problems))
 
 
 @api.exception_handler(WindowError)

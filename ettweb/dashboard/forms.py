@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import date
 from typing import Any
 from urllib.parse import urlencode
 
@@ -12,7 +13,9 @@ from django.http import HttpResponse, HttpResponseBadRequest
 from ettweb.queries import GPU_BUCKETS, GROUPINGS, INTERVALS, JobFilter, JobsQuery
 from ettweb.queries.base import (
     DEFAULT_DAYS,
+    FIRST_DAY,
     LABELS,
+    LAST_DAY,
     MAX_LABEL_CHARS,
     one_sided_range,
     range_or_default,
@@ -28,12 +31,20 @@ GROUP_LABELS = {"none": "whole fleet", "model": "model", "team": "team", "cluste
                 "gpus": "GPU-size bucket"}
 
 
+def _within_days(day: date) -> None:
+    """Refuse a day outside what a range may name: the day after 9999-12-31 is no date, and
+    a query reaching past it failed with "date value out of range", naming nothing."""
+    if not FIRST_DAY <= day <= LAST_DAY:
+        raise forms.ValidationError(f"must be a day from {FIRST_DAY} to {LAST_DAY}, not {day}")
+
+
 def day_field() -> forms.DateField:
     """An optional UTC day in a GET parameter (``YYYY-MM-DD``), rendered as
     ``<input type="date">``. Why: a plain text box gave no picker and no hint of the format
     it wants; the browser's picker submits exactly ``YYYY-MM-DD``, and a hand-typed bad
     value stays a 400 naming the parameter."""
-    return forms.DateField(required=False, input_formats=[ISO_DAY],
+    return forms.DateField(required=False, input_formats=[ISO_DAY], validators=[_within_days],
+                           error_messages={"invalid": "must be a day written YYYY-MM-DD"},
                            widget=forms.DateInput(attrs={"type": "date"}, format=ISO_DAY))
 
 
@@ -193,12 +204,26 @@ class JobPageForm(ExportForm):
                                 help_text="epoch seconds: show the rank lanes of this chunk")
 
 
+def accepts(field: forms.Field) -> str:
+    """What a field takes, in words, for a refusal to say (empty when its error says it)."""
+    if isinstance(field, forms.ChoiceField):
+        choices: Iterable[tuple[Any, Any]] = field.choices  # type: ignore[assignment]
+        values = [str(value) for value, _ in choices if value != ""]
+        return f" (one of {', '.join(values)})" if values else ""
+    return ""
+
+
 def form_reason(form: forms.Form) -> str:
-    """All errors on one line, naming the parameter: what a 400 response says."""
+    """All errors on one line, each naming its parameter and what it takes: what a 400
+    response says. Errors of the whole form (an inverted range) name their parameters in
+    their own words, so they get no label of their own."""
     parts = []
     for name, errors in form.errors.items():
-        label = "parameters" if name == "__all__" else name
-        parts.append(f"{label}: {' '.join(str(e) for e in errors)}")
+        text = " ".join(str(e) for e in errors)
+        if name == "__all__":
+            parts.append(text)
+        else:
+            parts.append(f"{name}: {text}{accepts(form.fields[name])}")
     return "; ".join(parts)
 
 
@@ -248,6 +273,8 @@ class JobsFilterForm(forms.Form):
         for sign in ("-", "")])
     page = forms.IntegerField(required=False, min_value=1, max_value=1_000_000)
     page_size = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE_SIZE)
+    format = forms.ChoiceField(required=False, choices=[("csv", "csv")],
+                               help_text="csv: every matching job as CSV")
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

@@ -65,7 +65,7 @@ BROKER_TIMEOUT_S = 2
 
 
 @login_required
-@takes(JobsFilterForm, "format")
+@takes(JobsFilterForm)
 @require_GET
 def jobs(request: HttpRequest) -> HttpResponse:
     """``/``: one page of jobs, filtered and sorted, with the filtered set's GPU-weighted ETT%
@@ -73,7 +73,7 @@ def jobs(request: HttpRequest) -> HttpResponse:
     form = JobsFilterForm(request.GET)
     if not form.is_valid():
         return bad_parameters(form)
-    if request.GET.get("format") == "csv":
+    if form.cleaned_data.get("format") == "csv":
         return _jobs_csv(form)
     result = calculate(form.query())
     chart = ""

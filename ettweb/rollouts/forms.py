@@ -16,7 +16,7 @@ from ettweb.dashboard.forms import LabelFilterForm, day_field
 from ettweb.queries import RolloutListQuery
 from ettweb.queries.impact import DEFAULT_WINDOW_DAYS, MAX_WINDOW_DAYS, MIN_WINDOW_DAYS
 from ettweb.queries.markers import LIST_SORTS, LIST_VERDICTS
-from ettweb.rollouts.logic import RolloutFields, RolloutInvalid, clean_rollout
+from ettweb.rollouts.logic import RolloutFields, RolloutProblems, clean_rollout
 from ettweb.rollouts.models import Rollout
 from ettweb.rollouts.scope import LIST_FIELDS
 
@@ -66,9 +66,10 @@ class RolloutForm(forms.Form):
         return initial
 
     def clean(self) -> dict[str, Any]:
+        """Every problem at once: the fields' own (a bad date) and the rollout rules' (an
+        unknown component, a bad link), each beside its input. A field Django refused is
+        not checked again (its value is missing, so the rules would only repeat it)."""
         data = super().clean() or {}
-        if self.errors:
-            return data
         scope: dict[str, Any] = {}
         for name in LIST_FIELDS:
             values = _split(data.get(name) or "")
@@ -79,9 +80,11 @@ class RolloutForm(forms.Form):
         raw = {**data, "scope": scope}
         try:
             self.rollout_fields = clean_rollout(raw, known_components())
-        except RolloutInvalid as exc:
-            field = exc.field.removeprefix("scope.")
-            self.add_error(field if field in self.fields else None, str(exc))
+        except RolloutProblems as exc:
+            for problem in exc.problems:
+                field = problem.field.removeprefix("scope.")
+                if field not in self.errors:
+                    self.add_error(field if field in self.fields else None, str(problem))
         return data
 
 
@@ -101,9 +104,10 @@ class RolloutAdminForm(forms.ModelForm):
             return data
         try:
             fields = clean_rollout(data, known_components())
-        except RolloutInvalid as exc:
-            field = exc.field.split(".")[0]
-            self.add_error(field if field in self.fields else None, str(exc))
+        except RolloutProblems as exc:
+            for problem in exc.problems:
+                field = problem.field.split(".")[0]
+                self.add_error(field if field in self.fields else None, str(problem))
             return data
         data.update(name=fields.name, component=fields.component, at=fields.at,
                     scope=fields.scope.as_dict(), notes=fields.notes, link=fields.link)

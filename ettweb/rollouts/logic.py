@@ -135,14 +135,34 @@ def _scope(value: Any) -> Scope:
         raise RolloutInvalid(f"scope.{exc.field}", exc.problem) from exc
 
 
+class RolloutProblems(RolloutInvalid):
+    """Every field that cannot be stored: a form shows each beside its input at once,
+    rather than one per submission. ``str`` and ``field`` are the first problem's, so a
+    caller that wants one line (the API) still gets ``<field>: <problem>``."""
+
+    def __init__(self, problems: list[RolloutInvalid]) -> None:
+        super().__init__(problems[0].field, problems[0].problem)
+        self.problems = problems
+
+
 def clean_rollout(data: Mapping[str, Any], known_components: Sequence[str]) -> RolloutFields:
-    """Every field checked, in the order a person reads them; the first problem is raised."""
-    return RolloutFields(
-        name=_name(data.get("name")), component=_component(data.get("component"),
-                                                           known_components),
-        at=_at(data.get("at")), scope=_scope(data.get("scope")),
-        notes=_notes(data.get("notes")), link=_link(data.get("link")),
-    )
+    """Every field checked, in the order a person reads them; raises
+    :class:`RolloutProblems` naming every field that fails."""
+    checks: dict[str, Any] = {
+        "name": lambda: _name(data.get("name")),
+        "component": lambda: _component(data.get("component"), known_components),
+        "at": lambda: _at(data.get("at")), "scope": lambda: _scope(data.get("scope")),
+        "notes": lambda: _notes(data.get("notes")), "link": lambda: _link(data.get("link"))}
+    values: dict[str, Any] = {}
+    problems: list[RolloutInvalid] = []
+    for name, check in checks.items():
+        try:
+            values[name] = check()
+        except RolloutInvalid as exc:
+            problems.append(exc)
+    if problems:
+        raise RolloutProblems(problems)
+    return RolloutFields(**values)
 
 
 def save_rollout(fields: RolloutFields, *, rollout: Rollout | None = None,

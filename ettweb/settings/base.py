@@ -98,6 +98,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last, as django-axes requires: it turns a locked-out login into the lockout page.
     "axes.middleware.AxesMiddleware",
+    # Inside auth: the page it draws names who is signed in.
+    "ettweb.middleware.ErrorPageMiddleware",
     "ettweb.middleware.QueryMemoMiddleware",
 ]
 

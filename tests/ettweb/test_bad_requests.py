@@ -17,9 +17,12 @@ def user(db: None) -> User:
 
 
 @pytest.mark.parametrize(("path", "reason"), [
-    ("/fleet/?date_to=9999-12-31", "date_to 9999-12-31 is outside 1900-01-01 to 9999-12-30"),
-    ("/fleet/?date_from=1899-12-31&date_to=1900-01-05", "date_from 1899-12-31 is outside"),
-    ("/components/checkpointing/?date_to=9999-12-31", "is outside 1900-01-01 to 9999-12-30"),
+    ("/fleet/?date_to=9999-12-31",
+     "date_to: must be a day from 1900-01-01 to 9999-12-30, not 9999-12-31"),
+    ("/fleet/?date_from=1899-12-31&date_to=1900-01-05",
+     "date_from: must be a day from 1900-01-01 to 9999-12-30, not 1899-12-31"),
+    ("/components/checkpointing/?date_to=9999-12-31",
+     "date_to: must be a day from 1900-01-01 to 9999-12-30"),
     ("/jobs/%00/", "bad request: NUL character in the path"),
     ("/components/%00/", "bad request: NUL character in the path"),
     ("/rollouts/?component=%00", "bad request: NUL character in query parameter 'component'"),

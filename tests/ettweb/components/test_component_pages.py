@@ -323,10 +323,10 @@ def test_unknown_component_is_a_404(staff: Client, method: str) -> None:
 
 @pytest.mark.parametrize(("url", "params", "reason"), [
     ("/components/pt2_compiler/", {"interval": "month"}, "interval: Select a valid choice"),
-    ("/components/pt2_compiler/", {"date_from": "2026-13-01"}, "date_from: Enter a valid"),
+    ("/components/pt2_compiler/", {"date_from": "2026-13-01"}, "date_from: must be a day written"),
     ("/components/pt2_compiler/", {"date_from": "2026-03-05", "date_to": "2026-03-01"},
      "date_from 2026-03-05 is after"),
-    ("/components/", {"date_to": "yesterday"}, "date_to: Enter a valid date"),
+    ("/components/", {"date_to": "yesterday"}, "date_to: must be a day written YYYY-MM-DD"),
 ])
 def test_bad_parameters_are_a_400_naming_them(viewer: Client, url: str,
                                               params: dict[str, str], reason: str) -> None:

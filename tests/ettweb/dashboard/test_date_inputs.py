@@ -52,4 +52,4 @@ def test_pages_render_date_pickers_with_the_range_in_use(viewer: Client, url: st
 def test_bad_days_are_a_400_naming_the_parameter(viewer: Client, url: str, value: str) -> None:
     response = viewer.get(url, {"date_from": value})
     assert response.status_code == 400
-    assert "date_from: Enter a valid date" in response.content.decode()
+    assert "date_from: must be a day written YYYY-MM-DD" in response.content.decode()

@@ -198,7 +198,7 @@ def test_an_unknown_model_is_an_empty_page_that_says_so(viewer: Client) -> None:
     ({"gpus": "9-64 "}, "gpus: Select a valid choice"),
     ({"team": "t" * 201}, "team: Ensure this value has at most 200 characters"),
     ({"model": "m" * 500}, "model: Ensure this value has at most 200 characters"),
-    ({"date_to": "2026-02-30"}, "date_to: Enter a valid date"),
+    ({"date_to": "2026-02-30"}, "date_to: must be a day written YYYY-MM-DD"),
     ({"compare": "yes"}, "compare: Select a valid choice"),
     ({"format": "xlsx"}, "format: Select a valid choice"),
     ({"format": "csv", "table": "jobs"}, "table: must be one of lost_by_component, top_jobs, "

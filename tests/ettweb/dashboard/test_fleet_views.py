@@ -60,7 +60,7 @@ def test_fleet_page_shows_trend_components_top_jobs_and_restart_tax(
 @pytest.mark.parametrize(("params", "reason"), [
     ({"interval": "month"}, "interval: Select a valid choice"),
     ({"group_by": "user"}, "group_by: Select a valid choice"),
-    ({"date_from": "2026-13-01"}, "date_from: Enter a valid date"),
+    ({"date_from": "2026-13-01"}, "date_from: must be a day written YYYY-MM-DD"),
     ({"date_from": "2026-03-05", "date_to": "2026-03-01"}, "date_from 2026-03-05 is after"),
     ({"date_from": "2000-01-01", "date_to": "2026-01-01"}, "range longer than"),
 ])

@@ -201,7 +201,7 @@ def test_list_filters_round_trip_and_export_csv_neutralized(viewer: Client) -> N
     ("team=" + "t" * 201, "team: Ensure this value has at most 200 characters"),
     ("format=csv&table=jobs", "table: must be one of rollouts, not 'jobs'"),
     ("format=csv", "table: must be one of rollouts"),
-    ("date_from=2026-03-09&date_to=2026-03-01", "parameters: date_from 2026-03-09 is after"),
+    ("date_from=2026-03-09&date_to=2026-03-01", "date_from 2026-03-09 is after"),
 ])
 def test_bad_list_filters_are_a_400_naming_them(viewer: Client, query: str, named: str) -> None:
     response = viewer.get(f"/rollouts/?{query}")
