@@ -523,7 +523,10 @@ def jobs(request: HttpRequest, date_from: date | None = None, date_to: date | No
                           gpus=gpus, status=status, sort=sort, page=page, page_size=page_size)
     except ValueError as exc:
         raise HttpError(400, f"{str(exc).split(' ', 1)[0]}: {exc}") from None
-    return {**query.scope_api(), **calculate(query).as_api()}
+    result = calculate(query)
+    if page > result.pages:
+        raise HttpError(400, f"page: {page} is past the last page, {result.pages}")
+    return {**query.scope_api(), **result.as_api()}
 
 
 api.add_router("/", "ettweb.api.fleet.router")  # the fleet and component charts' JSON

@@ -13,6 +13,7 @@ from django.http import (
     Http404,
     HttpRequest,
     HttpResponse,
+    HttpResponseBadRequest,
     HttpResponsePermanentRedirect,
     JsonResponse,
 )
@@ -76,18 +77,38 @@ def jobs(request: HttpRequest) -> HttpResponse:
     if form.cleaned_data.get("format") == "csv":
         return _jobs_csv(form)
     result = calculate(form.query())
+    if form.query().page > result.pages:
+        return bad_page(form.query().page, result.pages)
     chart = ""
     if result.lost_by_component_gpu_s:
         hours = {c: s / HOUR_S for c, s in result.lost_by_component_gpu_s.items()}
         chart = figures.to_fragment(figures.lost_gpu_hours_bar(hours), "fleet-lost")
     sort = form.cleaned_data.get("sort") or "-lost_gpu_hours"
     return render(request, "dashboard/jobs.html", {
-        "form": form, "fleet": result, "chart": chart, "sort": sort,
+        "form": form, "fleet": result, "chart": chart, "sort": sort, "columns": JOB_LIST_COLUMNS,
+        "sorted_key": sort.removeprefix("-"),
+        "sorted_order": "descending" if sort.startswith("-") else "ascending",
         "sort_links": {key: form.link(sort=("" if sort == f"-{key}" else "-") + key, page="")
                        for key in JOB_SORTS},
         "previous": form.link(page=result.page - 1) if result.page > 1 else "",
         "next": form.link(page=result.page + 1) if result.page < result.pages else "",
         "csv": form.link(format="csv", page="")})
+
+
+#: The jobs table's columns: (sort key or "", heading, numeric).
+JOB_LIST_COLUMNS = (("job", "Job", False), ("", "Model", False), ("", "Team", False),
+                    ("", "Cluster", False), ("attempts", "Attempts", True),
+                    ("", "Status", False), ("gpus", "GPUs", True), ("start", "Start (UTC)", False),
+                    ("wall", "Wall", True), ("ett_pct", "ETT%", True),
+                    ("lost_gpu_hours", "Lost GPU-hours", True), ("failures", "Failures", True),
+                    ("", "Anomalies", True))
+
+
+def bad_page(page: int, pages: int) -> HttpResponse:
+    """A page past the last one is a 400 that says how many there are (it used to show the
+    last page under the URL of one that does not exist)."""
+    return HttpResponseBadRequest(f"bad parameters: page: {page} is past the last page, "
+                                  f"{pages}", content_type="text/plain")
 
 
 JOB_COLUMNS = ("job", "model", "team", "cluster", "status", "attempts", "gpus", "start",

@@ -124,3 +124,28 @@ def test_the_api_answers_what_the_page_shows(client: Client, fleet: None) -> Non
     assert body["total"] == 12 and len(body["jobs"]) == 4
     bad = client.get("/api/v1/jobs?sort=nope", HTTP_AUTHORIZATION=f"Bearer {token}")
     assert bad.status_code == 400 and bad.json()["error"].startswith("sort:")
+
+
+def test_the_table_has_model_and_cluster_and_marks_the_sorted_column(logged_in: Client,
+                                                                     fleet: None) -> None:
+    html = logged_in.get("/?sort=ett_pct").content.decode()
+    head = html[html.index("<thead>"):html.index("</thead>")]
+    headings = re.findall(r"<th[^>]*>(?:<a [^>]*>)?([^<]+)", head)
+    assert [h.strip() for h in headings][:4] == ["Job", "Model", "Team", "Cluster"]
+    assert re.search(r'aria-sort="ascending"><a [^>]*>ETT% <span class="sort-arrow">↑', head)
+    assert head.count("sort-arrow") == 1
+    default = logged_in.get("/").content.decode()
+    assert re.search(r'aria-sort="descending"><a [^>]*>Lost GPU-hours <span class="sort-arrow">↓',
+                     default)
+    assert '<td class="num nowrap">' in default  # wall times do not wrap
+
+
+def test_a_page_past_the_last_is_refused_with_the_count(logged_in: Client, fleet: None) -> None:
+    response = logged_in.get("/?page=999999&page_size=10")
+    assert response.status_code == 400
+    pages = -(-JobRollup.objects.count() // 10)
+    assert response.content.decode() == (f"bad parameters: page: 999999 is past the last page, "
+                                         f"{pages}")
+    token = issue_token(User.objects.create_user("reader2"), "jobs")
+    api = logged_in.get("/api/v1/jobs?page=999999", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert api.status_code == 400 and api.json()["error"].startswith("page: 999999 is past")
