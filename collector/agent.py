@@ -307,9 +307,10 @@ class CeleryPublisher:
 
     It dials its own kombu connection rather than the app's pool: Celery lets an exported
     CELERY_BROKER_URL override the app's broker, and the agent must use the URL it was given
-    (``--broker`` wins over the environment). Celery's publish retry is off and kombu
-    connects once per try (``max_retries: 0``): the agent owns the retry loop, so a stop
-    request is honoured between tries and the backoff is ours to log.
+    (``--broker`` wins over the environment), with the password from its file beside it.
+    Celery's publish retry is off and kombu connects once per try (``max_retries: 0``): the
+    agent owns the retry loop, so a stop request is honoured between tries and the backoff
+    is ours to log.
     """
 
     def __init__(self, config: AgentConfig) -> None:
@@ -323,7 +324,7 @@ class CeleryPublisher:
     def _connect(self) -> Any:
         from kombu import Connection
 
-        return Connection(self.config.broker_url,
+        return Connection(self.config.broker_url, password=self.config.broker_password,
                           connect_timeout=self.config.publish_timeout_s,
                           transport_options=transport_options(self.config))
 
