@@ -54,7 +54,8 @@ class BrokerQueue:
         return Queue(self.name, Exchange(self.name), routing_key=self.name)
 
     def declare(self) -> None:
-        """Declare the queue as a worker consuming it would."""
+        """Declare the queue as a worker consuming it would: on AMQP the agent declares
+        nothing (a node's broker user may not) and publishes only to an existing queue."""
         with Connection(self.url) as conn:
             self._queue()(conn.default_channel).declare()
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from collector.__main__ import main
-from collector.agent import transport_options
+from collector.agent import publish_route, transport_options
 from collector.config import STATE_FILE_NAME, ConfigError, config_from_args
 
 REPO = Path(__file__).resolve().parents[2]
@@ -152,6 +152,20 @@ def test_publisher_confirms_on_amqp_only(url: str, confirms: bool) -> None:
     options = transport_options(config_from_args(["--broker", url, "--unsigned"]))
     assert options.get("confirm_publish", False) is confirms
     assert options["max_retries"] == 0  # the agent's own loop retries, with backoff
+
+
+@pytest.mark.parametrize(
+    ("url", "route"),
+    [("amqp://ett-node@rabbit:5672/ett", {"exchange": "ingest", "routing_key": "ingest",
+                                          "declare": [], "mandatory": True}),
+     ("redis://127.0.0.1:6379/0", {})],
+)
+def test_on_amqp_a_batch_goes_to_its_queues_exchange_declaring_nothing(
+        url: str, route: dict[str, object]) -> None:
+    """A node's publish-only RabbitMQ user may write that exchange and configure nothing
+    (tests/ettweb/test_security_broker.py runs it against a real RabbitMQ)."""
+    config = config_from_args(["--broker", url, "--queue", "ingest", "--unsigned"])
+    assert publish_route(config) == route
 
 
 def test_the_broker_password_comes_from_its_file_and_stays_out_of_logs() -> None:
