@@ -307,9 +307,10 @@ class CeleryPublisher:
 
     It dials its own kombu connection rather than the app's pool: Celery lets an exported
     CELERY_BROKER_URL override the app's broker, and the agent must use the URL it was given
-    (``--broker`` wins over the environment). Celery's publish retry is off and kombu
-    connects once per try (``max_retries: 0``): the agent owns the retry loop, so a stop
-    request is honoured between tries and the backoff is ours to log.
+    (``--broker`` wins over the environment), with the password from its file beside it.
+    Celery's publish retry is off and kombu connects once per try (``max_retries: 0``): the
+    agent owns the retry loop, so a stop request is honoured between tries and the backoff
+    is ours to log. Where a message goes on the wire is :func:`publish_route`.
     """
 
     def __init__(self, config: AgentConfig) -> None:
@@ -323,7 +324,7 @@ class CeleryPublisher:
     def _connect(self) -> Any:
         from kombu import Connection
 
-        return Connection(self.config.broker_url,
+        return Connection(self.config.broker_url, password=self.config.broker_password,
                           connect_timeout=self.config.publish_timeout_s,
                           transport_options=transport_options(self.config))
 
@@ -347,7 +348,8 @@ class CeleryPublisher:
         timeout = self.config.publish_timeout_s
         self.app.send_task(task, args=args, queue=self.config.queue,
                            connection=self.connection, retry=False, serializer="json",
-                           timeout=timeout, confirm_timeout=timeout)
+                           timeout=timeout, confirm_timeout=timeout,
+                           **publish_route(self.config))
 
     def reset(self) -> None:
         """After an error, drop the connection: the next try dials the broker afresh."""
@@ -357,6 +359,23 @@ class CeleryPublisher:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.connection.close()
+
+
+def publish_route(config: AgentConfig) -> dict[str, Any]:
+    """Where a message goes on AMQP: to the exchange named like the queue (the one Celery
+    binds the queue to), declaring nothing, and mandatory.
+
+    A training node's broker user may only write to that exchange (docs/operations.md, "The
+    broker"). Declaring takes RabbitMQ's configure permission, which that user lacks, and
+    Celery's default route, the nameless exchange, reaches every queue by name (the workers'
+    control queues too), so it is not granted. Since nothing is declared, ``mandatory`` makes
+    a message that no queue is bound to take fail (the agent retries it) instead of vanishing.
+    Redis has no such permissions: there Celery's default stays (declare, publish by name).
+    """
+    if not config.is_amqp:
+        return {}
+    return {"exchange": config.queue, "routing_key": config.queue, "declare": [],
+            "mandatory": True}
 
 
 def transport_options(config: AgentConfig) -> dict[str, Any]:

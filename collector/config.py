@@ -64,6 +64,7 @@ class AgentConfig:
     log_level: str = "INFO"
     collector_id: str | None = None
     collector_secret: str | None = field(default=None, repr=False)  # never in logs
+    broker_password: str | None = field(default=None, repr=False)  # never in logs
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
     health_interval_s: float = 30.0
@@ -95,6 +96,9 @@ class _Setting:
 SETTINGS: tuple[_Setting, ...] = (
     _Setting("--broker", "CELERY_BROKER_URL",
              "broker URL (required): redis://HOST:PORT/DB, redis+socket:///PATH, amqp://..."),
+    _Setting("--broker-password-file", "CELERY_BROKER_PASSWORD_FILE",
+             "file holding the broker password (first line), for a --broker URL given "
+             "without one"),
     _Setting("--spool-dir", "ETT_SPOOL_DIR",
              f"directory of the *.jsonl spool files to ship (default {DEFAULT_SPOOL_DIR})"),
     _Setting("--state-file", "ETT_COLLECTOR_STATE",
@@ -231,6 +235,47 @@ def check_broker_url(url: str | None) -> str:
     return url
 
 
+def password_conflict(url: str) -> str | None:
+    """Why a broker password given beside ``url`` (kombu's ``password``) would go unused, or
+    None when it will be used.
+
+    kombu lets a password inside the URL win, and takes a redis+socket URL's password from the
+    URL only: either way the password from its file would be silently ignored. The web and
+    worker settings (``ettweb.settings.env``) apply the same rule.
+    """
+    parts = urlsplit(url)
+    if parts.password is not None:
+        return "has a password already; give the URL without one"
+    if parts.scheme.lower() in SOCKET_SCHEMES:
+        return ("is a redis+socket URL, whose password kombu reads from the URL only "
+                "(redis+socket://:PASSWORD@/path)")
+    return None
+
+
+def _first_line(path: str, label: str) -> str:
+    """The first line of a secret file, stripped; an unreadable or empty file names ``label``."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{label} cannot be read: {exc}") from None
+    if not lines or not lines[0].strip():
+        raise ConfigError(f"{label} cannot be read: empty file {path!r}")
+    return lines[0].strip()
+
+
+def _broker_password(raw: str | None, url: str) -> str | None:
+    """The password from ``--broker-password-file``: a secret file, as the broker's own
+    (compose's Redis reads the same one), while the URL stays a plain setting."""
+    if raw is None:
+        return None
+    label = _BY_DEST["broker_password_file"].label
+    password = _first_line(raw, label)
+    conflict = password_conflict(url)
+    if conflict is not None:
+        raise ConfigError(f"{label} is set but {_BY_DEST['broker'].label} {conflict}")
+    return password
+
+
 def _text(raw: str | None, dest: str, default: str) -> str:
     if raw is None:
         return default
@@ -266,10 +311,13 @@ def config_from_args(argv: Sequence[str] | None = None,
     def raw(dest: str) -> str | None:
         return _raw(args, environ, dest)
 
+    broker_url = check_broker_url(raw("broker"))
+    broker_password = _broker_password(raw("broker_password_file"), broker_url)
     spool_dir = _spool_dir(raw("spool_dir"))
     state_raw = raw("state_file")
     config = AgentConfig(
-        broker_url=check_broker_url(raw("broker")),
+        broker_url=broker_url,
+        broker_password=broker_password,
         spool_dir=spool_dir,
         state_file=Path(state_raw) if state_raw else spool_dir / STATE_FILE_NAME,
         source=_text(raw("source"), "source", socket.gethostname()),
@@ -340,13 +388,7 @@ def _credential(raw: Callable[[str], str | None],
     if secret is not None and secret_file is not None:
         raise ConfigError(f"{label} and {file_label} are both set; use one")
     if secret_file is not None:
-        try:
-            lines = Path(secret_file).read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{file_label} cannot be read: {exc}") from None
-        if not lines or not lines[0].strip():
-            raise ConfigError(f"{file_label} cannot be read: empty file {secret_file!r}")
-        secret = lines[0]
+        secret = _first_line(secret_file, file_label)
     if secret is not None and not secret.strip():
         raise ConfigError(f"{label} must not be empty")
     if collector_id is None and secret is not None:

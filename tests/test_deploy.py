@@ -14,6 +14,7 @@ import configparser
 import shlex
 from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -109,6 +110,18 @@ def test_the_unit_takes_its_secret_from_a_file() -> None:
     assert secret_file in README, "README must say where the secret file goes"
 
 
+def test_the_unit_takes_the_broker_password_from_a_file() -> None:
+    password_file = UNIT_ENV["CELERY_BROKER_PASSWORD_FILE"]
+    assert PurePosixPath(password_file).is_absolute()
+    assert password_file not in (SERVICE["EnvironmentFile"].lstrip("-"),
+                                 UNIT_ENV["ETT_COLLECTOR_SECRET_FILE"])
+    env_file = _env_file(ENV_EXAMPLE)
+    for given in (UNIT_ENV, env_file):
+        assert "CELERY_BROKER_PASSWORD" not in given, "the password belongs in the file only"
+    assert urlsplit(env_file["CELERY_BROKER_URL"]).password is None
+    assert password_file in README, "README must say where the password file goes"
+
+
 def test_the_spool_is_the_units_state_directory() -> None:
     """StateDirectory= is created (owned by User=) at every start and, under
     ProtectSystem=strict, is the one path the agent may write: its spool and its state."""
@@ -135,10 +148,14 @@ def test_the_unit_and_its_env_file_give_only_settings_the_agent_reads() -> None:
 def test_the_units_settings_start_the_agent_signing(tmp_path: Path) -> None:
     secret = tmp_path / "collector.secret"
     secret.write_text("ab" * 32 + "\n")
-    environ = {**UNIT_ENV, **_env_file(ENV_EXAMPLE), "ETT_COLLECTOR_SECRET_FILE": str(secret)}
+    password = tmp_path / "broker.password"
+    password.write_text("s3cret\n")
+    environ = {**UNIT_ENV, **_env_file(ENV_EXAMPLE), "ETT_COLLECTOR_SECRET_FILE": str(secret),
+               "CELERY_BROKER_PASSWORD_FILE": str(password)}
     config = config_from_args([], environ)
     assert config.collector_id == _env_file(ENV_EXAMPLE)["ETT_COLLECTOR_ID"]
     assert config.collector_secret == "ab" * 32
+    assert config.broker_password == "s3cret"
     assert str(config.spool_dir) == UNIT_ENV["ETT_SPOOL_DIR"]
     assert config.state_file.parent == config.spool_dir
 
@@ -189,15 +206,16 @@ def test_the_pod_runs_the_agent_and_restarts_it() -> None:
     assert POD["terminationGracePeriodSeconds"] >= 30
 
 
-def test_the_secret_comes_from_a_read_only_secret_volume() -> None:
-    secret_file = ENV["ETT_COLLECTOR_SECRET_FILE"]["value"]
+@pytest.mark.parametrize("variable", ["ETT_COLLECTOR_SECRET", "CELERY_BROKER_PASSWORD"])
+def test_the_secrets_come_from_a_read_only_secret_volume(variable: str) -> None:
+    secret_file = ENV[f"{variable}_FILE"]["value"]
     mount, volume, inside = _mount_of(secret_file)
     assert mount.get("readOnly") is True
     assert volume["secret"]["secretName"] == SECRET["metadata"]["name"]
     items = {item["path"]: item["key"] for item in volume["secret"].get("items", [])}
     key = items.get(inside, inside if not items else None)
     assert key in SECRET["stringData"], f"{inside} is no key of the Secret"
-    assert "ETT_COLLECTOR_SECRET" not in ENV, "the secret belongs in the file only"
+    assert variable not in ENV, "the secret belongs in the file only"
 
 
 def test_the_id_and_broker_come_from_the_secret() -> None:
@@ -250,7 +268,6 @@ def test_the_daemonset_gives_only_settings_the_agent_reads() -> None:
 
 def test_the_daemonsets_settings_start_the_agent_signing(tmp_path: Path) -> None:
     """Resolve the env as the kubelet would (Secret keys from the example) and parse it."""
-    secret_file = tmp_path / "collector.secret"
     environ: dict[str, str] = {}
     for name, entry in ENV.items():
         if "value" in entry:
@@ -259,12 +276,15 @@ def test_the_daemonsets_settings_start_the_agent_signing(tmp_path: Path) -> None
             environ[name] = SECRET["stringData"][entry["valueFrom"]["secretKeyRef"]["key"]]
         else:
             environ[name] = "node-1"
-    inside = _mount_of(environ["ETT_COLLECTOR_SECRET_FILE"])[2]
-    key = {i["path"]: i["key"] for i in VOLUMES["credentials"]["secret"]["items"]}[inside]
-    secret_file.write_text(SECRET["stringData"][key])
-    environ["ETT_COLLECTOR_SECRET_FILE"] = str(secret_file)
+    keys = {i["path"]: i["key"] for i in VOLUMES["credentials"]["secret"]["items"]}
+    for variable in ("ETT_COLLECTOR_SECRET_FILE", "CELERY_BROKER_PASSWORD_FILE"):
+        key = keys[_mount_of(environ[variable])[2]]
+        (tmp_path / key).write_text(SECRET["stringData"][key])
+        environ[variable] = str(tmp_path / key)
     config = config_from_args([], environ)
     assert config.collector_id == SECRET["stringData"]["collector-id"]
-    assert config.collector_secret == SECRET["stringData"][key]
+    assert config.collector_secret == SECRET["stringData"]["collector-secret"]
+    assert config.broker_password == SECRET["stringData"]["broker-password"]
+    assert urlsplit(config.broker_url).password is None
     assert str(config.spool_dir) == ENV["ETT_SPOOL_DIR"]["value"]
     assert (config.source, config.metrics_port) == ("node-1", 9464)

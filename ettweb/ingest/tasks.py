@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from celery import shared_task
+from celery._state import get_current_worker_task
 from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.db.models import Q
@@ -55,6 +56,17 @@ def _authenticate(auth: Any, lines: list[Any], *, in_process: bool = False) -> N
     return verify_batch(auth, lines)
 
 
+def _in_process(task: Any) -> bool:
+    """Whether trusted code in this process called the task as a plain function.
+
+    Celery marks a task called from inside another task as called directly too, and
+    ``celery.map``, ``celery.starmap`` and ``celery.chunks`` call theirs that way: a message
+    may ask for them, naming ``ett.ingest_batch`` and any lines. So a call made while the
+    worker runs a task from the broker is no in-process call, and is authenticated.
+    """
+    return bool(task.request.called_directly) and get_current_worker_task() is None
+
+
 def _redelivered(task: Any) -> bool:
     """Whether this delivery repeats one that may have committed: our retry or a broker
     redelivery (a signed replay needs write access to the broker, which already is trust)."""
@@ -78,7 +90,7 @@ def ingest_batch(self: Any, lines: list[str], source: str = "",
     batch: list[Any] = lines if isinstance(lines, list) else [lines]
     source = str(source)
     try:
-        nonce = _authenticate(auth, batch, in_process=bool(self.request.called_directly))
+        nonce = _authenticate(auth, batch, in_process=_in_process(self))
     except BatchRejected as exc:
         return reject_batch(batch, source, str(exc)).as_dict()
     result: IngestResult = ingest_lines(batch, source, nonce=nonce)

@@ -24,6 +24,8 @@ DATABASE_URL: str | None = env.url("DATABASE_URL", env.POSTGRES_SCHEMES, default
                                    kind="postgres://")
 CELERY_BROKER_URL: str | None = env.url("CELERY_BROKER_URL", env.BROKER_SCHEMES, default=None,
                                         kind="redis:// or amqp://")
+#: Celery's ``broker_password``: the password from a secret file, beside the URL.
+CELERY_BROKER_PASSWORD: str | None = env.broker_password(CELERY_BROKER_URL)
 
 
 def embedded_defaults(database_url: str | None, broker_url: str | None, *,

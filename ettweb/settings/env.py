@@ -17,6 +17,8 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
+from collector.config import password_conflict
+
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
 POSTGRES_SCHEMES = ("postgres", "postgresql")
@@ -39,7 +41,8 @@ def _fail(name: str, problem: str) -> ImproperlyConfigured:
 #: to every process that can read ``/proc/<pid>/environ`` or ``docker inspect``, a file's
 #: permissions are the operator's to choose. The URLs are here for the passwords inside them.
 FILE_VARIABLES = frozenset({"DJANGO_SECRET_KEY", "EMAIL_HOST_PASSWORD", "DATABASE_URL",
-                            "CELERY_BROKER_URL", "ETT_OIDC_CLIENT_SECRET"})
+                            "CELERY_BROKER_URL", "CELERY_BROKER_PASSWORD",
+                            "ETT_OIDC_CLIENT_SECRET"})
 
 
 def _set(value: str | None) -> bool:
@@ -161,6 +164,28 @@ def url(name: str, schemes: tuple[str, ...], default: Any = REQUIRED, *,
     if parts.scheme not in schemes:
         raise _fail(name, f"not a {expected} URL")
     return value
+
+
+def broker_password(broker_url: str | None) -> str | None:
+    """``CELERY_BROKER_PASSWORD`` (or its ``_FILE``): the broker password beside the URL.
+
+    Why beside it: compose and Kubernetes hand the password over as a secret file, which the
+    Redis server reads too, while the URL stays a plain setting. It becomes Celery's
+    ``broker_password`` (kombu's ``password``), which Celery applies also when an exported
+    CELERY_BROKER_URL overrides the URL setting, as it does. A password kombu would ignore
+    (the URL has one, or is redis+socket: ``collector.config.password_conflict``, the
+    collector's own rule) or one without a URL is an error.
+    """
+    name = "CELERY_BROKER_PASSWORD"
+    password = str_(name, None)
+    if password is None:
+        return None
+    if broker_url is None:
+        raise _fail(name, "set, but CELERY_BROKER_URL is not")
+    conflict = password_conflict(broker_url)
+    if conflict is not None:
+        raise _fail("CELERY_BROKER_URL", f"{conflict} ({name} is set)")
+    return str(password)
 
 
 @dataclass(frozen=True)

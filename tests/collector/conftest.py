@@ -35,6 +35,7 @@ def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture
 def broker(broker_url: str) -> Iterator[BrokerQueue]:
     queue = BrokerQueue(broker_url, f"ett-test-{uuid.uuid4().hex[:12]}")
+    queue.declare()
     yield queue
     queue.delete()
 

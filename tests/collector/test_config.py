@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 
 from collector.__main__ import main
-from collector.agent import transport_options
+from collector.agent import publish_route, transport_options
 from collector.config import STATE_FILE_NAME, ConfigError, config_from_args
 
 REPO = Path(__file__).resolve().parents[2]
-ENV_SETTINGS = ("CELERY_BROKER_URL", "ETT_SPOOL_DIR", "ETT_COLLECTOR_STATE", "ETT_SOURCE",
-                "ETT_INGEST_QUEUE", "ETT_BATCH_LINES", "ETT_BATCH_BYTES", "ETT_BATCH_WAIT",
-                "ETT_POLL_INTERVAL", "ETT_LOG_LEVEL", "ETT_COLLECTOR_ID", "ETT_COLLECTOR_SECRET",
-                "ETT_COLLECTOR_SECRET_FILE", "ETT_METRICS_PORT", "ETT_METRICS_HOST",
-                "ETT_HEALTH_INTERVAL", "ETT_KEEP_SHIPPED")
+ENV_SETTINGS = ("CELERY_BROKER_URL", "CELERY_BROKER_PASSWORD_FILE", "ETT_SPOOL_DIR",
+                "ETT_COLLECTOR_STATE", "ETT_SOURCE", "ETT_INGEST_QUEUE", "ETT_BATCH_LINES",
+                "ETT_BATCH_BYTES", "ETT_BATCH_WAIT", "ETT_POLL_INTERVAL", "ETT_LOG_LEVEL",
+                "ETT_COLLECTOR_ID", "ETT_COLLECTOR_SECRET", "ETT_COLLECTOR_SECRET_FILE",
+                "ETT_METRICS_PORT", "ETT_METRICS_HOST", "ETT_HEALTH_INTERVAL", "ETT_KEEP_SHIPPED")
 
 
 @pytest.fixture(autouse=True)
@@ -47,6 +47,10 @@ UNSIGNED = [*GOOD, "--unsigned"]
         (["--broker", "redis://h/cache"], {}, "a Redis database is a number"),
         (["--broker", "redis+socket://"], {}, "needs a socket path"),
         ([], {"CELERY_BROKER_URL": "amqp://"}, "--broker (CELERY_BROKER_URL) needs a host"),
+        ([*GOOD, "--broker-password-file", "missing"], {},
+         "--broker-password-file (CELERY_BROKER_PASSWORD_FILE) cannot be read"),
+        (GOOD, {"CELERY_BROKER_PASSWORD_FILE": "afile"},
+         "--broker-password-file (CELERY_BROKER_PASSWORD_FILE) cannot be read: empty file"),
         ([*GOOD, "--batch-lines", "0"], {}, "--batch-lines (ETT_BATCH_LINES) must be >= 1"),
         (GOOD, {"ETT_BATCH_LINES": "many"}, "--batch-lines (ETT_BATCH_LINES) must be an integer"),
         ([*GOOD, "--batch-bytes", "1.5"], {}, "--batch-bytes (ETT_BATCH_BYTES) must be an integer"),
@@ -148,6 +152,47 @@ def test_publisher_confirms_on_amqp_only(url: str, confirms: bool) -> None:
     options = transport_options(config_from_args(["--broker", url, "--unsigned"]))
     assert options.get("confirm_publish", False) is confirms
     assert options["max_retries"] == 0  # the agent's own loop retries, with backoff
+
+
+@pytest.mark.parametrize(
+    ("url", "route"),
+    [("amqp://ett-node@rabbit:5672/ett", {"exchange": "ingest", "routing_key": "ingest",
+                                          "declare": [], "mandatory": True}),
+     ("redis://127.0.0.1:6379/0", {})],
+)
+def test_on_amqp_a_batch_goes_to_its_queues_exchange_declaring_nothing(
+        url: str, route: dict[str, object]) -> None:
+    """A node's publish-only RabbitMQ user may write that exchange and configure nothing
+    (tests/ettweb/test_security_broker.py runs it against a real RabbitMQ)."""
+    config = config_from_args(["--broker", url, "--queue", "ingest", "--unsigned"])
+    assert publish_route(config) == route
+
+
+def test_the_broker_password_comes_from_its_file_and_stays_out_of_logs() -> None:
+    Path("broker.password").write_text(" pa:ss/word \nignored\n")
+    cfg = config_from_args([*UNSIGNED, "--broker-password-file", "broker.password"])
+    assert (cfg.broker_url, cfg.broker_password) == ("redis://127.0.0.1:6379/0", "pa:ss/word")
+    assert "pa:ss/word" not in repr(cfg)
+    assert config_from_args(UNSIGNED).broker_password is None
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [("redis://:inline@127.0.0.1:6379/0", "has a password already"),
+     ("amqp://ett-node:inline@rabbit:5672/ett", "has a password already"),
+     ("redis+socket:///run/redis.sock", "redis+socket://:PASSWORD@/path")],
+)
+def test_a_password_file_kombu_would_ignore_is_refused(url: str, problem: str) -> None:
+    """kombu lets a password in the URL win and reads a socket's from the URL only: a
+    password file the agent silently ignored would hide the misconfiguration."""
+    Path("broker.password").write_text("s3cret\n")
+    with pytest.raises(ConfigError) as refused:
+        config_from_args(["--broker", url, "--broker-password-file", "broker.password",
+                          "--unsigned"])
+    assert str(refused.value).startswith(
+        "--broker-password-file (CELERY_BROKER_PASSWORD_FILE) is set but --broker "
+        "(CELERY_BROKER_URL) ")
+    assert problem in str(refused.value)
 
 
 def test_credential_and_health_settings(monkeypatch: pytest.MonkeyPatch) -> None:

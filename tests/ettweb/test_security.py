@@ -370,7 +370,7 @@ def clean_secrets(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 
 def test_the_secrets_that_may_come_from_files() -> None:
     expected = {"DJANGO_SECRET_KEY", "EMAIL_HOST_PASSWORD", "DATABASE_URL", "CELERY_BROKER_URL",
-                "ETT_OIDC_CLIENT_SECRET"}
+                "CELERY_BROKER_PASSWORD", "ETT_OIDC_CLIENT_SECRET"}
     assert set(env.FILE_VARIABLES) == expected
 
 

@@ -77,6 +77,35 @@ def test_postgres_url_problems(value: str, message: str) -> None:
         env.postgres_url("DATABASE_URL", value)
 
 
+def test_the_broker_password_comes_from_its_file(monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    monkeypatch.delenv("CELERY_BROKER_PASSWORD", raising=False)
+    assert env.broker_password("redis://redis:6379/0") is None
+    (tmp_path / "redis_password").write_text("s3cret\n")
+    monkeypatch.setenv("CELERY_BROKER_PASSWORD_FILE", str(tmp_path / "redis_password"))
+    assert env.broker_password("redis://redis:6379/0") == "s3cret"
+    assert env.broker_password("amqp://ett-worker@rabbit:5672/ett") == "s3cret"
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [(None, r"^CELERY_BROKER_PASSWORD: set, but CELERY_BROKER_URL is not$"),
+     ("redis://:inline@redis:6379/0",
+      r"^CELERY_BROKER_URL: has a password already; give the URL without one "
+      r"\(CELERY_BROKER_PASSWORD is set\)$"),
+     ("redis+socket:///run/redis.sock",
+      r"^CELERY_BROKER_URL: is a redis\+socket URL, whose password kombu reads from the URL "
+      r"only")],
+)
+def test_a_broker_password_kombu_would_ignore_is_refused(
+        monkeypatch: pytest.MonkeyPatch, url: str | None, message: str) -> None:
+    """kombu lets a password inside the URL win and reads a socket's from the URL only: a
+    password from a file that the broker never sees would hide the misconfiguration."""
+    monkeypatch.setenv("CELERY_BROKER_PASSWORD", "s3cret")
+    with pytest.raises(ImproperlyConfigured, match=message):
+        env.broker_password(url)
+
+
 def _manage_check(**overrides: str) -> subprocess.CompletedProcess[str]:
     keep = {k: v for k, v in os.environ.items()
             if not k.startswith(("DJANGO_", "DATABASE_URL", "CELERY_"))}
@@ -149,3 +178,19 @@ def test_embedded_failure_is_one_configuration_line(tmp_path: Path) -> None:
     assert proc.stderr.startswith("configuration error: DATABASE_URL and CELERY_BROKER_URL unset "
                                   "and the embedded servers failed: ETT_VAR_DIR:")
     assert proc.stderr.count("\n") == 1
+
+
+def test_production_reads_the_broker_password_from_its_file(tmp_path: Path) -> None:
+    """As compose starts web, worker and beat: the URL without a password, the password in a
+    secret file; an unreadable file stops start-up naming the variable."""
+    password = tmp_path / "redis_password"
+    password.write_text("s3cret\n")
+    common = {"DJANGO_SECRET_KEY": "k" * 50, "DJANGO_ALLOWED_HOSTS": "ett.example",
+              "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/ett",
+              "CELERY_BROKER_URL": "redis://redis:6379/0"}
+    proc = _manage_check(**common, CELERY_BROKER_PASSWORD_FILE=str(password))
+    assert proc.returncode == 0, proc.stderr
+    proc = _manage_check(**common, CELERY_BROKER_PASSWORD_FILE=str(tmp_path / "missing"))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("configuration error: CELERY_BROKER_PASSWORD_FILE: cannot "
+                                  "read")

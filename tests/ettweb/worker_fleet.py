@@ -36,10 +36,11 @@ def _free_port() -> int:
 
 
 class PrivateRedis:
-    """redis-server on a port and directory of its own; stop() and start() at will."""
+    """redis-server on a port and directory of its own; stop() and start() at will. With a
+    ``password``, every client must give it (``url`` stays without it)."""
 
-    def __init__(self, root: Path) -> None:
-        self.port, self.dir = _free_port(), root / "redis"
+    def __init__(self, root: Path, password: str | None = None) -> None:
+        self.port, self.dir, self.password = _free_port(), root / "redis", password
         self.dir.mkdir()
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -51,13 +52,14 @@ class PrivateRedis:
         self.proc = subprocess.Popen(
             [str(_redis_executable()), "--port", str(self.port), "--bind", "127.0.0.1",
              "--dir", str(self.dir), "--appendonly", "yes", "--appendfsync", "always",
-             "--save", ""], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             "--save", "", *(["--requirepass", self.password] if self.password else [])],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
                     sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith(b"+PONG"):
+                    if sock.recv(16).startswith(b"-NOAUTH" if self.password else b"+PONG"):
                         return
             except OSError:
                 time.sleep(0.1)

@@ -8,6 +8,8 @@ import hashlib
 import io
 import json
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -261,3 +263,21 @@ def test_an_authentic_batch_keeps_a_prefix_of_each_bad_line(worked_example_lines
     row = QuarantinedEvent.objects.get()
     assert row.raw == garbage[:QUARANTINE_RAW_CHARS] and row.raw_bytes == len(garbage)
     assert row.raw_sha256 == hashlib.sha256(garbage.encode()).hexdigest()
+
+
+@pytest.mark.parametrize(("builtin", "items"), [
+    ("celery.starmap", lambda lines: [[lines, "intruder", None]]),
+    ("celery.map", lambda lines: [lines]),
+])
+def test_a_batch_a_message_asks_a_builtin_to_ingest_is_authenticated(
+        worked_example_lines: list[str], builtin: str,
+        items: Callable[[list[str]], list[Any]]) -> None:
+    """Whoever may publish can ask Celery's ``celery.map`` or ``celery.starmap`` to call
+    ``ett.ingest_batch`` on unsigned lines. They call it as a plain function, which Celery
+    marks as called directly, as it marks trusted code in this process; run as the worker
+    runs a message (``apply``), the batch is refused as unsigned all the same."""
+    from ettweb.celery import app
+
+    app.tasks[builtin].apply(args=(ingest_batch.s(), items(worked_example_lines))).get()
+    assert Event.objects.count() == 0
+    assert _quarantine_reasons() == {"missing auth (unsigned batch)"}
