@@ -28,7 +28,9 @@ such a fleet and times everything a person or a program can GET.
    data) by name; a page's other parameters come from its own GET forms (selects, number
    ranges) and its same-page links (sorts, pages), read from its HTML, so filters added
    later are exercised too. A route the bench cannot fill, or one that refuses GET, is
-   listed under ``unmeasured`` with the reason, never skipped silently.
+   listed under ``unmeasured`` with the reason, never skipped silently. The collectors'
+   credential check (``GET /api/v1/collectors/self``) takes no token: each request is signed
+   afresh with the bench's own collector credential, as an agent signs it.
    Before timing, beat's warm pass runs once (``ettweb.rollouts.warm``: every rollout's
    impact at the windows the rollout page links to, its bootstrap draws stored) and this
    process forgets its own draws, so requests find them where a web server would: in the
@@ -66,10 +68,11 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from html.parser import HTMLParser
 from typing import Any, Final
-from urllib.parse import parse_qsl, quote, urlencode
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from bench.rollouts import percentile
 from bench.rollup_cost import _setup_django
+from collector.auth import CHECK_HEADERS, CHECK_PATH, check_body, sign_batch
 
 Event = dict[str, Any]
 DATABASE: Final = "ett_bench_dashboard"
@@ -99,7 +102,10 @@ NO_EVENT_NUMBERS: Final = frozenset({
     "components:phases",
     "reports:settings", "reports:unsubscribe", "healthz", "favicon",
     "api-v1:openapi-json", "api-v1:openapi-view",
-    "GET /api/v1/rollouts", "GET /api/v1/rollouts/{rollout_id}", "GET /api/v1/collectors"})
+    "GET /api/v1/rollouts", "GET /api/v1/rollouts/{rollout_id}", "GET /api/v1/collectors",
+    f"GET {CHECK_PATH}"})
+#: The bench's collector credential, for the credential check.
+BENCH_COLLECTOR: Final = "col-bench-dashboard"
 #: Range lengths (days) the requests draw from: a day, a week, the default month, a quarter…
 RANGE_DAYS: Final = (1, 7, 14, 30, 30, 30, 60, 90, 180)
 
@@ -225,17 +231,20 @@ def _node_names(count: int) -> list[str]:
 def store_collectors(size: FleetSize) -> int:
     """Health reports of one collector per node, refreshed every run so "silent" stays true
     to the threshold: most reported seconds ago, one in twenty is silent for minutes to
-    hours, some carry a backlog, drops or corrupted records."""
+    hours, some carry a backlog, drops or corrupted records, and one in twenty-five had its
+    credential refused since its last report (the page's rejected rows)."""
     from django.db import transaction
     from django.utils import timezone
 
-    from ettweb.ingest.models import CollectorHealth
+    from ettweb.ingest.credentials import BATCH, record_rejection
+    from ettweb.ingest.models import CollectorHealth, CollectorRejection
 
     rng = random.Random(f"{size.seed}:collectors")
     names = _node_names(max(3, min(300, size.jobs // 60)))
     now = timezone.now()
     with transaction.atomic():
         CollectorHealth.objects.all().delete()
+        CollectorRejection.objects.all().delete()
         for k, name in enumerate(names):
             silent = k % 20 == 7
             CollectorHealth.objects.create(
@@ -250,6 +259,9 @@ def store_collectors(size: FleetSize) -> int:
             ago = rng.uniform(600, 36_000) if silent else rng.uniform(0, 60)
             CollectorHealth.objects.filter(source=name).update(
                 updated_at=now - timedelta(seconds=ago))
+            if k % 25 == 11:
+                record_rejection(name, f"col-{k:03d}", f"revoked collector 'col-{k:03d}'",
+                                 BATCH, now)
     return len(names)
 
 
@@ -484,6 +496,7 @@ class Catalog:
     first_day: date
     last_day: date
     unsubscribe_token: str
+    collector_secret: str = ""  # the bench's collector credential's, for the credential check
 
     @property
     def weeks(self) -> list[str]:
@@ -504,7 +517,8 @@ def load_catalog(user: Any) -> Catalog:
     from django.db.models import Max, Min
 
     from ettweb.components.logic import known_components
-    from ettweb.ingest.models import CollectorHealth, Job
+    from ettweb.ingest.credentials import new_secret
+    from ettweb.ingest.models import CollectorCredential, CollectorHealth, Job
     from ettweb.reports.models import Subscription
     from ettweb.reports.tokens import make_token
     from ettweb.rollouts.models import Rollout
@@ -516,6 +530,8 @@ def load_catalog(user: Any) -> Catalog:
     biggest = JobRollup.objects.order_by("-events", "job").values_list("job", flat=True).first()
     subscription, _ = Subscription.objects.get_or_create(
         user=user, defaults={"email": "bench@example.com"})
+    credential, _ = CollectorCredential.objects.get_or_create(
+        collector_id=BENCH_COLLECTOR, defaults={"name": SOURCE, "secret": new_secret()})
     return Catalog(
         jobs=tuple(jobs[::max(1, len(jobs) // 2000)]), biggest_job=biggest or "",
         rollouts=tuple((pk, at.timestamp()) for pk, at in
@@ -525,7 +541,7 @@ def load_catalog(user: Any) -> Catalog:
         clusters=_distinct(Job, "cluster"),
         sources=tuple(CollectorHealth.objects.values_list("source", flat=True)),
         first_day=days["lo"] or today, last_day=days["hi"] or today,
-        unsubscribe_token=make_token(subscription.pk))
+        unsubscribe_token=make_token(subscription.pk), collector_secret=credential.secret)
 
 
 def _distinct(model: Any, column: str) -> tuple[str, ...]:
@@ -886,6 +902,20 @@ class Measurer:
         self.client, self.filler, self.seed = client, filler, seed
         self.bearer = {"Authorization": f"Bearer {token}"}
 
+    def signed(self, target: Target, url: str) -> tuple[str, dict[str, str]]:
+        """The request to send: a collector-signed target gets a source and fresh headers
+        (a check's nonce is good once); any other keeps its URL and headers."""
+        if target.auth != "collector":
+            return url, target.headers
+        parts = urlsplit(url)
+        query = dict(parse_qsl(parts.query))
+        query["source"] = query.get("source") or next(iter(self.filler.catalog.sources),
+                                                      SOURCE)
+        auth = sign_batch(BENCH_COLLECTOR, self.filler.catalog.collector_secret,
+                          [check_body(query["source"])])
+        headers = {CHECK_HEADERS[name]: str(value) for name, value in auth.items()}
+        return urlunsplit(parts._replace(query=urlencode(query))), headers
+
     def prepare(self, target: Target) -> str | None:
         """First request (not timed: imports, templates): auth, forms, links; or why not."""
         rng = random.Random(f"{self.seed}:{target.key}:prepare")
@@ -896,7 +926,10 @@ class Measurer:
             return str(exc)
         if target.kind == "endpoint":
             target.headers, target.auth = self.bearer, "bearer"
-        response = self.client.get(url, headers=target.headers)
+        if target.key == f"GET {CHECK_PATH}":
+            target.headers, target.auth = {}, "collector"
+        url, headers = self.signed(target, url)
+        response = self.client.get(url, headers=headers)
         if response.status_code in (401, 403) and target.kind == "page":
             target.headers, target.auth = self.bearer, "bearer"
             response = self.client.get(url, headers=target.headers)
@@ -918,8 +951,8 @@ class Measurer:
         rng = random.Random(f"{self.seed}:{target.key}")
         timing = Timing()
         for _ in range(repeats):
-            url = self.next_url(target, rng)
-            ms, response = timed_get(self.client, url, target.headers)
+            url, headers = self.signed(target, self.next_url(target, rng))
+            ms, response = timed_get(self.client, url, headers)
             if response.status_code >= 400:
                 if len(timing.errors) < 3:
                     timing.errors.append({"url": url, "status": response.status_code,
@@ -956,7 +989,7 @@ class Measurer:
         return _url(path, query), {**chosen, **query}
 
     def stored_ms(self, target: Target, url: str) -> float:
-        return statistics.median(timed_get(self.client, url, target.headers)[0]
+        return statistics.median(timed_get(self.client, *self.signed(target, url))[0]
                                  for _ in range(REPRESENTATIVE_REPEATS))
 
 

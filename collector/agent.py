@@ -19,6 +19,9 @@ Why it works this way:
   is deleted only after its last byte is committed and ``keep_shipped_s`` has passed.
 * Health (backlog, shipped, dropped, corrupted, last success) is a snapshot refreshed by the
   agent's own thread, served as Prometheus text and sent as ``ett.collector_health``.
+* Whether the server accepts the credential comes back over HTTP (``collector.verdict``,
+  with ``--server-url``), since the broker carries nothing back to the node: a rejection is
+  logged as an error once, and the progress line says "sent", not "shipped", while it lasts.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from collector.auth import health_body, sign_batch
 from collector.config import AgentConfig
 from collector.health import HealthStats, MetricsServer, prometheus_text
 from collector.spool import dropped_events, is_sealed, read_records
+from collector.verdict import VerdictWatcher, check_credential
 
 log = logging.getLogger("ett.collector")
 
@@ -407,6 +411,7 @@ class Agent:
         self._broker_ok = False
         self.health = HealthStats()
         self.metrics: MetricsServer | None = None
+        self.verdict: VerdictWatcher | None = None
         # A report's place in this agent's order: the broker may deliver an older one after a
         # newer one (a redelivery), and the server keeps only the newest of each source.
         self._report_epoch, self._report_seq = time.time(), 0
@@ -424,9 +429,12 @@ class Agent:
         log.info("shipping %s to %s queue %r as %r", self.config.spool_dir,
                  _redact(self.config.broker_url), self.config.queue, self.config.source)
         self._start_metrics()
+        self._start_verdict()
         try:
             drained = self._loop()
         finally:
+            if self.verdict is not None:  # before the last report: no check on the way out
+                self.verdict.close()
             self._save()
             self.tailer.retire_shipped(self.config.keep_shipped_s)
             self._refresh_health(force=True)
@@ -442,10 +450,30 @@ class Agent:
     def _start_metrics(self) -> None:
         cfg = self.config
         if cfg.metrics_port:
-            self.metrics = MetricsServer(cfg.metrics_host, cfg.metrics_port,
-                                         lambda: prometheus_text(self.health, cfg.source))
+            self.metrics = MetricsServer(
+                cfg.metrics_host, cfg.metrics_port,
+                lambda: prometheus_text(self.health, cfg.source, rejected=self._rejected()))
             self.metrics.start()
             log.info("metrics on http://%s:%d/metrics", cfg.metrics_host, self.metrics.port)
+
+    def _start_verdict(self) -> None:
+        """Ask the server about the credential now, or say why this agent cannot."""
+        cfg = self.config
+        if cfg.collector_id is None or cfg.collector_secret is None:
+            return  # unsigned: there is no credential to judge
+        if cfg.server_url is None:
+            log.warning("no --server-url (ETT_SERVER_URL): this agent cannot hear whether the "
+                        "server accepts credential %r, and a rejected one would quarantine "
+                        "every batch it sends; set it to the dashboard's address (e.g. "
+                        "http://web:8000)", cfg.collector_id)
+            return
+        collector_id, secret, url = cfg.collector_id, cfg.collector_secret, cfg.server_url
+        self.verdict = VerdictWatcher(
+            lambda: check_credential(url, collector_id, secret, cfg.source),
+            collector_id).start()
+
+    def _rejected(self) -> bool:
+        return self.verdict is not None and self.verdict.rejected
 
     def _refresh_health(self, *, force: bool = False) -> None:
         """Recompute the snapshot (at most once a second): scrapes read it, never the state."""
@@ -484,6 +512,8 @@ class Agent:
         except Exception as exc:  # a broker problem shows up in the batch path too
             log.warning("health report not sent (%s: %s)", type(exc).__name__, exc)
             self.publisher.reset()
+        if self.verdict is not None:
+            self.verdict.request()
 
     def _loop(self) -> bool:
         cfg = self.config
@@ -569,9 +599,14 @@ class Agent:
         if not force and now - self._last_log < self.config.stats_interval_s:
             return
         self._last_log = now
-        log.info("shipped %d events (total %d in %d batches); backlog %d bytes in %d files",
-                 self._shipped_since_log, self.state.lines, self.state.batches,
-                 self.tailer.backlog_bytes(), len(self.state.files))
+        backlog = self.tailer.backlog_bytes(), len(self.state.files)
+        if self.verdict is not None and self.verdict.rejected:
+            log.info("sent %d events (total %d in %d batches), server rejected the credential: "
+                     "%s; backlog %d bytes in %d files", self._shipped_since_log,
+                     self.state.lines, self.state.batches, self.verdict.reason, *backlog)
+        else:
+            log.info("shipped %d events (total %d in %d batches); backlog %d bytes in %d files",
+                     self._shipped_since_log, self.state.lines, self.state.batches, *backlog)
         self._shipped_since_log = 0
 
 

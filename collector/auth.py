@@ -30,9 +30,18 @@ from collections.abc import Mapping, Sequence
 
 NONCE_HEX_LEN = 32
 
+#: Where a collector asks the server whether its credential is accepted (``GET``).
+CHECK_PATH = "/api/v1/collectors/self"
+#: The headers of that check: the same fields as a batch's ``auth``, one header each.
+CHECK_HEADERS = {"collector": "X-ETT-Collector", "ts": "X-ETT-Timestamp",
+                 "nonce": "X-ETT-Nonce", "sig": "X-ETT-Signature"}
+
 __all__ = [
+    "CHECK_HEADERS",
+    "CHECK_PATH",
     "NONCE_HEX_LEN",
     "body_digest",
+    "check_body",
     "constant_time_equal",
     "expected_signature",
     "health_body",
@@ -110,3 +119,11 @@ def health_body(source: str, stats: Mapping[str, object]) -> str:
     JSON. The source is inside the MAC, so a genuine report cannot be relabelled as another
     collector's; its nonce (recorded by the server) keeps it from being replayed."""
     return json.dumps({"source": source, "stats": dict(stats)}, sort_keys=True)
+
+
+def check_body(source: str) -> str:
+    """The one line a credential check is signed over: the endpoint and the asking node.
+
+    The path sets a check's message apart from a health report's, and the source binds the
+    answer to the node that asked."""
+    return json.dumps({"check": CHECK_PATH, "source": source}, sort_keys=True)

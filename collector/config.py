@@ -69,6 +69,7 @@ class AgentConfig:
     metrics_host: str = "127.0.0.1"
     health_interval_s: float = 30.0
     keep_shipped_s: float = 600.0
+    server_url: str | None = None
 
     @property
     def is_amqp(self) -> bool:
@@ -136,6 +137,10 @@ SETTINGS: tuple[_Setting, ...] = (
              "seconds between health reports sent as 'ett.collector_health' (default 30)"),
     _Setting("--keep-shipped", "ETT_KEEP_SHIPPED",
              "seconds a sealed, fully shipped segment is kept before deletion (default 600)"),
+    _Setting("--server-url", "ETT_SERVER_URL",
+             "the ETT web server's address, e.g. http://web:8000: the agent asks it whether "
+             "its credential is accepted (at start and after each health report) and logs a "
+             "rejection as an error; without it a rejection shows only on the server"),
 )
 _BY_DEST = {setting.dest: setting for setting in SETTINGS}
 
@@ -276,6 +281,25 @@ def _broker_password(raw: str | None, url: str) -> str | None:
     return password
 
 
+def check_server_url(url: str | None) -> str | None:
+    """The web server's base URL without a trailing slash; None when not set."""
+    if url is None:
+        return None
+    label = _BY_DEST["server_url"].label
+    url = url.strip().rstrip("/")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a non-numeric or out-of-range port
+    except ValueError as exc:
+        raise ConfigError(f"{label} is not a valid URL: {exc}") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{label} must be http://HOST[:PORT] or https://HOST[:PORT] "
+                          f"(the dashboard's address), got {url!r}")
+    if parts.query or parts.fragment:
+        raise ConfigError(f"{label} must not have a query or fragment, got {url!r}")
+    return url
+
+
 def _text(raw: str | None, dest: str, default: str) -> str:
     if raw is None:
         return default
@@ -341,6 +365,7 @@ def config_from_args(argv: Sequence[str] | None = None,
         health_interval_s=_number(raw("health_interval"), "health_interval", 30.0, float, 0,
                                   strict=True),
         keep_shipped_s=_number(raw("keep_shipped"), "keep_shipped", 600.0, float, 0),
+        server_url=check_server_url(raw("server_url")),
     )
     # The credential last: a bad setting above is named first, whatever the credential.
     collector_id, collector_secret = _credential(raw, _unsigned(args, environ))

@@ -59,13 +59,22 @@ _METRICS: tuple[tuple[str, str, str, str], ...] = (
 )
 
 
-def prometheus_text(stats: HealthStats, source: str) -> str:
-    """Render ``stats`` in the Prometheus text exposition format, labelled by source."""
+#: Not a health report's key: the server answers it (``collector.verdict``), it is not counted.
+REJECTED_METRIC = ("ett_collector_rejected", "gauge",
+                   "1 while the server rejects this collector's credential (its batches are "
+                   "quarantined, not stored); 0 otherwise or when unknown (no --server-url).")
+
+
+def prometheus_text(stats: HealthStats, source: str, *, rejected: bool = False) -> str:
+    """Render ``stats`` in the Prometheus text exposition format, labelled by source, and
+    whether the server rejects the credential."""
     label = source.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     values = stats.as_dict()
     out: list[str] = []
-    for name, kind, help_text, key in _METRICS:
-        value = values[key] or 0
+    samples = [(name, kind, help_text, values[key] or 0)
+               for name, kind, help_text, key in _METRICS]
+    samples.append((*REJECTED_METRIC, int(rejected)))
+    for name, kind, help_text, value in samples:
         out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}",
                 f'{name}{{source="{label}"}} {value}']
     return "\n".join(out) + "\n"

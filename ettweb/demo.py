@@ -230,8 +230,11 @@ class Demo:
                               "--loglevel", "INFO", "--concurrency", "1", "--without-heartbeat",
                               "--without-mingle", "--without-gossip"])
         self.spawn("beat", self.beat_argv())
+        # It asks the web server below whether its credential is accepted (a rejection is an
+        # ERROR in collector.log); until web answers, it says it cannot hear yet.
         self.spawn("collector", ["-m", "collector", "--spool-dir", str(self.spool),
-                                 "--poll-interval", "0.5"], extra_env=credential)
+                                 "--poll-interval", "0.5", "--server-url",
+                                 f"http://127.0.0.1:{self.args.port}"], extra_env=credential)
         self.spawn("web", [str(REPO_ROOT / "manage.py"), "runserver", "--noreload",
                            f"127.0.0.1:{self.args.port}"])
 

@@ -21,7 +21,7 @@ from datetime import date, datetime
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
-from ninja import NinjaAPI, Query, Schema, Status
+from ninja import Field, NinjaAPI, Query, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, SessionAuth
 from pydantic import ConfigDict
@@ -272,7 +272,10 @@ class WeeklyReportOut(Schema):
 class CollectorOut(Schema):
     source: str
     collector_id: str
-    last_seen: str
+    status: str = Field(description="rejected (its newest word was a refused credential), "
+                                    "silent (nothing heard past silent_after_s) or reporting")
+    last_seen: str = Field(description="when the server last heard from it, accepted or "
+                                       "refused")
     silent_for_s: float
     silent: bool
     backlog_events: int
@@ -283,6 +286,9 @@ class CollectorOut(Schema):
     spool_files: int
     last_success: str | None
     rejected_lines: int
+    rejection_reason: str = Field(description="why its credential was last refused "
+                                              "(empty: never)")
+    last_rejected: str | None
 
 
 class ReasonOut(Schema):
@@ -303,6 +309,7 @@ class RejectedOut(Schema):
 class CollectorsOut(Schema):
     silent_after_s: int
     silent: int
+    rejected_collectors: int
     backlog_events: int
     dropped_events: int
     corrupted_records: int
@@ -492,10 +499,10 @@ def weekly_report(request: HttpRequest, week: str,
          summary="Every collector's latest health and the newest rejected lines")
 def collectors(request: HttpRequest, silent_after_s: int = DEFAULT_SILENT_AFTER_S,
                rejected: int = 50, source: str = "") -> dict[str, Any]:
-    """The collectors page's numbers: each agent's last report (the longest silent first,
-    ``silent`` past ``silent_after_s``), backlog, dropped and corrupted counts, and the
-    ``rejected`` newest quarantined lines with the reasons' totals (optionally one
-    ``source``'s)."""
+    """The collectors page's numbers: each agent's last report (those whose credential the
+    server refuses first, then the longest silent; ``silent`` past ``silent_after_s``),
+    backlog, dropped and corrupted counts, and the ``rejected`` newest quarantined lines with
+    the reasons' totals (optionally one ``source``'s)."""
     try:
         query = CollectorsQuery(silent_after_s=silent_after_s, rejected=rejected,
                                 source=source.strip())
@@ -532,3 +539,4 @@ def jobs(request: HttpRequest, date_from: date | None = None, date_to: date | No
 api.add_router("/", "ettweb.api.fleet.router")  # the fleet and component charts' JSON
 api.add_router("/", "ettweb.api.job.router")  # one job's page as JSON
 api.add_router("/", "ettweb.api.changes.router")  # detected changes (ETT_SPEC §6.3)
+api.add_router("/", "ettweb.api.collector_check.router")  # a collector asks about its credential

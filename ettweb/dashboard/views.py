@@ -298,9 +298,10 @@ def _fleet_charts(trend: TrendResult, components: Any, lifecycle: LifecycleResul
 @takes(CollectorsFilterForm, ExportForm)
 @require_GET
 def collectors(request: HttpRequest) -> HttpResponse:
-    """``/collectors/``: every agent's latest health (silent ones first and flagged) and the
-    lines ingestion refused, with their reasons; ``format=csv&table=…`` exports one of its
-    tables (``collectors``, ``reasons``, ``rejected``) with the page's filter."""
+    """``/collectors/``: every agent's latest health (rejected and silent ones first and
+    flagged) and the lines ingestion refused, with their reasons; ``format=csv&table=…``
+    exports one of its tables (``collectors``, ``reasons``, ``rejected``) with the page's
+    filter."""
     form = CollectorsFilterForm(request.GET)
     export = ExportForm(request.GET, COLLECTOR_TABLES)
     for inputs in (form, export):
@@ -322,7 +323,8 @@ COLLECTOR_TABLES = ("collectors", "reasons", "rejected")
 CSV_REJECTED_LINES = 500
 COLLECTOR_COLUMNS = ("source", "collector_id", "status", "silent_for_s", "last_report",
                      "last_shipped", "backlog_events", "backlog_bytes", "shipped_events",
-                     "dropped_events", "corrupted_records", "spool_files", "rejected_lines")
+                     "dropped_events", "corrupted_records", "spool_files", "rejected_lines",
+                     "rejection_reason", "last_rejected")
 REJECTED_COLUMNS = ("received_at", "source", "job", "reason", "lines", "line_start",
                     "line_bytes")
 
@@ -342,11 +344,12 @@ def _collectors_csv(table: str, data: dict[str, Any]) -> HttpResponse:
                                        rejected=CSV_REJECTED_LINES, source=data["source"]))
     if table == "collectors":
         return csv_response("ett-collectors.csv", COLLECTOR_COLUMNS, (
-            [r.source, r.collector_id, "silent" if r.silent else "reporting",
-             round(r.silent_for_s, 1), r.last_seen.isoformat(),
-             r.last_success.isoformat() if r.last_success else "", r.backlog_events,
-             r.backlog_bytes, r.shipped_events, r.dropped_events, r.corrupted_records,
-             r.spool_files, r.rejected_lines] for r in result.collectors))
+            [r.source, r.collector_id, r.status, round(r.silent_for_s, 1),
+             r.last_seen.isoformat(), r.last_success.isoformat() if r.last_success else "",
+             r.backlog_events, r.backlog_bytes, r.shipped_events, r.dropped_events,
+             r.corrupted_records, r.spool_files, r.rejected_lines, r.rejection_reason,
+             r.last_rejected.isoformat() if r.last_rejected else ""]
+            for r in result.collectors))
     if table == "reasons":
         return csv_response("ett-rejection-reasons.csv", ("reason", "lines"), result.reasons)
     return csv_response("ett-rejected-lines.csv", REJECTED_COLUMNS, (

@@ -1,7 +1,8 @@
 """Admin registration: operators inspect raw events and the quarantine here.
 
 Events, jobs, the quarantine and collector health are view-only (see
-:mod:`ettweb.admin_readonly`); only collector credentials are managed here.
+:mod:`ettweb.admin_readonly`); only collector credentials are managed here, and a
+collector's recorded rejection may be deleted (a retired node's, to forget it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ettweb.admin_readonly import ReadOnlyAdmin, utc_column, utc_text
 from ettweb.ingest.models import (
     CollectorCredential,
     CollectorHealth,
+    CollectorRejection,
     Event,
     Job,
     QuarantinedEvent,
@@ -85,3 +87,18 @@ class CollectorHealthAdmin(ReadOnlyAdmin):
     def report_epoch_utc(self, obj: CollectorHealth) -> str:
         """The agent's start time orders its reports; 0 means it does not say."""
         return utc_text(obj.report_epoch) if obj.report_epoch else "—"
+
+
+@admin.register(CollectorRejection)
+class CollectorRejectionAdmin(ReadOnlyAdmin):
+    """Shown as recorded; deletable, unlike the other stored facts, because no number is
+    computed from it: deleting a retired node's rejection only takes it off /collectors/
+    (a node still refused is recorded again at its next batch or report)."""
+
+    list_display = ("source", "collector_id", "reason", "refused", "refusals", "first_at",
+                    "last_at")
+    list_filter = ("refused",)
+    search_fields = ("source", "collector_id", "reason")
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return admin.ModelAdmin.has_delete_permission(self, request, obj)  # Django's rules

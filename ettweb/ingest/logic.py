@@ -128,7 +128,7 @@ def _job_of(raw: str) -> str:
     return job[:200] if isinstance(job, str) and "\x00" not in job else ""
 
 
-def _printable(line: Any) -> str:
+def printable(line: Any) -> str:
     """Raw text kept in quarantine; Postgres text cannot hold NUL or lone surrogates."""
     text = line if isinstance(line, str) else json.dumps(line, default=repr)
     return text.replace("\x00", "\\u0000").encode("utf-8", "backslashreplace").decode("utf-8")
@@ -136,13 +136,13 @@ def _printable(line: Any) -> str:
 
 def _reject(line: Any, reason: str, source: str) -> QuarantinedEvent:
     """A quarantine row: the line's first characters, its full size and hash, the reason."""
-    raw = _printable(line)
+    raw = printable(line)
     whole = raw.encode("utf-8")
     # The reason can quote the line (an unknown field's name) and the source is whatever
     # the publisher sent: both get the raw line's treatment, or a NUL fails the whole batch.
     return QuarantinedEvent(raw=raw[:QUARANTINE_RAW_CHARS], raw_bytes=len(whole),
                             raw_sha256=hashlib.sha256(whole).hexdigest(),
-                            reason=_printable(reason)[:2000], source=_printable(source)[:200],
+                            reason=printable(reason)[:2000], source=printable(source)[:200],
                             job=_job_of(raw[:QUARANTINE_JOB_SCAN_CHARS]))
 
 

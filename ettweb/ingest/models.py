@@ -159,6 +159,48 @@ class CollectorHealth(models.Model):
         return self.source
 
 
+class CollectorRejection(models.Model):
+    """The server's latest refusal of one claimed collector's credential, per source.
+
+    Why: the broker carries nothing back to a node, and quarantine rows are lines, not
+    nodes: without this, a collector whose every report is refused would not appear among
+    the collectors at all. One row per (source, claimed id), updated at each refusal, shows
+    it as rejected with the reason until an accepted report is newer. The claimed id is
+    whatever the message said (empty when unsigned or unreadable); no secret or signature is
+    kept.
+    """
+
+    source = models.CharField(max_length=200)
+    collector_id = models.CharField(max_length=64, blank=True, default="",
+                                    help_text="the id the refused message claimed")
+    reason = models.TextField(help_text="the latest refusal's reason")
+    refused = models.CharField(max_length=32, help_text="what was refused last: a batch, a "
+                                                        "health report, a credential check")
+    refusals = models.BigIntegerField(default=1)
+    first_at = models.DateTimeField()
+    last_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["-last_at"]
+        constraints = [models.UniqueConstraint(fields=["source", "collector_id"],
+                                               name="one_rejection_per_source_and_id")]
+
+    def __str__(self) -> str:
+        return f"{self.source} ({self.collector_id or 'no credential'}): {self.reason}"
+
+
+class CheckNonce(models.Model):
+    """Nonces of accepted credential checks (``GET /api/v1/collectors/self``). A check older
+    than the clock window is refused by its timestamp, so a nonce is kept only that long:
+    not with the batches' nonces, which stay a week."""
+
+    nonce = models.CharField(max_length=64, unique=True)
+    seen_at = models.FloatField(help_text="epoch seconds", db_index=True)
+
+    def __str__(self) -> str:
+        return self.nonce
+
+
 class EventHorizon(models.Model):
     """The one row saying how far back raw events are kept: events whose home time (span
     start, mark time) is before ``before`` were dropped by retention, their chunks are

@@ -24,7 +24,15 @@ from django.utils import timezone
 
 from collector.auth import health_body
 from ettweb.ingest import partitions, retention
-from ettweb.ingest.credentials import BatchRejected, prune_nonces, verify_batch
+from ettweb.ingest.credentials import (
+    BATCH,
+    HEALTH_REPORT,
+    BatchRejected,
+    claimed_id,
+    prune_nonces,
+    record_rejection,
+    verify_batch,
+)
 from ettweb.ingest.logic import (
     IngestResult,
     Nonce,
@@ -80,9 +88,10 @@ def ingest_batch(self: Any, lines: list[str], source: str = "",
                  auth: dict[str, Any] | None = None) -> dict[str, int]:
     """Verify and ingest one batch of raw JSONL lines, then schedule its jobs' rollup refresh.
 
-    A batch failing authentication is quarantined whole with the reason. The refresh runs
-    ``ETT_ROLLUP_REFRESH_DELAY_S`` after the events committed (inline when called in-process),
-    so running jobs show live numbers a few seconds behind.
+    A batch failing authentication is quarantined whole with the reason, and the refusal is
+    recorded against its source and claimed collector (the collectors page shows it). The
+    refresh runs ``ETT_ROLLUP_REFRESH_DELAY_S`` after the events committed (inline when
+    called in-process), so running jobs show live numbers a few seconds behind.
     Events older than the retention horizon are refused with one warning naming their days,
     not quarantined (``retention``). Returns ``{"stored", "duplicates", "rejected",
     "expired"}``.
@@ -92,7 +101,9 @@ def ingest_batch(self: Any, lines: list[str], source: str = "",
     try:
         nonce = _authenticate(auth, batch, in_process=_in_process(self))
     except BatchRejected as exc:
-        return reject_batch(batch, source, str(exc)).as_dict()
+        with transaction.atomic():
+            record_rejection(source, claimed_id(auth), str(exc), BATCH)
+            return reject_batch(batch, source, str(exc)).as_dict()
     result: IngestResult = ingest_lines(batch, source, nonce=nonce)
     if result.expired:
         logger.warning("batch from %r: %s", source,
@@ -185,15 +196,22 @@ def collector_health(source: str, stats: dict[str, Any],
     so a report cannot be relabelled as another collector's, and its nonce is recorded with
     the report, so it cannot be stored twice. A rejected report is logged with its reason and
     dropped: it carries counters, not events, and the next report (every few seconds)
-    replaces it anyway. One older than the stored report (by its ``report_epoch``/
-    ``report_seq``: a redelivery after a newer one) is dropped too.
+    replaces it anyway. A report refused for its credential is also recorded against its
+    source, so a collector whose every report is refused still shows (as rejected). One older
+    than the stored report (by its ``report_epoch``/``report_seq``: a redelivery after a
+    newer one) is dropped too.
     """
     try:
         nonce = _authenticate(auth, [health_body(str(source), stats)])
+    except BatchRejected as exc:
+        reason = _health_reason(exc, auth, stats)
+        logger.warning("health report from %r rejected: %s", source, reason)
+        record_rejection(str(source), claimed_id(auth), reason, HEALTH_REPORT)
+        return
+    try:
         values = _health_values(stats)
     except BatchRejected as exc:
-        logger.warning("health report from %r rejected: %s", source, _health_reason(exc, auth,
-                                                                                   stats))
+        logger.warning("health report from %r rejected: %s", source, exc)
         return
     try:
         with transaction.atomic():

@@ -65,10 +65,12 @@ def _counters(result: FleetTotalsResult) -> dict[tuple[str, str, tuple[str, ...]
 
 
 def _gauges(result: FleetTotalsResult) -> Iterator[Metric]:
-    collectors = GaugeMetricFamily("ett_collectors", "Collector agents by their last report: "
-                                   "reporting, or silent past the threshold.", labels=["state"])
+    collectors = GaugeMetricFamily("ett_collectors", "Collector agents by their last word: "
+                                   "reporting, silent past the threshold, or rejected (the "
+                                   "server refuses their credential).", labels=["state"])
     collectors.add_metric(["reporting"], result.collectors_reporting)
     collectors.add_metric(["silent"], result.collectors_silent)
+    collectors.add_metric(["rejected"], result.collectors_rejected)
     yield collectors
     for name, help_text, value in (
             ("ett_rollup_pending_jobs", "Jobs with stored events their rollups do not show "

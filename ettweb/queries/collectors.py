@@ -4,8 +4,11 @@ An infra owner trusts the fleet's numbers only while every collector keeps repor
 whose agent died stops adding wall time *and* failures, so its jobs simply vanish from the
 charts. Each agent sends a health report every ``--health-interval`` (30 s by default,
 ``ett.collector_health``); a collector whose last report is older than ``silent_after_s`` is
-flagged silent. Beside them: the lines ingestion quarantined, newest first, with their reasons
-(the sum of ``lines``, as the jobs page counts them, not a row count).
+flagged silent. A collector whose credential the server refused more recently than it accepted
+a report from it is *rejected*, with the reason and when: its batches are quarantined, not
+stored, and it shows even if no report of it was ever accepted. Beside them: the lines
+ingestion quarantined, newest first, with their reasons (the sum of ``lines``, as the jobs
+page counts them, not a row count).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from django.db.models import Max, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from ettweb.ingest.models import CollectorHealth, QuarantinedEvent
+from ettweb.ingest.models import CollectorHealth, CollectorRejection, QuarantinedEvent
 
 #: Ten missed reports at the agent's default 30 s interval.
 DEFAULT_SILENT_AFTER_S: Final = 300
@@ -26,6 +29,8 @@ DEFAULT_SILENT_AFTER_S: Final = 300
 MAX_SILENT_AFTER_S: Final = 7 * 86400
 #: Characters of a rejected line shown (the quarantine keeps up to 4,096).
 RAW_PREVIEW_CHARS: Final = 160
+#: A collector's status: its newest word was refused, it fell silent, or it reports.
+REJECTED, SILENT, REPORTING = "rejected", "silent", "reporting"
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,12 @@ class CollectorsQuery:
 
 @dataclass(frozen=True)
 class CollectorRow:
+    """One source: its latest accepted report (zeros when none was) and its latest refusal.
+
+    ``last_seen`` is when the server last heard from it, accepted or refused; ``status`` is
+    ``rejected`` when the newest word was refused, else ``silent`` when that was longer ago
+    than the threshold (``silent`` says the same), else ``reporting``."""
+
     source: str
     collector_id: str
     last_seen: datetime
@@ -60,16 +71,26 @@ class CollectorRow:
     spool_files: int
     last_success: datetime | None
     rejected_lines: int
+    status: str = REPORTING
+    rejection_reason: str = ""
+    last_rejected: datetime | None = None
+
+    @property
+    def rejected(self) -> bool:
+        return self.status == REJECTED
 
     def as_api(self) -> dict[str, Any]:
         return {"source": self.source, "collector_id": self.collector_id,
-                "last_seen": self.last_seen.isoformat(), "silent_for_s": self.silent_for_s,
-                "silent": self.silent, "backlog_events": self.backlog_events,
+                "status": self.status, "last_seen": self.last_seen.isoformat(),
+                "silent_for_s": self.silent_for_s, "silent": self.silent,
+                "backlog_events": self.backlog_events,
                 "backlog_bytes": self.backlog_bytes, "shipped_events": self.shipped_events,
                 "dropped_events": self.dropped_events,
                 "corrupted_records": self.corrupted_records, "spool_files": self.spool_files,
                 "last_success": self.last_success.isoformat() if self.last_success else None,
-                "rejected_lines": self.rejected_lines}
+                "rejected_lines": self.rejected_lines,
+                "rejection_reason": self.rejection_reason,
+                "last_rejected": self.last_rejected.isoformat() if self.last_rejected else None}
 
 
 @dataclass(frozen=True)
@@ -101,6 +122,10 @@ class CollectorsResult:
         return sum(1 for row in self.collectors if row.silent)
 
     @property
+    def rejected_collectors(self) -> int:
+        return sum(1 for row in self.collectors if row.rejected)
+
+    @property
     def backlog_events(self) -> int:
         return sum(row.backlog_events for row in self.collectors)
 
@@ -114,6 +139,7 @@ class CollectorsResult:
 
     def as_api(self) -> dict[str, Any]:
         return {"silent_after_s": self.silent_after_s, "silent": self.silent,
+                "rejected_collectors": self.rejected_collectors,
                 "backlog_events": self.backlog_events, "dropped_events": self.dropped_events,
                 "corrupted_records": self.corrupted_records,
                 "rejected_lines": self.rejected_lines,
@@ -138,31 +164,51 @@ class CollectorsQueryRunner:
                    .order_by("-n", "-newest", "reason")[:20])
         return CollectorsResult(
             silent_after_s=self.query.silent_after_s,
-            collectors=tuple(self._row(health, now, per_source.get(health.source, 0))
-                             for health in self._health()),
+            collectors=self._rows(now, per_source),
             rejected=tuple(_rejected(row) for row in
                            quarantine.order_by("-received_at", "-id")[:self.query.rejected]),
             rejected_lines=int(quarantine.aggregate(n=Coalesce(Sum("lines"), 0))["n"]),
             reasons=tuple((r["reason"], int(r["n"])) for r in reasons))
 
-    def _health(self) -> Any:
-        rows = CollectorHealth.objects.all()
-        if self.query.source:
-            rows = rows.filter(source=self.query.source)
-        return rows.order_by("updated_at", "source")  # the longest silent first
+    def _rows(self, now: datetime, rejected_lines: dict[str, int]) -> tuple[CollectorRow, ...]:
+        """Every source with an accepted report or a refusal: the rejected first, then the
+        longest silent."""
+        health = {row.source: row for row in self._filtered(CollectorHealth.objects.all())}
+        # DISTINCT ON: each source's newest refusal, whichever id it claimed.
+        refusals = {row.source: row for row in self._filtered(
+            CollectorRejection.objects.order_by("source", "-last_at").distinct("source"))}
+        rows = [self._row(source, health.get(source), refusals.get(source), now,
+                          rejected_lines.get(source, 0))
+                for source in health.keys() | refusals.keys()]
+        return tuple(sorted(rows, key=lambda row: (not row.rejected, row.last_seen,
+                                                   row.source)))
 
-    def _row(self, health: CollectorHealth, now: datetime, rejected: int) -> CollectorRow:
-        silent_for = max(0.0, (now - health.updated_at).total_seconds())
-        last_success = (None if not health.last_success_ts else
-                        datetime.fromtimestamp(health.last_success_ts, tz=now.tzinfo))
+    def _filtered(self, rows: Any) -> Any:
+        return rows.filter(source=self.query.source) if self.query.source else rows
+
+    def _row(self, source: str, health: CollectorHealth | None,
+             refusal: CollectorRejection | None, now: datetime, rejected: int) -> CollectorRow:
+        report = health or CollectorHealth(source=source)  # never reported: zeros
+        heard = [row_at for row_at in (health.updated_at if health else None,
+                                       refusal.last_at if refusal else None) if row_at]
+        last_seen = max(heard)
+        rejected_now = refusal is not None and (health is None
+                                                or refusal.last_at > health.updated_at)
+        silent_for = max(0.0, (now - last_seen).total_seconds())
+        silent = not rejected_now and silent_for > self.query.silent_after_s
+        last_success = (None if not report.last_success_ts else
+                        datetime.fromtimestamp(report.last_success_ts, tz=now.tzinfo))
         return CollectorRow(
-            source=health.source, collector_id=health.collector_id,
-            last_seen=health.updated_at, silent_for_s=silent_for,
-            silent=silent_for > self.query.silent_after_s,
-            backlog_events=health.backlog_events, backlog_bytes=health.backlog_bytes,
-            shipped_events=health.shipped_events, dropped_events=health.dropped_events,
-            corrupted_records=health.corrupted_records, spool_files=health.spool_files,
-            last_success=last_success, rejected_lines=int(rejected))
+            source=source,
+            collector_id=refusal.collector_id if rejected_now and refusal else report.collector_id,
+            last_seen=last_seen, silent_for_s=silent_for, silent=silent,
+            backlog_events=report.backlog_events, backlog_bytes=report.backlog_bytes,
+            shipped_events=report.shipped_events, dropped_events=report.dropped_events,
+            corrupted_records=report.corrupted_records, spool_files=report.spool_files,
+            last_success=last_success, rejected_lines=int(rejected),
+            status=REJECTED if rejected_now else SILENT if silent else REPORTING,
+            rejection_reason=refusal.reason if refusal else "",
+            last_rejected=refusal.last_at if refusal else None)
 
 
 def _rejected(row: QuarantinedEvent) -> RejectedRow:

@@ -51,6 +51,7 @@ class FleetTotalsResult:
     oldest_pending_s: float
     collectors_reporting: int
     collectors_silent: int
+    collectors_rejected: int
     backlog_events: int
     dropped_events: int
     corrupted_records: int
@@ -121,8 +122,11 @@ class FleetTotalsQueryRunner:
             scopes=scopes, pending_jobs=int(pending["n"]),
             oldest_pending_s=(max(0.0, time.time() - pending["oldest"])
                               if pending["oldest"] is not None else 0.0),
-            collectors_reporting=len(collectors.collectors) - collectors.silent,
-            collectors_silent=collectors.silent, backlog_events=collectors.backlog_events,
+            collectors_reporting=(len(collectors.collectors) - collectors.silent
+                                  - collectors.rejected_collectors),
+            collectors_silent=collectors.silent,
+            collectors_rejected=collectors.rejected_collectors,
+            backlog_events=collectors.backlog_events,
             dropped_events=collectors.dropped_events,
             corrupted_records=collectors.corrupted_records,
             quarantined_lines=collectors.rejected_lines)  # every source's: the same sum

@@ -34,10 +34,12 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 
 # HTTPS. ETT sits behind a TLS-terminating proxy that sets X-Forwarded-Proto (above): a plain
 # HTTP request is redirected to https, except /healthz, which container and load-balancer
-# health checks fetch over plain HTTP from inside. A deployment without TLS (a trial on a
-# trusted network) sets DJANGO_SSL_REDIRECT=false and DJANGO_SECURE_COOKIES=false.
+# health checks fetch over plain HTTP from inside, and a collector's credential check, which
+# a collector beside the web service (the compose stack's) sends over plain HTTP: it carries
+# an HMAC, never the secret, and its nonce cannot be used twice. A deployment without TLS (a
+# trial on a trusted network) sets DJANGO_SSL_REDIRECT=false and DJANGO_SECURE_COOKIES=false.
 SECURE_SSL_REDIRECT = env.bool_("DJANGO_SSL_REDIRECT", True)
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^api/v1/collectors/self$"]
 # HSTS (sent only on responses to HTTPS requests): browsers then refuse plain HTTP to this
 # host for that long, and nothing the server does later can take it back before it expires.
 # One hour by default, so a mistake (a host name that also serves plain HTTP, a proxy dropped)

@@ -19,7 +19,7 @@ from collector_brokers import BrokerQueue, free_port
 from collector import Reporter
 from collector.agent import Agent
 from collector.config import STATE_FILE_NAME, AgentConfig
-from collector.health import HealthStats, MetricsServer, prometheus_text
+from collector.health import REJECTED_METRIC, HealthStats, MetricsServer, prometheus_text
 from collector.spool import frame
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,8 +38,13 @@ def test_prometheus_text_has_every_counter_with_help_type_and_label() -> None:
         'ett_collector_corrupted_records_total{source="node \\"a\\""} 1',
         'ett_collector_last_success_timestamp_seconds{source="node \\"a\\""} 0',
         'ett_collector_spool_files{source="node \\"a\\""} 4',
+        'ett_collector_rejected{source="node \\"a\\""} 0',
     ]
-    assert text.count("# TYPE") == 7 and "# TYPE ett_collector_shipped_events_total counter" in text
+    assert text.count("# TYPE") == 8 and "# TYPE ett_collector_shipped_events_total counter" in text
+    rejected = prometheus_text(stats, "n", rejected=True).splitlines()
+    assert rejected[-3:] == [f"# HELP {REJECTED_METRIC[0]} {REJECTED_METRIC[2]}",
+                             "# TYPE ett_collector_rejected gauge",
+                             'ett_collector_rejected{source="n"} 1']
 
 
 def test_metrics_server_serves_metrics_and_refuses_other_paths() -> None:

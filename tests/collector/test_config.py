@@ -19,7 +19,8 @@ ENV_SETTINGS = ("CELERY_BROKER_URL", "CELERY_BROKER_PASSWORD_FILE", "ETT_SPOOL_D
                 "ETT_COLLECTOR_STATE", "ETT_SOURCE", "ETT_INGEST_QUEUE", "ETT_BATCH_LINES",
                 "ETT_BATCH_BYTES", "ETT_BATCH_WAIT", "ETT_POLL_INTERVAL", "ETT_LOG_LEVEL",
                 "ETT_COLLECTOR_ID", "ETT_COLLECTOR_SECRET", "ETT_COLLECTOR_SECRET_FILE",
-                "ETT_METRICS_PORT", "ETT_METRICS_HOST", "ETT_HEALTH_INTERVAL", "ETT_KEEP_SHIPPED")
+                "ETT_METRICS_PORT", "ETT_METRICS_HOST", "ETT_HEALTH_INTERVAL", "ETT_KEEP_SHIPPED",
+                "ETT_SERVER_URL")
 
 
 @pytest.fixture(autouse=True)
@@ -80,6 +81,14 @@ UNSIGNED = [*GOOD, "--unsigned"]
          "--metrics-port (ETT_METRICS_PORT) must be an integer"),
         (GOOD, {"ETT_HEALTH_INTERVAL": "0"}, "--health-interval (ETT_HEALTH_INTERVAL) must be > 0"),
         ([*GOOD, "--keep-shipped", "-5"], {}, "--keep-shipped (ETT_KEEP_SHIPPED) must be >= 0"),
+        (UNSIGNED, {"ETT_SERVER_URL": "web:8000"},
+         "--server-url (ETT_SERVER_URL) must be http://HOST[:PORT] or https://HOST[:PORT]"),
+        ([*UNSIGNED, "--server-url", "ftp://web"], {}, "--server-url (ETT_SERVER_URL) must be"),
+        ([*UNSIGNED, "--server-url", "http://"], {}, "--server-url (ETT_SERVER_URL) must be"),
+        ([*UNSIGNED, "--server-url", "http://web:port"], {},
+         "--server-url (ETT_SERVER_URL) is not a valid URL"),
+        ([*UNSIGNED, "--server-url", "http://web/?x=1"], {},
+         "--server-url (ETT_SERVER_URL) must not have a query"),
         (GOOD, {}, "no collector credential: set --collector-id (ETT_COLLECTOR_ID) and "
                    "--collector-secret-file (ETT_COLLECTOR_SECRET_FILE) (create one with "
                    "'python manage.py ett_collector create NAME' on the server), or pass "
@@ -206,6 +215,15 @@ def test_credential_and_health_settings(monkeypatch: pytest.MonkeyPatch) -> None
     cfg = config_from_args([*GOOD, "--collector-secret-file", "secret"])
     assert (cfg.collector_id, cfg.collector_secret, cfg.metrics_port) == ("c-7", "s3cret", 9464)
     assert "s3cret" not in repr(cfg)  # the secret never reaches a log line
+
+
+def test_the_server_url_is_optional_and_kept_without_a_trailing_slash(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert config_from_args(UNSIGNED).server_url is None
+    monkeypatch.setenv("ETT_SERVER_URL", "http://web:8000/")
+    assert config_from_args(UNSIGNED).server_url == "http://web:8000"
+    flag = config_from_args([*UNSIGNED, "--server-url", "https://ett.example.com/ett"])
+    assert flag.server_url == "https://ett.example.com/ett"  # the flag wins; a path is kept
 
 
 def test_unsigned_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

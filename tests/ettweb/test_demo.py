@@ -58,6 +58,8 @@ def test_the_demo_starts_celery_beat_beside_the_worker(tmp_path: Path,
                         started.append((name, argv)))
     demo.start_services()
     assert [name for name, _ in started] == ["worker", "beat", "collector", "web"]
+    collector = dict(started)["collector"]  # it hears the credential's verdict from web
+    assert collector[collector.index("--server-url") + 1] == f"http://127.0.0.1:{demo.args.port}"
     beat = dict(started)["beat"]
     assert beat[:5] == ["-m", "celery", "-A", "ettweb.celery", "beat"]
     assert beat[beat.index("--schedule") + 1] == str(tmp_path / "demo" / "celerybeat-schedule")

@@ -685,6 +685,8 @@ middleware = SecurityMiddleware(lambda request: HttpResponse("page"))
 factory = RequestFactory(HTTP_HOST="ett.example")
 answers = {}
 for name, request in [("http /", factory.get("/")), ("http /healthz", factory.get("/healthz")),
+                      ("http check", factory.get("/api/v1/collectors/self?source=n")),
+                      ("http /api/v1/collectors", factory.get("/api/v1/collectors")),
                       ("https /", factory.get("/", HTTP_X_FORWARDED_PROTO="https"))]:
     response = middleware(request)
     answers[name] = [response.status_code, response.get("Location"),
@@ -702,9 +704,13 @@ def _probe(**overrides: str) -> dict[str, Any]:
 
 
 def test_production_redirects_plain_http_except_the_health_check() -> None:
+    """And except a collector's credential check, which a collector beside the web service
+    sends over plain HTTP (an HMAC and a nonce, never its secret): nothing else of the API."""
     assert _probe() == {
         "http /": [301, "https://ett.example/", None],
         "http /healthz": [200, None, None],  # health checks over plain HTTP keep working
+        "http check": [200, None, None],
+        "http /api/v1/collectors": [301, "https://ett.example/api/v1/collectors", None],
         "https /": [200, None, "max-age=3600; includeSubDomains"],
         "silenced": ["security.W021"],
     }
@@ -715,6 +721,8 @@ def test_https_settings_follow_the_environment() -> None:
                   DJANGO_HSTS_INCLUDE_SUBDOMAINS="false", DJANGO_HSTS_PRELOAD="true") == {
         "http /": [200, None, None],
         "http /healthz": [200, None, None],
+        "http check": [200, None, None],
+        "http /api/v1/collectors": [200, None, None],
         "https /": [200, None, "max-age=31536000; preload"],
         "silenced": [],
     }

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ettweb.api.tokens import issue_token
 from ettweb.ingest.models import CollectorHealth
+from ettweb.ingest.tasks import ingest_batch
 from ettweb.metrics.models import CounterFloor
 from ettweb.rollups.models import DailyCategoryRollup
 from tests.conftest import mark, span
@@ -90,7 +91,12 @@ def test_series_are_per_team_and_cluster_never_per_job(client: Client, token: st
 def test_pipeline_gauges(client: Client, token: str) -> None:
     metrics = scrape(client, token)
     assert metrics["ett_collectors"] == {(("state", "reporting"),): 1.0,
-                                         (("state", "silent"),): 0.0}
+                                         (("state", "silent"),): 0.0,
+                                         (("state", "rejected"),): 0.0}
+    ingest_batch.apply(args=(['{"v": 1}'], "node-unsigned", None)).get()  # refused: no auth
+    assert scrape(client, token)["ett_collectors"] == {(("state", "reporting"),): 1.0,
+                                                       (("state", "silent"),): 0.0,
+                                                       (("state", "rejected"),): 1.0}
     assert metrics["ett_collector_backlog_events"] == {(): 5.0}
     assert metrics["ett_collector_dropped_events"] == {(): 2.0}
     assert metrics["ett_rollup_pending_jobs"] == {(): 0.0}
