@@ -276,6 +276,16 @@ class ComponentRolloutOut(MarkerOut, VerdictsOut):
     verdict: str | None
 
 
+class RolloutsOutsideOut(Schema):
+    """The component's rollouts before and after the range, and the days of its first and
+    last rollout (null: it has none)."""
+
+    before: int
+    after: int
+    first: str | None
+    last: str | None
+
+
 class ComponentOut(ScopeOut):
     """One component's page: lost time per period, its top jobs and models, its rollouts."""
 
@@ -295,6 +305,7 @@ class ComponentOut(ScopeOut):
     top_models: list[ComponentModelOut]
     rollouts: list[ComponentRolloutOut]
     unmeasured_rollouts: int
+    rollouts_outside_range: RolloutsOutsideOut
 
 
 class FleetErrorOut(Schema):

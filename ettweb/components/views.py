@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -29,8 +30,8 @@ from ettweb.queries import (
     FilterChoicesQuery,
     calculate,
 )
-from ettweb.queries.base import LABELS
-from ettweb.queries.components import ComponentRollout, component_names
+from ettweb.queries.base import LABELS, MAX_RANGE_DAYS
+from ettweb.queries.components import ComponentRollout, RolloutsOutside, component_names
 from ettweb.queries.impact import DEFAULT_WINDOW_DAYS
 
 #: The tables each page exports as CSV (``?format=csv&table=<name>``).
@@ -126,8 +127,22 @@ def _detail_page(request: HttpRequest, name: str) -> HttpResponse:
         "window_days": DEFAULT_WINDOW_DAYS, "csv": _csv_links(form, DETAIL_TABLES),
         "all_rollouts_url": figures.rollouts_list_url(name, data["range"].date_from,
                                                       data["range"].date_to, labels),
+        "outside_url": _covering_link(form, result.outside),
     }
     return render(request, "components/detail.html", context)
+
+
+def _covering_link(form: ComponentFilterForm, outside: RolloutsOutside) -> str:
+    """This page over a range that also holds the component's rollouts outside the shown
+    one (the newest kept when a range that long would pass the longest one allowed), with
+    the same filter and interval; empty when every rollout is inside."""
+    if not outside.count or outside.first is None or outside.last is None:
+        return ""
+    shown: DateRange = form.cleaned_data["range"]
+    first, last = min(outside.first, shown.date_from), max(outside.last, shown.date_to)
+    first = max(first, last - timedelta(days=MAX_RANGE_DAYS - 1))
+    return "?" + form.link("interval", *LABELS, "gpus", date_from=first.isoformat(),
+                           date_to=last.isoformat())
 
 
 def _detail_csv(result: ComponentResult, table: str, days: DateRange) -> HttpResponse:

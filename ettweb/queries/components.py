@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any, Final
 
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Max, Min, Q, Sum
 
 from ettweb.access.roles import component_owners
 from ettweb.attribution.components import PRODUCTIVE, UNKNOWN_COMPONENT, component_of
@@ -171,6 +171,27 @@ def owners_by_component(names: Iterable[str] | None = None) -> dict[str, tuple[O
 
 
 @dataclass(frozen=True)
+class RolloutsOutside:
+    """The component's rollouts (that can reach the filtered jobs) before and after the range,
+    and the first and last day of all of them: a page whose range holds none of the six
+    rollouts a component has must say so, not "no rollouts"."""
+
+    before: int = 0
+    after: int = 0
+    first: date | None = None
+    last: date | None = None
+
+    @property
+    def count(self) -> int:
+        return self.before + self.after
+
+    def as_api(self) -> dict[str, Any]:
+        return {"before": self.before, "after": self.after,
+                "first": self.first.isoformat() if self.first else None,
+                "last": self.last.isoformat() if self.last else None}
+
+
+@dataclass(frozen=True)
 class ComponentResult:
     """Everything the component page shows; fleet totals are over the same range."""
 
@@ -186,6 +207,7 @@ class ComponentResult:
     top_models: list[ComponentModel]
     markers: list[RolloutMarker] = field(default_factory=list)
     rollouts: list[ComponentRollout] = field(default_factory=list)
+    outside: RolloutsOutside = RolloutsOutside()
 
     @property
     def lost_gpu_hours(self) -> float:
@@ -222,6 +244,7 @@ class ComponentResult:
                            for m in self.top_models],
             "rollouts": [_rollout_api(r) for r in self.rollouts],
             "unmeasured_rollouts": self.unmeasured_rollouts,
+            "rollouts_outside_range": self.outside.as_api(),
         }
 
 
@@ -263,6 +286,7 @@ class ComponentQueryRunner:
             top_jobs=_top_jobs(q.range, categories, q.top, q.jobs),
             top_models=_top_models(q.range, categories, q.top, q.jobs),
             markers=markers, rollouts=_measured(markers),
+            outside=_outside(q.range, q.name, q.jobs),
         )
 
 
@@ -270,6 +294,18 @@ def owner_teams() -> dict[str, str]:
     """Each component's owner team: a free-text label for people to read (who to talk to),
     not who may edit it (that is :func:`owners_by_component`)."""
     return dict(Component.objects.values_list("name", "owner_team"))
+
+
+def _outside(query_range: DateRange, component: str, jobs: JobFilter) -> RolloutsOutside:
+    low, high = query_range.epoch_bounds
+    rows = reaching(Rollout.objects.filter(component=component), jobs)
+    start, end = datetime.fromtimestamp(low, UTC), datetime.fromtimestamp(high, UTC)
+    found = rows.aggregate(before=Count("id", filter=Q(at__lt=start)),
+                           after=Count("id", filter=Q(at__gte=end)),
+                           first=Min("at"), last=Max("at"))
+    return RolloutsOutside(before=found["before"], after=found["after"],
+                           first=found["first"].astimezone(UTC).date() if found["first"] else None,
+                           last=found["last"].astimezone(UTC).date() if found["last"] else None)
 
 
 def _markers(query_range: DateRange, component: str, jobs: JobFilter) -> list[RolloutMarker]:

@@ -346,3 +346,29 @@ def test_page_without_data_in_the_range_renders(viewer: Client) -> None:
                                                         "date_to": "2025-01-31"})
     assert response.status_code == 200
     assert b"No rollups in this range." in response.content
+
+
+def test_rollouts_outside_the_range_are_counted_with_a_link_that_holds_them(
+        viewer: Client) -> None:
+    """A component whose rollouts all lie before the range says how many, not just "no
+    rollouts", and links to the same page over a range that holds them."""
+    for day in (3, 10):
+        Rollout.objects.create(name=f"old {day}", component="checkpointing", scope={},
+                               at=datetime(2025, 11, day, 12, tzinfo=UTC))
+    html = viewer.get("/components/checkpointing/", {**RANGE, "team": "ads"}).content.decode()
+    note = html[html.index('id="rollouts-outside"'):]
+    note = " ".join(note[:note.index("</p>")].split())
+    assert "2 rollouts of checkpointing are before this range" in note
+    assert "its rollouts run from 2025-11-03 to 2025-11-10" in note
+    link = re.search(r'href="\?([^"]+)"', note)
+    assert link is not None
+    query = link.group(1).replace("&amp;", "&")
+    assert "date_from=2025-11-03" in query and "date_to=2026-03-31" in query and \
+        "team=ads" in query
+    shown = viewer.get(f"/components/checkpointing/?{query}")
+    assert shown.status_code == 200
+    assert len(shown.context["c"].markers) == 2 and "rollouts-outside" not in \
+        shown.content.decode()
+    api = viewer.get("/api/v1/components/checkpointing", RANGE).json()
+    assert api["rollouts_outside_range"] == {"before": 2, "after": 0, "first": "2025-11-03",
+                                             "last": "2025-11-10"}
