@@ -38,14 +38,14 @@ def send_once(task: str, args: Sequence[Any], *, within_s: float,
     """Send ``task`` (a Celery task name) with ``args`` (JSON values) unless this process
     sent it for the same ``key`` (default: the same arguments) in the last ``within_s``
     seconds; whether it was sent now."""
-    key = json.dumps([task, key if key is not None else list(args)], sort_keys=True)
+    sent = json.dumps([task, key if key is not None else list(args)], sort_keys=True)
     now = time.monotonic()
     with _LOCK:
-        last = _SENT.get(key)
+        last = _SENT.get(sent)
         if last is not None and now - last < within_s:
             return False
-        _SENT[key] = now
-        _SENT.move_to_end(key)
+        _SENT[sent] = now
+        _SENT.move_to_end(sent)
         while len(_SENT) > _KEPT:
             _SENT.popitem(last=False)
     from ettweb.celery import app  # the app reads Django's settings: import on first send
@@ -54,8 +54,8 @@ def send_once(task: str, args: Sequence[Any], *, within_s: float,
         app.send_task(task, args=list(args), retry_policy=_RETRY_POLICY)
     except Exception:  # the broker is down: the page answers anyway, a later one asks again
         with _LOCK:
-            if _SENT.get(key) == now:
-                del _SENT[key]
+            if _SENT.get(sent) == now:
+                del _SENT[sent]
         logger.warning("could not send %s%r to the worker", task, tuple(args), exc_info=True)
         return False
     return True

@@ -123,8 +123,12 @@ def test_reporter_events_reach_postgres_with_the_offline_reports_numbers(
     (offline_job,) = report["jobs"]
     assert [r["reason"] for r in report["rejected"]] == [reason]
 
+    # The worker refreshes the job's rollups once its debounce passed; until then the job
+    # is being computed (a read never refreshes it).
+    _wait_for(lambda: isinstance(JobQueryRunner(JobQuery(job=job)).calculate(), JobResult),
+              60, worker)
     result = JobQueryRunner(JobQuery(job=job)).calculate()
-    assert isinstance(result, JobResult)  # the worker's refresh ran: not being computed
+    assert isinstance(result, JobResult)
     online = result.headline  # the stored rollup, what the job page shows
     assert online.ett_pct == pytest.approx(offline_job["ett_pct"], abs=0.005)
     assert online.wall_gpu_s == pytest.approx(offline_job["wall_gpu_s"])
