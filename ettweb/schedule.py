@@ -28,6 +28,10 @@ BEAT_SCHEDULE: Final[dict[str, dict[str, Any]]] = {
     # Expires before the next run so a backlog of these never piles up in the queue.
     "send-due-reports": {"task": "ett.send_due_reports", "schedule": 60.0,
                          "options": {"expires": 55.0}},
+    # /metrics: each counter's floor raised to its current total; the scrape shows the floors
+    # (a GET never writes), so the counters trail the rollups by up to this period.
+    "raise-counter-floors": {"task": "ett.raise_counter_floors", "schedule": 30.0,
+                             "options": {"expires": 25.0}},
     # Rollout pages: the standard windows' bootstrap draws computed ahead (ettweb.rollouts.warm).
     "warm-rollout-impacts": {"task": "ett.warm_rollout_impacts", "schedule": 600.0,
                              "options": {"expires": 590.0}},

@@ -11,6 +11,7 @@ import itertools
 import json
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -36,6 +37,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     were running before the session (a developer's ``make demo``), that something else
     attached to meanwhile, or that another test session still uses stay up
     (:func:`ettweb.embedded.release`)."""
+    _drain_the_web_sends()
     from ettweb import embedded
 
     if not embedded.holding():
@@ -51,6 +53,20 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         embedded.release_all()
     finally:
         pgserver_log.setLevel(level)
+
+
+def _drain_the_web_sends() -> None:
+    """Leave nothing on the test broker's default queue that pages sent for the worker
+    (``ettweb.deferred``): no worker of the tests consumes it, and a worker started later on
+    the same broker must not run tasks naming rows of a test database."""
+    if "ettweb.deferred" not in sys.modules:  # nothing was sent
+        return
+    from tests.ettweb.queued import drain_queued
+
+    try:
+        drain_queued()
+    except Exception:  # the broker is gone already: nothing is left on it to run either
+        logging.getLogger(__name__).warning("could not drain the test broker", exc_info=True)
 
 
 @pytest.fixture
@@ -108,6 +124,21 @@ def worked_example_lines(event_line: LineFactory) -> list[str]:
 @pytest.fixture
 def one_gpu_job_lines(event_line: LineFactory) -> list[str]:
     return [event_line(**fields) for fields in one_gpu_job()]
+
+
+@pytest.fixture
+def queued() -> Iterator[Callable[[], list[Any]]]:
+    """What the web side sent the worker: call it for the tasks sent since the last call
+    (``tests.ettweb.queued.QueuedTask``, oldest first). Starts as a fresh process would:
+    nothing remembered as sent (``ettweb.deferred``), nothing waiting on the queue."""
+    from ettweb import deferred
+    from tests.ettweb.queued import drain_queued
+
+    deferred._SENT.clear()
+    drain_queued()
+    yield drain_queued
+    drain_queued()
+    deferred._SENT.clear()
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from django.db import connection
 from collector import Reporter
 from ettweb.ingest.credentials import new_credential
 from ettweb.ingest.models import BatchNonce, Event, QuarantinedEvent
-from ettweb.queries import JobQuery, JobQueryRunner
+from ettweb.queries import JobQuery, JobQueryRunner, JobResult
 from ettweb.settings.env import database_url
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -123,8 +123,12 @@ def test_reporter_events_reach_postgres_with_the_offline_reports_numbers(
     (offline_job,) = report["jobs"]
     assert [r["reason"] for r in report["rejected"]] == [reason]
 
+    # The worker refreshes the job's rollups once its debounce passed; until then the job
+    # is being computed (a read never refreshes it).
+    _wait_for(lambda: isinstance(JobQueryRunner(JobQuery(job=job)).calculate(), JobResult),
+              60, worker)
     result = JobQueryRunner(JobQuery(job=job)).calculate()
-    assert result is not None
+    assert isinstance(result, JobResult)
     online = result.headline  # the stored rollup, what the job page shows
     assert online.ett_pct == pytest.approx(offline_job["ett_pct"], abs=0.005)
     assert online.wall_gpu_s == pytest.approx(offline_job["wall_gpu_s"])

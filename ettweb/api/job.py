@@ -5,6 +5,11 @@ API's JSON errors (``{"error": ...}``; 404 for an unknown job). Like the other c
 table endpoints it takes a bearer token (``manage.py ett_api_token``) or the browser's
 logged-in session.
 
+A job whose events are stored but whose rollup is not (yet) is a 202 with
+``"status": "computing"``, what is known of it and a ``Retry-After`` header: a GET never
+writes, so the worker computes it (``ettweb.queries.job``), and the same request a few
+seconds later gets the 200.
+
 Job ids are free text and may hold ``/``: the path parameter takes the rest of the path,
 slashes included (``/api/v1/jobs/team/exp-1`` is job ``team/exp-1``). Any other character
 that is not allowed in a URL path is percent-encoded as usual (``%20``, ``%3F``, and
@@ -13,13 +18,13 @@ that is not allowed in a URL path is percent-encoded as usual (``%20``, ``%3F``,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from django.http import HttpRequest
-from ninja import Router, Schema
+from django.http import HttpRequest, HttpResponse
+from ninja import Router, Schema, Status
 from ninja.errors import HttpError
 
-from ettweb.queries import JobQuery, calculate
+from ettweb.queries import JobComputing, JobQuery, calculate
 
 #: No ``auth`` here: mounted on ``ettweb.api.v1.api``, the router takes the API's (a bearer
 #: token or the browser's CSRF-checked session).
@@ -73,6 +78,7 @@ class JobDetailOut(Schema):
     category and component, the category timeline and the rank lanes. Seconds unrounded."""
 
     job: str
+    status: Literal["ready"]
     model: str
     team: str
     cluster: str
@@ -95,13 +101,33 @@ class JobDetailOut(Schema):
     lanes: list[JobLaneOut]
 
 
+class JobComputingOut(Schema):
+    """A job whose events are stored but whose numbers are not yet: the worker is computing
+    them. Ask again after ``retry_after_s`` seconds (the ``Retry-After`` header)."""
+
+    job: str
+    status: Literal["computing"]
+    model: str
+    team: str
+    cluster: str
+    events: int
+    last_event_time: float | None
+    retry_after_s: int
+
+
 @router.get("/jobs/{path:job}",
-            response={200: JobDetailOut, 401: JobErrorOut, 404: JobErrorOut},
+            response={200: JobDetailOut, 202: JobComputingOut, 401: JobErrorOut,
+                      404: JobErrorOut},
             summary="One job's page: headline, attempts, recoveries, lost time, timeline, lanes")
-def job_detail(request: HttpRequest, job: str) -> dict[str, Any]:
+def job_detail(request: HttpRequest, response: HttpResponse,
+               job: str) -> dict[str, Any] | Status[dict[str, Any]]:
     """Everything the job page shows, read from the job's stored rollups (never its
-    events). ``job`` may contain ``/``."""
+    events); a 202 while the worker computes them. ``job`` may contain ``/``."""
     result = calculate(JobQuery(job=job))
     if result is None:
         raise HttpError(404, f"job: no events for job {job!r}")
+    if isinstance(result, JobComputing):
+        body = result.as_api()
+        response["Retry-After"] = str(body["retry_after_s"])
+        return Status(202, body)
     return result.as_api()

@@ -44,6 +44,7 @@ from ettweb.queries import (
     DetectedChange,
     FilterChoicesQuery,
     FleetHeadlineQuery,
+    JobComputing,
     JobFilter,
     JobQuery,
     LifecycleQuery,
@@ -58,6 +59,7 @@ from ettweb.queries import (
     calculate,
 )
 from ettweb.queries.base import LABELS
+from ettweb.queries.job import RETRY_AFTER_S
 from ettweb.queries.job import TABLES as JOB_TABLES
 from ettweb.queries.jobs import SORTS as JOB_SORTS
 from ettweb.queries.jobs import JobsQueryRunner
@@ -137,6 +139,8 @@ def job_detail(request: HttpRequest, job: str) -> HttpResponse:
     result = calculate(JobQuery(job=job, lanes_at=export.cleaned_data.get("lanes_at")))
     if result is None:
         raise Http404(f"no events for job {job!r}")
+    if isinstance(result, JobComputing):
+        return _job_computing(request, result, export.table_wanted)
     table = export.table_wanted
     if table is not None:
         header, rows = result.table(table)
@@ -150,6 +154,20 @@ def job_detail(request: HttpRequest, job: str) -> HttpResponse:
                             key=lambda kv: -kv[1]),
         "csv": {name: "?" + urlencode({"format": "csv", "table": name}) for name in JOB_TABLES},
     })
+
+
+def _job_computing(request: HttpRequest, result: JobComputing,
+                   table: str | None) -> HttpResponse:
+    """A job the worker is computing: the page says so with what is known; a CSV export
+    is a 503 with ``Retry-After``, so a script retries rather than saving the message."""
+    if table is not None:
+        response = HttpResponse(
+            f"job {result.job!r} is being computed (its rollup is not stored yet); "
+            f"try again in {RETRY_AFTER_S} s\n", status=503, content_type="text/plain")
+    else:
+        response = render(request, "dashboard/job_computing.html", {"result": result})
+    response["Retry-After"] = str(RETRY_AFTER_S)
+    return response
 
 
 @login_required

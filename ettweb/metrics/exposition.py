@@ -3,6 +3,12 @@
 Names are in base units (seconds) and end in ``_total`` where they are counters, as the
 Prometheus naming guide asks; labels are team, cluster and component only (never a job, which
 would make a series per job and per day of the fleet's history).
+
+A counter shows its stored floor (:class:`ettweb.metrics.models.CounterFloor`), which the
+worker raises to the current total every :data:`ettweb.schedule.BEAT_SCHEDULE`
+``raise-counter-floors`` period (:func:`raise_floors`), never the scrape: a GET never writes,
+and a counter that showed a total no floor holds could go down on the next scrape. So the
+counters trail the rollups by up to that period, and a series appears once a pass has seen it.
 """
 
 from __future__ import annotations
@@ -15,20 +21,24 @@ from django.db import connection
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from ettweb.metrics.models import CounterFloor
 from ettweb.queries import FleetTotalsResult
 
 SCOPE = ("team", "cluster")
 
 
 def render(result: FleetTotalsResult) -> bytes:
-    """The text exposition format of ``result``, counters raised to their floors."""
+    """The text exposition format of ``result``: its gauges, and its counters' series at
+    their stored floors (a series no pass has raised yet is left out)."""
     counters = _counters(result)
-    floors = _raise_floors(counters)
+    floors = _stored_floors(counters)
     families: list[Metric] = []
     for (name, help_text, labels), samples in counters.items():
         family = CounterMetricFamily(name, help_text, labels=list(labels))
-        for values, value in samples:
-            family.add_metric(list(values), floors.get(_series(name, labels, values), value))
+        for values, _ in samples:
+            floor = floors.get(_series(name, labels, values))
+            if floor is not None:
+                family.add_metric(list(values), floor)
         families.append(family)
     families.extend(_gauges(result))
     registry = CollectorRegistry(auto_describe=False)
@@ -94,22 +104,33 @@ def _series(name: str, labels: tuple[str, ...], values: tuple[str, ...]) -> str:
     return key if len(key) <= 512 else f"{name}#{hashlib.sha256(key.encode()).hexdigest()}"
 
 
-def _raise_floors(counters: dict[tuple[str, str, tuple[str, ...]], Samples]) -> dict[str, float]:
-    """Store ``max(floor, value)`` for every series in one statement; return the floors."""
-    rows = list({_series(name, labels, values): value  # one row per series, as SQL requires
-                 for (name, _, labels), samples in counters.items()
-                 for values, value in samples}.items())
+def _current(counters: dict[tuple[str, str, tuple[str, ...]], Samples]) -> dict[str, float]:
+    """Every counter series' current value, by its key (one per series)."""
+    return {_series(name, labels, values): value
+            for (name, _, labels), samples in counters.items() for values, value in samples}
+
+
+def _stored_floors(counters: dict[tuple[str, str, tuple[str, ...]], Samples],
+                   ) -> dict[str, float]:
+    """The stored floors of these series (a read)."""
+    rows = CounterFloor.objects.filter(series__in=list(_current(counters)))
+    return {series: float(value) for series, value in rows.values_list("series", "value")}
+
+
+def raise_floors(result: FleetTotalsResult) -> int:
+    """The worker's pass: store ``max(floor, value)`` for every counter series of
+    ``result`` in one statement; returns how many series."""
+    rows = list(_current(_counters(result)).items())
     if not rows:
-        return {}
+        return 0
     placeholders = ", ".join(["(%s, %s)"] * len(rows))
     params: list[Any] = [item for row in rows for item in row]
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO metrics_counterfloor (series, value) VALUES {placeholders} "
             "ON CONFLICT (series) DO UPDATE SET value = "
-            "GREATEST(metrics_counterfloor.value, EXCLUDED.value) RETURNING series, value",
-            params)
-        return {series: float(value) for series, value in cursor.fetchall()}
+            "GREATEST(metrics_counterfloor.value, EXCLUDED.value)", params)
+    return len(rows)
 
 
 class _Families:

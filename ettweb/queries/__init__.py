@@ -88,7 +88,7 @@ from ettweb.queries.fleet import (
     TrendResult,
 )
 from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner, ImpactResult, WindowError
-from ettweb.queries.job import JobMeta, JobQuery, JobQueryRunner, JobResult
+from ettweb.queries.job import JobComputing, JobMeta, JobQuery, JobQueryRunner, JobResult
 from ettweb.queries.jobs import JobListRow, JobsQuery, JobsQueryRunner, JobsResult
 from ettweb.queries.markers import (
     RolloutListQuery,
@@ -152,6 +152,7 @@ __all__ = [
     "ImpactResult",
     "Interval",
     "IsoWeek",
+    "JobComputing",
     "JobFilter",
     "JobListRow",
     "JobMeta",
@@ -221,7 +222,7 @@ def calculate(query: LifecycleQuery) -> LifecycleResult: ...
 @overload
 def calculate(query: FleetQuery) -> FleetResult: ...
 @overload
-def calculate(query: JobQuery) -> JobResult | None: ...
+def calculate(query: JobQuery) -> JobResult | JobComputing | None: ...
 @overload
 def calculate(query: ImpactQuery) -> ImpactResult | None: ...
 @overload

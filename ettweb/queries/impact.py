@@ -44,11 +44,11 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any, Final, Literal
 
 import numpy as np
-from django.db import connection
 from django.db.models import Max
 
 from ettweb.attribution.components import PRODUCTIVE, UNKNOWN_COMPONENT, component_of
 from ettweb.components.logic import known_components
+from ettweb.deferred import send_once
 from ettweb.queries.base import aggregating, phase_components
 from ettweb.rollouts import estimators
 from ettweb.rollouts.estimators import (
@@ -81,6 +81,10 @@ COMPONENT_VERDICTS: Final[tuple[ComponentVerdict, ...]] = ("reduced", "increased
                                                            "inconclusive")
 #: What the adjusted estimate is called in the API (``docs/rollouts.md`` explains it).
 ADJUSTED_METHOD: Final = "size-stratified"
+#: The worker's task that keeps one rollout's draws at one window (``ettweb.rollouts.warm``).
+WARM_TASK: Final = "ett.warm_rollout_impact"
+#: Seconds before another read of the same impact asks the worker again.
+ASK_AGAIN_S: Final = 30.0
 
 
 class WindowError(ValueError):
@@ -473,23 +477,11 @@ def _in_scope_jobs(scope: Scope) -> list[str] | None:
         "job", "model", "team", "cluster") if scope.matches(job, model, team, cluster))
 
 
-#: Temporary table the treated jobs are copied into for one impact's reads (dropped at
-#: commit): sending thousands of job ids as an array parameter cost more to quote than the
-#: read itself, and Postgres plans a join against an analyzed table better.
-_TREATED_TABLE = "impact_treated_jobs"
-
-
-def _load_treated(cursor: Any, treated: list[str]) -> None:
-    cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {_TREATED_TABLE} (job text PRIMARY KEY) "
-                   f"ON COMMIT DROP")
-    cursor.execute(f"TRUNCATE {_TREATED_TABLE}")  # a savepoint's commit drops nothing
-    raw = connection.connection
-    assert raw is not None  # aggregating() holds the connection
-    with raw.cursor() as copy_cursor, copy_cursor.copy(
-            f"COPY {_TREATED_TABLE} (job) FROM STDIN") as copy:
-        for job in treated:
-            copy.write_row((job,))
-    cursor.execute(f"ANALYZE {_TREATED_TABLE}")
+#: The treated jobs as a relation to join: one array parameter, unnested. Not a temporary
+#: table: creating and filling one is a write, and a read never writes (Postgres refuses
+#: it in a read-only transaction, as on a standby). Postgres sizes the join from the
+#: array's length, which it knows.
+_TREATED_JOBS = "unnest(%s::text[]) AS t(job)"
 
 
 def _read_windows(windows: Windows, scope: Scope, component: str, *,
@@ -512,7 +504,7 @@ def _read_windows(windows: Windows, scope: Scope, component: str, *,
     treated = _in_scope_jobs(scope)
     where, params = _window_filter(windows)
     in_scope = "TRUE" if treated is None else "t.job IS NOT NULL"
-    join = "" if treated is None else f" LEFT JOIN {_TREATED_TABLE} AS t ON t.job = d.job"
+    join = "" if treated is None else f" LEFT JOIN {_TREATED_JOBS} ON t.job = d.job"
     sets = ["(job, after, in_scope)"] + (["(day, in_scope)"] if with_trend else [])
     day = "day" if with_trend else "NULL::date"  # a column outside every set may not show
     sql = (f"SELECT GROUPING(job), job, {day}, after, in_scope, SUM(wall), SUM(productive) "
@@ -520,11 +512,9 @@ def _read_windows(windows: Windows, scope: Scope, component: str, *,
            f"d.productive_gpu_seconds AS productive, d.day > %s AS after, "
            f"{in_scope} AS in_scope FROM {JobDayRollup._meta.db_table} d{join} "
            f"WHERE {where}) AS x GROUP BY GROUPING SETS ({', '.join(sets)})")
-    args: list[Any] = [windows.rollout_day, *params]
+    args: list[Any] = [windows.rollout_day, *([] if treated is None else [treated]), *params]
     with aggregating() as cursor:
         cursor.execute("SELECT set_config('max_parallel_workers_per_gather', '0', true)")
-        if treated is not None:
-            _load_treated(cursor, treated)
         cursor.execute(sql, args)
         rows = cursor.fetchall()
         lost = _treated_lost(cursor, windows, scope, treated)
@@ -581,23 +571,23 @@ def _treated_lost(cursor: Any, windows: Windows, scope: Scope,
     From the sums that hold exactly those jobs: the fleet's day sums for a fleet-wide
     rollout; the label sums of the scope's models, teams and clusters for a scope of labels
     alone (a scope matches a job's rollup labels exactly, as the label sums are kept); the
-    treated jobs' own day rows (the table :func:`_load_treated` filled) when the scope names
-    a job pattern.
+    treated jobs' own day rows when the scope names a job pattern.
     """
     where, params = _window_filter(windows)
     lists = scope.label_lists() if treated is not None and scope.job_pattern is None else []
     labels = "".join(f" AND d.{label} = ANY(%s)" for label, _ in lists)
     label_params = [list(values) for _, values in lists]
+    jobs: list[Any] = []
     if treated is None:
         source = FleetDayRollup._meta.db_table + " d"
     elif scope.job_pattern is None:
         source = LabelDayRollup._meta.db_table + " d"
     else:
-        source = (f"{DailyCategoryRollup._meta.db_table} d "
-                  f"JOIN {_TREATED_TABLE} AS t ON t.job = d.job")
+        source = f"{DailyCategoryRollup._meta.db_table} d JOIN {_TREATED_JOBS} ON t.job = d.job"
+        jobs = [treated]
     cursor.execute(f"SELECT d.day > %s, d.category, SUM(d.gpu_seconds) FROM {source} "
                    f"WHERE {where} AND d.category <> %s{labels} GROUP BY 1, 2",
-                   [windows.rollout_day, *params, PRODUCTIVE, *label_params])
+                   [windows.rollout_day, *jobs, *params, PRODUCTIVE, *label_params])
     lost: dict[bool, dict[str, float]] = {False: {}, True: {}}
     for late, category, gpu_s in cursor.fetchall():
         lost[bool(late)][category] = float(gpu_s)
@@ -661,8 +651,16 @@ class Draws:
     adjusted: np.ndarray | None
 
 
+@dataclass(frozen=True)
+class _Kept:
+    """Draws this process holds, and whether :class:`BootstrapDraws` holds them too."""
+
+    draws: Draws
+    stored: bool
+
+
 #: Bootstrap draws already computed, by their inputs (see :func:`group_draws`).
-_DRAWS: OrderedDict[str, Draws] = OrderedDict()
+_DRAWS: OrderedDict[str, _Kept] = OrderedDict()
 _DRAWS_KEPT: Final = 256
 _DRAWS_LOCK = threading.Lock()
 #: Part of every digest: a new layout of the stored draws never reads an old one.
@@ -726,19 +724,17 @@ def _as_cell(draws: np.ndarray | None) -> bytes | None:
 _MARK_USED_AFTER: Final = timedelta(days=1)
 
 
-def _stored_draws(key: str) -> Draws | None:
+def _stored_draws(key: str) -> tuple[Draws, datetime] | None:
+    """The draws stored under ``key`` and when they were last marked used."""
     row = (BootstrapDraws.objects.filter(key=key)
            .values_list("treated", "control", "adjusted", "used_at").first())
     if row is None:
         return None
-    now = datetime.now(UTC)
-    if row[3] < now - _MARK_USED_AFTER:
-        BootstrapDraws.objects.filter(key=key).update(used_at=now)
-    return Draws(_as_array(row[0], 2), _as_array(row[1], 2), _as_array(row[2], 3))
+    return Draws(_as_array(row[0], 2), _as_array(row[1], 2), _as_array(row[2], 3)), row[3]
 
 
 def _store_draws(key: str, draws: Draws) -> None:
-    """Keep ``draws`` under ``key``; a concurrent request storing the same key wins, harmlessly
+    """Keep ``draws`` under ``key``; a concurrent worker storing the same key wins, harmlessly
     (both computed the same draws from the same seed and inputs)."""
     BootstrapDraws.objects.bulk_create(
         [BootstrapDraws(key=key, treated=_as_cell(draws.treated),
@@ -746,13 +742,23 @@ def _store_draws(key: str, draws: Draws) -> None:
                         used_at=datetime.now(UTC))], ignore_conflicts=True)
 
 
+def _remember(key: str, kept: _Kept) -> None:
+    with _DRAWS_LOCK:
+        _DRAWS[key] = kept
+        _DRAWS.move_to_end(key)
+        while len(_DRAWS) > _DRAWS_KEPT:
+            _DRAWS.popitem(last=False)
+
+
 def compute_draws(seed: int, treated: Group, control: Group | None) -> Draws:
     """The impact's draws (:func:`estimators.impact_draws`)."""
     return Draws(*estimators.impact_draws(seed, treated, control))
 
 
-def group_draws(seed: int, treated: Group, control: Group | None) -> Draws:
-    """The impact's draws (:func:`compute_draws`) for these groups.
+def group_draws(seed: int, treated: Group, control: Group | None, *,
+                keep: bool = False) -> tuple[Draws, bool]:
+    """The impact's draws (:func:`compute_draws`) for these groups, and whether they still
+    need keeping: not stored yet, or stored but not marked used for a day.
 
     The draws are a pure function of the seed and the two groups' per-job sums, so they are
     kept by a digest of exactly those: in this process (the last 256) and in
@@ -760,22 +766,31 @@ def group_draws(seed: int, treated: Group, control: Group | None) -> Draws:
     weekly report asking for the same rollout over unchanged rollups reuse one bootstrap,
     while any changed sum, job or window gives a new digest and a new bootstrap. The rollups
     are still read on every call; only the arithmetic is shared.
+
+    Only ``keep`` (the worker: the warm pass, or a warm a page asked for) stores draws and
+    marks them used. A read computes missing draws in memory and leaves the keeping to the
+    worker, because a GET never writes; the numbers are the same either way.
     """
     key = _draws_key(seed, treated, control)
     with _DRAWS_LOCK:
         kept = _DRAWS.get(key)
         if kept is not None:
             _DRAWS.move_to_end(key)
-            return kept
+    if kept is not None and kept.stored:
+        return kept.draws, False
     found = _stored_draws(key)
-    if found is None:
-        found = compute_draws(seed, treated, control)
-        _store_draws(key, found)
-    with _DRAWS_LOCK:
-        _DRAWS[key] = found
-        while len(_DRAWS) > _DRAWS_KEPT:
-            _DRAWS.popitem(last=False)
-    return found
+    if found is not None:
+        draws, used_at = found
+        unmarked = used_at < datetime.now(UTC) - _MARK_USED_AFTER
+        if unmarked and keep:
+            BootstrapDraws.objects.filter(key=key).update(used_at=datetime.now(UTC))
+        _remember(key, _Kept(draws, stored=True))
+        return draws, unmarked and not keep
+    draws = kept.draws if kept is not None else compute_draws(seed, treated, control)
+    if keep:
+        _store_draws(key, draws)
+    _remember(key, _Kept(draws, stored=keep))
+    return draws, not keep
 
 
 def _deciding(did_ci: tuple[float, float] | None, treated_ci: tuple[float, float] | None,
@@ -963,10 +978,15 @@ def _info(rollout: Rollout) -> RolloutInfo:
 
 
 class ImpactQueryRunner:
-    """Runs an :class:`ImpactQuery`; ``calculate()`` is None for an unknown rollout."""
+    """Runs an :class:`ImpactQuery`; ``calculate()`` is None for an unknown rollout.
 
-    def __init__(self, query: ImpactQuery) -> None:
+    ``keep``: store the bootstrap draws (the worker's warm pass). Without it, draws found
+    missing are computed in memory and the worker is asked to keep them
+    (``ett.warm_rollout_impact`` for this rollout and window)."""
+
+    def __init__(self, query: ImpactQuery, *, keep: bool = False) -> None:
         self.query = query
+        self.keep = keep
 
     def calculate(self) -> ImpactResult | None:
         rollout = Rollout.objects.filter(pk=self.query.rollout_id).first()
@@ -980,7 +1000,9 @@ class ImpactQueryRunner:
         jobs = read.jobs
         in_scope = jobs.group(jobs.in_scope)
         out_of_scope = None if info.scope.is_fleet else jobs.group(~jobs.in_scope)
-        draws = group_draws(info.id, in_scope, out_of_scope)
+        draws, unkept = group_draws(info.id, in_scope, out_of_scope, keep=self.keep)
+        if unkept:
+            send_once(WARM_TASK, [info.id, window_days], within_s=ASK_AGAIN_S)
         treated = _impact(in_scope, draws.treated)
         control, did, did_ci = None, None, None
         did_draws = _difference(draws.treated, draws.control)

@@ -2,8 +2,11 @@
 
 Everything comes from the rollup tables, which the refresh keeps equal to the engine's
 numbers: a page load reads a few rows per attempt, never the job's events, so a job of
-millions of events opens as fast as a small one. The one exception is a job whose events
-predate its rollups (or predate the stored timeline): it is refreshed once, on first view.
+millions of events opens as fast as a small one. A job whose rollup is missing (its events
+predate rollups, or its first refresh has not run yet) or predates the stored chunks is not
+refreshed here: a read never writes. The worker is asked to refresh it
+(``ett.refresh_outdated_rollups``) and the result says it is being computed
+(:class:`JobComputing`), with what is known meanwhile.
 """
 
 from __future__ import annotations
@@ -16,15 +19,23 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any, Final
 
+from ettweb.deferred import send_once
 from ettweb.ingest.models import Event, Job, QuarantinedEvent
 from ettweb.queries.base import by_component, phase_components, quarantined_lines
 from ettweb.rollups.chunked import chunk_index, chunk_lanes, chunk_s
-from ettweb.rollups.logic import refresh_jobs
+from ettweb.rollups.logic import rollup_outdated
 from ettweb.rollups.models import JobRollup
 
 Piece = tuple[str, float, float]  # (category or state, start, end), epoch seconds
 #: The job page's tables that export as CSV (``?format=csv&table=…``).
 TABLES: Final = ("attempts", "recoveries")
+#: The worker's task that refreshes a job a page found without a current rollup.
+REFRESH_TASK: Final = "ett.refresh_outdated_rollups"
+#: Seconds before another view of the same job asks the worker again (a refresh lost with a
+#: broker restart is asked for again by the next view after this).
+ASK_AGAIN_S: Final = 30.0
+#: Seconds a client is told to wait before asking again for a job being computed.
+RETRY_AFTER_S: Final = 5
 
 # --------------------------------------------------------------------------- one job
 
@@ -184,7 +195,7 @@ class JobResult:
         """``GET /api/v1/jobs/{job}``: the page's numbers, seconds unrounded."""
         h = self.headline
         return {
-            "job": self.job, "model": self.meta.model, "team": self.meta.team,
+            "job": self.job, "status": "ready", "model": self.meta.model, "team": self.meta.team,
             "cluster": self.meta.cluster, "ett_pct": h.ett_pct, "wall_s": h.wall_s,
             "productive_s": h.productive_s, "wall_gpu_s": h.wall_gpu_s,
             "productive_gpu_s": h.productive_gpu_s, "time_to_start_s": h.time_to_start_s,
@@ -233,24 +244,53 @@ def _headline(rollup: JobRollup) -> JobHeadline:
     )
 
 
-def _rollup(job: str) -> JobRollup | None:
-    """The job's rollup. A job whose events predate rollups, or whose rollup predates its
-    stored chunks (none counted), is refreshed on first view; later views read rows only."""
-    rollup = JobRollup.objects.filter(job=job).first()
-    if (rollup is None or not rollup.chunks) and Event.objects.filter(job=job).exists():
-        refresh_jobs([job])
-        rollup = JobRollup.objects.filter(job=job).first()
-    return rollup
+@dataclass(frozen=True)
+class JobComputing:
+    """A job with stored events whose rollup is missing, or predates its stored chunks: the
+    worker has been asked to compute it, and this is what is known until it has."""
+
+    job: str
+    events: int
+    meta: JobMeta
+    #: The latest event time ingestion saw (epoch seconds), if it recorded the job.
+    last_event_time: float | None = None
+
+    def as_api(self) -> dict[str, Any]:
+        """``GET /api/v1/jobs/{job}`` while the job is being computed (a 202)."""
+        return {"job": self.job, "status": "computing", "model": self.meta.model,
+                "team": self.meta.team, "cluster": self.meta.cluster, "events": self.events,
+                "last_event_time": self.last_event_time, "retry_after_s": RETRY_AFTER_S}
+
+
+def _computing(job: str, rollup: JobRollup | None) -> JobComputing | None:
+    """What is known of a job whose rollup cannot be shown, once the worker has been asked
+    to refresh it; ``None`` when it has no stored events (nothing to compute)."""
+    events = Event.objects.filter(job=job).count()
+    if not events:
+        return None
+    send_once(REFRESH_TASK, [[job]], within_s=ASK_AGAIN_S)
+    row = Job.objects.filter(job_id=job).values_list("model", "team", "cluster",
+                                                     "last_event_time").first()
+    if row is None:  # ingestion keeps a row per job; an older rollup may still know labels
+        meta = JobMeta() if rollup is None else JobMeta(rollup.model, rollup.team, rollup.cluster)
+        return JobComputing(job, events, meta)
+    model, team, cluster, last = row
+    return JobComputing(job, events, JobMeta(model, team, cluster), last)
 
 
 class JobQueryRunner:
-    """Runs a :class:`JobQuery`; ``calculate()`` is ``None`` for a job with no stored events."""
+    """Runs a :class:`JobQuery`; ``calculate()`` is ``None`` for a job with no stored events,
+    and :class:`JobComputing` for one whose rollup the worker has yet to compute."""
 
     def __init__(self, query: JobQuery) -> None:
         self.query = query
 
-    def calculate(self) -> JobResult | None:
-        rollup = _rollup(self.query.job)
+    def calculate(self) -> JobResult | JobComputing | None:
+        rollup = JobRollup.objects.filter(job=self.query.job).first()
+        if rollup_outdated(rollup):
+            computing = _computing(self.query.job, rollup)
+            if computing is not None:
+                return computing
         if rollup is None:
             return None
         mapping = self.query.components or phase_components()

@@ -8,7 +8,9 @@ windows once makes every later load of them cheap until the rollups in those win
 change. Beat runs :func:`warm_impacts` every few minutes (``ettweb.schedule``): for a past
 rollout whose windows are complete that costs one read of the rollups per window, since
 its digests do not move; a live rollout's after window grows each day and is drawn again.
-Any other window (the page takes 1-90 days) is drawn on its first request and kept too.
+Any other window (the page takes 1-90 days) is drawn in memory on its first request, which
+asks the worker to keep it (:func:`warm_impact`, task ``ett.warm_rollout_impact``): a GET
+never writes, so storing draws, marking them used and keeping summaries happen here only.
 Each computed impact's headline is kept as an :class:`ImpactSummary`, which ``/rollouts/``
 lists, sorts and filters by.
 """
@@ -62,9 +64,17 @@ def warm_impacts(windows: tuple[int, ...] = WARM_WINDOWS) -> WarmStats:
     rollouts = list(Rollout.objects.order_by("id").values_list("id", flat=True))
     for rollout_id in rollouts:
         for window in windows:
-            result = ImpactQueryRunner(ImpactQuery(rollout_id, window)).calculate()
-            if result is not None:
-                store_summary(result)
+            warm_impact(rollout_id, window)
     pruned, _ = BootstrapDraws.objects.filter(used_at__lt=started - KEEP_UNUSED).delete()
     return WarmStats(impacts=len(rollouts) * len(windows),
                      seconds=time.perf_counter() - began, pruned=pruned)
+
+
+def warm_impact(rollout_id: int, window_days: int) -> bool:
+    """One rollout's impact at one window: its draws stored (or marked used) and its
+    headline kept; whether the rollout exists."""
+    result = ImpactQueryRunner(ImpactQuery(rollout_id, window_days), keep=True).calculate()
+    if result is None:
+        return False
+    store_summary(result)
+    return True

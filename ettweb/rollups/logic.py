@@ -39,6 +39,7 @@ from ettweb.attribution import chunks
 from ettweb.attribution.components import PRODUCTIVE
 from ettweb.attribution.engine import Event, JobAttribution, Segment
 from ettweb.attribution.lanes import Timeline
+from ettweb.ingest import models as ingest
 from ettweb.ingest.models import Job
 from ettweb.rollups import chunked
 from ettweb.rollups.buckets import bucket_sql, gpu_bucket
@@ -703,6 +704,23 @@ def stale_marks(older_than: float) -> list[str]:
     """Jobs marked dirty before ``older_than`` (epoch seconds): refreshes that never ran."""
     return list(DirtyJob.objects.filter(marked_at__lt=older_than)
                 .order_by("job").values_list("job", flat=True))
+
+
+def rollup_outdated(rollup: JobRollup | None) -> bool:
+    """Whether a job's rollup row cannot be shown as it is: missing (the job's events predate
+    rollups, or its first refresh has not run yet) or from before the stored chunks (it
+    counts none, and its timeline may be missing)."""
+    return rollup is None or not rollup.chunks
+
+
+def outdated_jobs(job_ids: Iterable[str]) -> list[str]:
+    """The jobs among ``job_ids`` with stored events whose rollup is outdated
+    (:func:`rollup_outdated`): what a page found and asked the worker to refresh."""
+    wanted = sorted(set(job_ids))
+    current = set(JobRollup.objects.filter(job__in=wanted, chunks__gt=0)
+                  .values_list("job", flat=True))
+    return [job for job in wanted if job not in current
+            and ingest.Event.objects.filter(job=job).exists()]
 
 
 def _merge(a: RefreshStats, b: RefreshStats) -> RefreshStats:

@@ -1,5 +1,6 @@
-"""Rollup refresh tasks: scheduled by ingestion for the jobs it marked dirty, plus a beat
-safety net. The logic (claiming marks, recomputing, writing) lives in rollups.logic."""
+"""Rollup refresh tasks: scheduled by ingestion for the jobs it marked dirty, asked for by a
+page that found a job's rollup outdated, plus a beat safety net. The logic (claiming marks,
+recomputing, writing) lives in rollups.logic."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 from celery import shared_task
 
 from ettweb.retry import waits_for_database
-from ettweb.rollups.logic import MARK_STALE_AFTER_S, refresh_jobs, stale_marks
+from ettweb.rollups.logic import MARK_STALE_AFTER_S, outdated_jobs, refresh_jobs, stale_marks
 
 
 @shared_task(name="ett.refresh_rollups")
@@ -28,3 +29,12 @@ def refresh_stale_rollups() -> int:
     """Beat: refresh jobs whose mark is older than any scheduled refresh could be."""
     jobs = stale_marks(time.time() - MARK_STALE_AFTER_S)
     return refresh_jobs(jobs, only_marked=True).jobs if jobs else 0
+
+
+@shared_task(name="ett.refresh_outdated_rollups")
+@waits_for_database
+def refresh_outdated_rollups(job_ids: list[str]) -> int:
+    """Refresh the jobs among ``job_ids`` whose rollup a page found missing or from before
+    the stored chunks, if it still is (several views may ask); returns how many."""
+    jobs = outdated_jobs(str(job) for job in job_ids)
+    return refresh_jobs(jobs).jobs if jobs else 0

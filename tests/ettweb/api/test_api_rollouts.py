@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from datetime import timedelta
 from io import StringIO
 from typing import Any
 
@@ -11,10 +13,13 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
+from django.utils import timezone
 
+from ettweb import deferred
 from ettweb.api.models import ApiToken
 from ettweb.api.tokens import issue_token
 from ettweb.rollouts.models import Rollout
+from tests.ettweb.queued import QueuedTask
 
 pytestmark = pytest.mark.django_db
 
@@ -107,18 +112,44 @@ def test_unknown_rollout_is_404(client: Client, token: str) -> None:
         assert response.json() == {"error": "no rollout 999"}
 
 
-def test_tokens_are_required_hashed_and_revocable(client: Client, token: str) -> None:
+def test_tokens_are_required_hashed_and_revocable(
+        client: Client, token: str, queued: Callable[[], list[QueuedTask]]) -> None:
     assert post(client, None, GOOD).status_code == 401
     assert post(client, "ett_wrong", GOOD).status_code == 401
     assert get(client, None, "/api/v1/rollouts").status_code == 401
     stored = ApiToken.objects.get()
     assert token not in (stored.key_hash, stored.prefix) and token.startswith(stored.prefix)
     assert post(client, token, GOOD).status_code == 201
+    (use,) = queued()
+    use.run()  # the worker records the use
     assert ApiToken.objects.get().last_used is not None
     ApiToken.objects.update(active=False)  # what unticking "active" in the admin does
     response = post(client, token, GOOD)
     assert response.status_code == 401
     assert "ett_api_token" in response.json()["error"]
+
+
+def test_a_tokens_use_is_recorded_by_the_worker_at_most_every_five_minutes(
+        client: Client, token: str, queued: Callable[[], list[QueuedTask]]) -> None:
+    """Checking a token writes nothing (most of its requests are GETs): its use goes to the
+    worker, once per token per five minutes, and an older use never overwrites a newer."""
+    before = timezone.now()
+    for _ in range(3):
+        assert get(client, token, "/api/v1/rollouts").status_code == 200
+    assert ApiToken.objects.get().last_used is None
+    (use,) = queued()
+    assert use.name == "ett.note_token_used"
+    assert use.args[0] == ApiToken.objects.get().pk
+    assert use.run() is True
+    used = ApiToken.objects.get().last_used
+    assert used is not None and before <= used <= timezone.now()
+    stale = QueuedTask(use.name, [use.args[0], (used - timedelta(minutes=1)).isoformat()])
+    assert stale.run() is False  # arrived late: the newer use stays
+    assert ApiToken.objects.get().last_used == used
+    deferred._SENT.clear()  # five minutes later, as far as this process knows
+    assert get(client, token, "/metrics").status_code == 200
+    (again,) = queued()
+    assert again.name == "ett.note_token_used" and again.args[1] >= use.args[1]
 
 
 def test_ett_api_token_prints_a_working_token_last(client: Client) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -15,6 +16,7 @@ from ettweb.ingest.logic import ingest_lines
 from ettweb.rollups.logic import load_events, refresh_jobs
 from tests.ettweb.attribution.attribution_events import Timeline, worked_example
 from tests.ettweb.attribution.rank_events import ranked_job
+from tests.ettweb.queued import QueuedTask
 
 pytestmark = pytest.mark.django_db
 
@@ -37,6 +39,7 @@ def test_the_job_answers_the_engines_numbers(client: Client, token: str) -> None
     store(worked_example())
     status, body = get(client, token, "/api/v1/jobs/j1")
     assert status == 200, body
+    assert body["status"] == "ready"
     engine = attribute_job(load_events(["j1"])["j1"])
     assert body["ett_pct"] == pytest.approx(engine.ett_pct) == pytest.approx(70.796, abs=1e-3)
     assert (body["wall_s"], body["productive_s"], body["wall_gpu_s"]) == (113.0, 80.0, 452.0)
@@ -85,6 +88,25 @@ def test_an_unknown_job_is_a_404_with_a_json_error(client: Client, token: str) -
     assert body == {"error": "job: no events for job 'no/such job'"}
 
 
+def test_a_job_being_computed_is_a_202_to_ask_again(
+        client: Client, token: str, queued: Callable[[], list[QueuedTask]]) -> None:
+    """Events stored, no rollup yet: a 202 saying so with what is known and when to ask
+    again; the GET asked the worker, whose refresh turns the next answer into the 200."""
+    ingest_lines(worked_example().lines())
+    response = client.get("/api/v1/jobs/j1", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 202
+    assert response["Retry-After"] == "5"
+    assert response.json() == {"job": "j1", "status": "computing", "model": "",
+                               "team": "", "cluster": "", "events": 12,
+                               "last_event_time": 1113.0, "retry_after_s": 5}
+    tasks = queued()
+    assert QueuedTask("ett.refresh_outdated_rollups", [["j1"]]) in tasks
+    for task in tasks:
+        task.run()
+    status, body = get(client, token, "/api/v1/jobs/j1")
+    assert (status, body["status"], body["wall_s"]) == (200, "ready", 113.0)
+
+
 def test_the_job_needs_a_token_or_a_session(client: Client) -> None:
     store(worked_example())
     assert client.get("/api/v1/jobs/j1").status_code == 401
@@ -107,4 +129,5 @@ def test_a_hostile_job_name_comes_back_as_data(client: Client, token: str) -> No
 def test_the_openapi_document_lists_the_endpoint(client: Client) -> None:
     client.force_login(User.objects.create_user("docs"))
     paths = client.get("/api/v1/openapi.json").json()["paths"]
-    assert "get" in paths["/api/v1/jobs/{job}"]
+    answers = paths["/api/v1/jobs/{job}"]["get"]["responses"]
+    assert {"200", "202", "404"} <= set(answers)

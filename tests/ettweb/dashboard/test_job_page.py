@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -28,6 +29,7 @@ from ettweb.rollups.models import AttemptTimeline, AttributionChunk, JobRollup
 from tests.ettweb.attribution.attribution_events import Timeline, worked_example
 from tests.ettweb.attribution.rank_events import ranked_job, staggered_job
 from tests.ettweb.charts import figure_ids, figure_of, traces_of
+from tests.ettweb.queued import QueuedTask
 
 pytestmark = pytest.mark.django_db
 
@@ -65,16 +67,50 @@ def test_the_page_reads_no_event(viewer: Client) -> None:
     assert event_queries(viewer, "wide") == []  # and again: nothing cached in between
 
 
-def test_a_rollup_from_before_the_stored_timeline_is_refreshed_once(viewer: Client) -> None:
+def test_a_rollup_from_before_the_stored_timeline_is_refreshed_by_the_worker(
+        viewer: Client, queued: Callable[[], list[QueuedTask]]) -> None:
+    """The page asks the worker once and says the job is being computed; once the worker
+    ran the task it was sent, the page reads stored rows only."""
     store(worked_example())
     AttemptTimeline.objects.all().delete()
     AttributionChunk.objects.all().delete()
     JobRollup.objects.filter(job="j1").update(timeline_digest="", chunks=0)
-    assert event_queries(viewer, "j1")  # the first view refreshes the job from its events
+    for _ in range(2):
+        html = page(viewer, "j1")
+        assert 'id="job-computing"' in html and "Being computed" in html
+        assert '<strong id="job-events">12</strong>' in html
+        assert "Reload this page in a few seconds" in html
+    assert not AttemptTimeline.objects.exists()  # the page wrote nothing
+    (task,) = queued()  # once for both views
+    assert task == QueuedTask("ett.refresh_outdated_rollups", [["j1"]])
+    assert task.run() == 1  # the worker's run
+    assert task.run() == 0  # asked again later: nothing left to do
     assert AttemptTimeline.objects.filter(job_id="j1").count() == 2
     assert event_queries(viewer, "j1") == []
     rows = {trace["name"]: trace for trace in traces_of(page(viewer, "j1"), "phase-timeline")}
     assert rows["restart_gap"]["y"] == ["attempt 1"]
+    assert queued() == []
+
+
+def test_a_job_without_a_rollup_is_being_computed(
+        viewer: Client, queued: Callable[[], list[QueuedTask]]) -> None:
+    """Events stored, no refresh run yet (or events from before rollups): the page says so
+    with what ingestion knows, a CSV export is a 503 to retry, and the worker's refresh
+    brings the numbers."""
+    ingest_lines(worked_example().lines())
+    html = page(viewer, "j1")
+    assert '<strong id="job-events">12</strong>' in html
+    assert "the latest at 1970-01-01 00:18 UTC" in html  # the last attempt_end, 1113 s
+    export = viewer.get("/jobs/j1/?format=csv&table=attempts")
+    assert export.status_code == 503 and export["Retry-After"] == "5"
+    assert export.content.decode().startswith("job 'j1' is being computed")
+    assert not JobRollup.objects.exists()
+    (task,) = queued()
+    task.run()
+    html = page(viewer, "j1")
+    assert 'id="job-computing"' not in html and 'id="job-ett"' in html
+    assert viewer.get("/jobs/j1/?format=csv&table=attempts").status_code == 200
+    assert viewer.get("/jobs/nothing-stored/").status_code == 404
 
 
 # --------------------------------------------------------------------------- what it draws

@@ -1,21 +1,27 @@
 """``/metrics``: Prometheus's text format behind an API token, numbers equal to the API's for
-the same scope, low-cardinality labels only, and counters that never go down."""
+the same scope, low-cardinality labels only, and counters that never go down: the scrape
+shows the floors beat's ``ett.raise_counter_floors`` raised, and writes nothing."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
 
 from ettweb.api.tokens import issue_token
 from ettweb.ingest.models import CollectorHealth
 from ettweb.ingest.tasks import ingest_batch
 from ettweb.metrics.models import CounterFloor
+from ettweb.metrics.tasks import raise_counter_floors
 from ettweb.rollups.models import DailyCategoryRollup
+from ettweb.schedule import BEAT_SCHEDULE
 from tests.conftest import mark, span
 from tests.ettweb.rollouts.test_rollout_impact import H, _day, day_job, store
 
@@ -41,6 +47,7 @@ def token() -> str:
            *day_job("b", 11, 4, "ads", ("checkpoint_save", 1), 9),
            *_failed_then_completed("c", 10)])
     CollectorHealth.objects.create(source="node-1", backlog_events=5, dropped_events=2)
+    raise_counter_floors()  # beat's pass
     return issue_token(User.objects.create_user("prometheus"), "scraper")
 
 
@@ -108,13 +115,39 @@ def test_a_counter_never_goes_down(client: Client, token: str) -> None:
     read as a counter reset and ``rate()`` would count the fleet's whole history again)."""
     before = scrape(client, token)["ett_wall_gpu_seconds_total"]
     DailyCategoryRollup.objects.filter(job_id="a").update(gpu_seconds=0.0)  # a correction
+    assert raise_counter_floors() == 2 + 2 + 2 + 4 + 1  # wall, productive, failures, lost
     after = scrape(client, token)["ett_wall_gpu_seconds_total"]
     assert after == before
     assert CounterFloor.objects.filter(series__startswith="ett_wall_gpu_seconds").count() == 2
     store(day_job("d", 12, 1, "ads", ("compile", 1), 100))  # new data raises it again
-    grown = scrape(client, token)["ett_wall_gpu_seconds_total"]
     ads = (("cluster", "east"), ("team", "ads"))
+    assert scrape(client, token)["ett_wall_gpu_seconds_total"][ads] == before[ads]  # not yet
+    raise_counter_floors()
+    grown = scrape(client, token)["ett_wall_gpu_seconds_total"]
     assert grown[ads] > before[ads]
+
+
+def test_a_scrape_writes_nothing_and_shows_what_the_pass_raised(client: Client,
+                                                                 token: str) -> None:
+    """Counters come from the stored floors only (a series no pass has seen yet is left
+    out); gauges are live. Beat runs the pass often, so the counters trail by seconds."""
+    entry = BEAT_SCHEDULE["raise-counter-floors"]
+    assert entry["task"] == "ett.raise_counter_floors"
+    assert entry["schedule"] <= 60 and entry["options"]["expires"] < entry["schedule"]
+    floors = list(CounterFloor.objects.order_by("series").values_list("series", "value"))
+    store(day_job("e", 12, 4, "infra", ("compile", 1), 9))  # a new team: no floor yet
+    CollectorHealth.objects.create(source="node-2", backlog_events=7)
+    with CaptureQueriesContext(connection) as queries:
+        metrics = scrape(client, token)
+    writes = [q["sql"] for q in queries.captured_queries
+              if re.match(r"\s*(INSERT|UPDATE|DELETE)", q["sql"], re.IGNORECASE)]
+    assert writes == []
+    assert list(CounterFloor.objects.order_by("series").values_list("series", "value")) == floors
+    assert metrics["ett_collector_backlog_events"] == {(): 12.0}  # live
+    infra = (("cluster", "east"), ("team", "infra"))
+    assert infra not in metrics["ett_wall_gpu_seconds_total"]
+    raise_counter_floors()
+    assert scrape(client, token)["ett_wall_gpu_seconds_total"][infra] == 10 * H * 4
 
 
 @pytest.mark.parametrize("header", [None, "Bearer nope", "Basic dXNlcjpwdw==", "Bearer "])

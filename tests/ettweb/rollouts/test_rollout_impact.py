@@ -8,7 +8,7 @@ exactly: a job with ``compile`` c hours and ``train`` t hours on g GPUs contribu
 from __future__ import annotations
 
 import itertools
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -298,21 +298,23 @@ def test_kept_draws_are_exactly_a_fresh_bootstrap_and_follow_any_changed_sum(
         return _group(np.random.default_rng(seed).uniform(1, 10, size=(jobs, 6)))
 
     treated, control = group(1, 12), group(2, 9)
-    first = group_draws(99, treated, control)
+    first, unkept = group_draws(99, treated, control, keep=True)  # the worker's
+    assert not unkept
     rng = np.random.default_rng(99)
     fresh = (bootstrap(treated.values, rng), bootstrap(control.values, rng))
     assert first.treated is not None and first.control is not None
     assert np.array_equal(first.treated, fresh[0]) and np.array_equal(first.control, fresh[1])
     assert first.adjusted is not None and first.adjusted.shape == (2000, 3)
-    assert group_draws(99, treated, control) is first  # kept, not recomputed
+    assert group_draws(99, treated, control, keep=True)[0] is first  # kept, not recomputed
     changed = _group(control.values.copy())
     changed.values[0, 3] += 1.0
-    again = group_draws(99, treated, changed)
+    again, _ = group_draws(99, treated, changed, keep=True)
     assert again.control is not None and not np.array_equal(again.control, first.control)
     assert again.treated is not None and first.treated is not None
     assert np.array_equal(again.treated, first.treated)  # treated draws come first
     few = _group(treated.values[:4])
-    assert group_draws(99, few, None) == impact.Draws(None, None, None)  # under 5 jobs
+    none = impact.Draws(None, None, None)
+    assert group_draws(99, few, None, keep=True) == (none, False)  # under 5 jobs
     assert BootstrapDraws.objects.count() == 3
 
     def no_bootstrap(*args: object, **kwargs: object) -> None:
@@ -320,12 +322,43 @@ def test_kept_draws_are_exactly_a_fresh_bootstrap_and_follow_any_changed_sum(
 
     monkeypatch.setattr(impact, "_DRAWS", type(impact._DRAWS)())
     monkeypatch.setattr(impact, "compute_draws", no_bootstrap)
-    stored = group_draws(99, treated, control)
+    stored, unkept = group_draws(99, treated, control)  # a read, in another process
+    assert not unkept
     assert stored.treated is not None and stored.control is not None
     assert np.array_equal(stored.treated, first.treated)
     assert np.array_equal(stored.control, first.control)
     assert stored.adjusted is not None and np.array_equal(stored.adjusted, first.adjusted)
-    assert group_draws(99, few, None) == impact.Draws(None, None, None)
+    assert group_draws(99, few, None) == (none, False)
+
+
+@pytest.mark.django_db
+def test_a_read_draws_in_memory_and_leaves_the_keeping_to_the_worker() -> None:
+    """Without ``keep`` (any GET) missing draws are drawn in memory, stored nowhere, and
+    reported unkept until the worker stored them; stored draws not marked used for a day
+    are reported too, and only the worker marks them. The numbers are the same draws."""
+    from ettweb.queries import impact
+    from ettweb.queries.impact import group_draws
+    from ettweb.rollouts.models import BootstrapDraws
+
+    values = np.random.default_rng(3).uniform(1, 10, size=(14, 6))
+    treated, control = _group(values[:8]), _group(values[8:])
+    drawn, unkept = group_draws(7, treated, control)
+    assert unkept and not BootstrapDraws.objects.exists()
+    again, unkept = group_draws(7, treated, control)
+    assert again is drawn and unkept  # from memory, still not stored
+    kept, unkept = group_draws(7, treated, control, keep=True)
+    assert not unkept and BootstrapDraws.objects.count() == 1
+    assert kept.treated is not None and drawn.treated is not None
+    assert np.array_equal(kept.treated, drawn.treated)
+    assert group_draws(7, treated, control)[1] is False
+    two_days_ago = datetime.now(UTC) - timedelta(days=2)
+    BootstrapDraws.objects.update(used_at=two_days_ago)
+    impact._DRAWS.clear()  # another process
+    assert group_draws(7, treated, control)[1] is True
+    assert BootstrapDraws.objects.get().used_at == two_days_ago  # a read marks nothing
+    impact._DRAWS.clear()
+    assert group_draws(7, treated, control, keep=True)[1] is False
+    assert BootstrapDraws.objects.get().used_at > two_days_ago
 
 
 def test_the_draws_digest_ignores_summation_order_but_not_a_change() -> None:

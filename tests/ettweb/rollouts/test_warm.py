@@ -4,6 +4,7 @@ instead of drawn again, pruned when nobody used them for a week."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from typing import Any
@@ -18,6 +19,7 @@ from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner
 from ettweb.rollouts.models import BootstrapDraws, ImpactSummary
 from ettweb.rollouts.warm import WARM_WINDOWS, warm_impacts
 from ettweb.schedule import BEAT_SCHEDULE
+from tests.ettweb.queued import QueuedTask
 from tests.ettweb.rollouts.test_rollout_impact import day_job, rollout, store
 
 pytestmark = pytest.mark.django_db
@@ -55,6 +57,29 @@ def test_warm_pass_stores_the_standard_windows_and_later_loads_draw_nothing(
             assert again is not None
     again = ImpactQueryRunner(ImpactQuery(first.pk, 14)).calculate()
     assert again is not None and again.treated.ci95_pts == expected.treated.ci95_pts
+
+
+def test_a_page_draws_in_memory_and_the_worker_keeps_what_it_asked_for(
+        admin_client: Client, queued: Callable[[], list[QueuedTask]]) -> None:
+    """A window no pass warmed: the API and the page answer from draws made in memory, store
+    nothing, and ask the worker once; its task stores the draws and the summary, and the
+    numbers read back are the same."""
+    _fleet()
+    r = rollout({"teams": ["ads"]})
+    path = f"/api/v1/rollouts/{r.pk}/impact?window=3"
+    drawn = admin_client.get(path).json()
+    assert drawn["treated"]["ci95_pts"] is not None
+    assert admin_client.get(f"/rollouts/{r.pk}/?window=3").status_code == 200
+    assert not BootstrapDraws.objects.exists() and not ImpactSummary.objects.exists()
+    (task,) = queued()  # the API and the page asked once
+    assert task == QueuedTask("ett.warm_rollout_impact", [r.pk, 3])
+    assert task.run() is True
+    assert BootstrapDraws.objects.count() == 1
+    assert ImpactSummary.objects.filter(rollout=r, window_days=3).exists()
+    impact_module._DRAWS.clear()  # another process: reads the stored draws
+    assert admin_client.get(path).json() == drawn
+    assert queued() == []
+    assert QueuedTask(task.name, [r.pk + 1, 3]).run() is False  # a rollout deleted since
 
 
 def test_draws_unused_for_a_week_are_pruned_and_read_ones_kept() -> None:
