@@ -28,9 +28,7 @@ such a fleet and times everything a person or a program can GET.
    data) by name; a page's other parameters come from its own GET forms (selects, number
    ranges) and its same-page links (sorts, pages), read from its HTML, so filters added
    later are exercised too. A route the bench cannot fill, or one that refuses GET, is
-   listed under ``unmeasured`` with the reason, never skipped silently. The collectors'
-   credential check (``GET /api/v1/collectors/self``) takes no token: each request is signed
-   afresh with the bench's own collector credential, as an agent signs it.
+   listed under ``unmeasured`` with the reason, never skipped silently.
    Before timing, beat's warm pass runs once (``ettweb.rollouts.warm``: every rollout's
    impact at the windows the rollout page links to, its bootstrap draws stored) and this
    process forgets its own draws, so requests find them where a web server would: in the
@@ -68,11 +66,10 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from html.parser import HTMLParser
 from typing import Any, Final
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode
 
 from bench.rollouts import percentile
 from bench.rollup_cost import _setup_django
-from collector.auth import CHECK_HEADERS, CHECK_PATH, check_body, sign_batch
 
 Event = dict[str, Any]
 DATABASE: Final = "ett_bench_dashboard"
@@ -102,10 +99,7 @@ NO_EVENT_NUMBERS: Final = frozenset({
     "components:phases",
     "reports:settings", "reports:unsubscribe", "healthz", "favicon",
     "api-v1:openapi-json", "api-v1:openapi-view",
-    "GET /api/v1/rollouts", "GET /api/v1/rollouts/{rollout_id}", "GET /api/v1/collectors",
-    f"GET {CHECK_PATH}"})
-#: The bench's collector credential, for the credential check.
-BENCH_COLLECTOR: Final = "col-bench-dashboard"
+    "GET /api/v1/rollouts", "GET /api/v1/rollouts/{rollout_id}", "GET /api/v1/collectors"})
 #: Range lengths (days) the requests draw from: a day, a week, the default month, a quarter…
 RANGE_DAYS: Final = (1, 7, 14, 30, 30, 30, 60, 90, 180)
 
@@ -496,7 +490,6 @@ class Catalog:
     first_day: date
     last_day: date
     unsubscribe_token: str
-    collector_secret: str = ""  # the bench's collector credential's, for the credential check
 
     @property
     def weeks(self) -> list[str]:
@@ -517,8 +510,7 @@ def load_catalog(user: Any) -> Catalog:
     from django.db.models import Max, Min
 
     from ettweb.components.logic import known_components
-    from ettweb.ingest.credentials import new_secret
-    from ettweb.ingest.models import CollectorCredential, CollectorHealth, Job
+    from ettweb.ingest.models import CollectorHealth, Job
     from ettweb.reports.models import Subscription
     from ettweb.reports.tokens import make_token
     from ettweb.rollouts.models import Rollout
@@ -530,8 +522,6 @@ def load_catalog(user: Any) -> Catalog:
     biggest = JobRollup.objects.order_by("-events", "job").values_list("job", flat=True).first()
     subscription, _ = Subscription.objects.get_or_create(
         user=user, defaults={"email": "bench@example.com"})
-    credential, _ = CollectorCredential.objects.get_or_create(
-        collector_id=BENCH_COLLECTOR, defaults={"name": SOURCE, "secret": new_secret()})
     return Catalog(
         jobs=tuple(jobs[::max(1, len(jobs) // 2000)]), biggest_job=biggest or "",
         rollouts=tuple((pk, at.timestamp()) for pk, at in
@@ -541,7 +531,7 @@ def load_catalog(user: Any) -> Catalog:
         clusters=_distinct(Job, "cluster"),
         sources=tuple(CollectorHealth.objects.values_list("source", flat=True)),
         first_day=days["lo"] or today, last_day=days["hi"] or today,
-        unsubscribe_token=make_token(subscription.pk), collector_secret=credential.secret)
+        unsubscribe_token=make_token(subscription.pk))
 
 
 def _distinct(model: Any, column: str) -> tuple[str, ...]:
@@ -569,7 +559,9 @@ class Filler:
             "gpus": [label for _, _, label in GPU_BUCKETS], "status": STATUSES,
             "sort": [f"{sign}{key}" for key in SORTS for sign in ("-", "")],
             "interval": INTERVALS, "group_by": GROUPINGS, "week": c.weeks,
-            "page": (1, 1, 1, 2, 3, 5, 20, 100, 1000), "page_size": (25, 50, 100, 200),
+            # Page 1 only: a page past the last is a 400, and a random filter may leave one
+            # page; the sort over every matching job, not the offset, is what costs.
+            "page": (1,), "page_size": (25, 50, 100, 200),
             "top": (5, 10, 20, 50), "limit": (20, 100, 500), "rejected": (10, 50, 200),
             "window": (7, 14, 14, 28, 60, 90), "silent_after": (1, 5, 5, 60, 1440),
             "silent_after_s": (60, 300, 300, 3600), "q": job_bits, "days": (7, 30, 90),
@@ -902,20 +894,6 @@ class Measurer:
         self.client, self.filler, self.seed = client, filler, seed
         self.bearer = {"Authorization": f"Bearer {token}"}
 
-    def signed(self, target: Target, url: str) -> tuple[str, dict[str, str]]:
-        """The request to send: a collector-signed target gets a source and fresh headers
-        (a check's nonce is good once); any other keeps its URL and headers."""
-        if target.auth != "collector":
-            return url, target.headers
-        parts = urlsplit(url)
-        query = dict(parse_qsl(parts.query))
-        query["source"] = query.get("source") or next(iter(self.filler.catalog.sources),
-                                                      SOURCE)
-        auth = sign_batch(BENCH_COLLECTOR, self.filler.catalog.collector_secret,
-                          [check_body(query["source"])])
-        headers = {CHECK_HEADERS[name]: str(value) for name, value in auth.items()}
-        return urlunsplit(parts._replace(query=urlencode(query))), headers
-
     def prepare(self, target: Target) -> str | None:
         """First request (not timed: imports, templates): auth, forms, links; or why not."""
         rng = random.Random(f"{self.seed}:{target.key}:prepare")
@@ -926,10 +904,7 @@ class Measurer:
             return str(exc)
         if target.kind == "endpoint":
             target.headers, target.auth = self.bearer, "bearer"
-        if target.key == f"GET {CHECK_PATH}":
-            target.headers, target.auth = {}, "collector"
-        url, headers = self.signed(target, url)
-        response = self.client.get(url, headers=headers)
+        response = self.client.get(url, headers=target.headers)
         if response.status_code in (401, 403) and target.kind == "page":
             target.headers, target.auth = self.bearer, "bearer"
             response = self.client.get(url, headers=target.headers)
@@ -951,8 +926,8 @@ class Measurer:
         rng = random.Random(f"{self.seed}:{target.key}")
         timing = Timing()
         for _ in range(repeats):
-            url, headers = self.signed(target, self.next_url(target, rng))
-            ms, response = timed_get(self.client, url, headers)
+            url = self.next_url(target, rng)
+            ms, response = timed_get(self.client, url, target.headers)
             if response.status_code >= 400:
                 if len(timing.errors) < 3:
                     timing.errors.append({"url": url, "status": response.status_code,
@@ -989,7 +964,7 @@ class Measurer:
         return _url(path, query), {**chosen, **query}
 
     def stored_ms(self, target: Target, url: str) -> float:
-        return statistics.median(timed_get(self.client, *self.signed(target, url))[0]
+        return statistics.median(timed_get(self.client, url, target.headers)[0]
                                  for _ in range(REPRESENTATIVE_REPEATS))
 
 

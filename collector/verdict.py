@@ -3,7 +3,7 @@
 Why a channel of its own: the broker is one-way for a training node (its broker user may
 only publish), so the worker's verdict on a batch never comes back through it, and an agent
 whose credential the server rejects would go on saying "shipped" for batches the worker
-quarantines. With ``--server-url`` the agent asks ``GET /api/v1/collectors/self``, signed
+quarantines. With ``--server-url`` the agent asks ``POST /api/v1/collectors/self``, signed
 with its credential as a batch is (``collector.auth.check_body``, one header per field), at
 start and after each health report. The server answers 200 when it accepts the credential,
 401 or 403 with its reason when it does not, and 401 with ``"verdict": "unverified"`` when
@@ -64,7 +64,7 @@ def check_credential(server_url: str, collector_id: str, secret: str, source: st
     auth = sign_batch(collector_id, secret, [check_body(source)])
     headers = {CHECK_HEADERS[field]: str(value) for field, value in auth.items()}
     url = f"{server_url}{CHECK_PATH}?{urlencode({'source': source})}"
-    request = urllib.request.Request(url, headers=headers, method="GET")
+    request = urllib.request.Request(url, data=b"", headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             answer = _json(response.read())

@@ -1,5 +1,9 @@
-"""``GET /api/v1/collectors/self``: a collector agent asks whether the server accepts its
+"""``POST /api/v1/collectors/self``: a collector agent asks whether the server accepts its
 credential.
+
+Why a POST though it only asks: answering records the check's nonce (so a captured check
+cannot be replayed) and, for a revoked credential, the node's rejection; a GET never writes
+(``docs/architecture.md``). The body is empty; ``source`` is a query parameter.
 
 Why over HTTP: the broker is one-way for training nodes (their broker users may only
 publish), so the worker's verdict on a batch cannot travel back through it. The agent signs
@@ -41,7 +45,7 @@ class CheckRefusedOut(Schema):
 
 
 
-@router.get("/collectors/self", auth=None,
+@router.post("/collectors/self", auth=None,
             response={200: CheckOut, 400: CheckRefusedOut, 401: CheckRefusedOut,
                       403: CheckRefusedOut},
             summary="A collector asks whether the server accepts its credential")

@@ -16,7 +16,7 @@ what the signature proves, and both are checked.
 Every refusal of a batch or health report is also recorded per source and claimed id
 (:func:`record_rejection`), because the broker carries nothing back to the node: the
 collectors page shows such a node as rejected, and the agent hears the verdict over HTTP
-(:func:`answer_check`, ``GET /api/v1/collectors/self``). That check is a request anyone can
+(:func:`answer_check`, ``POST /api/v1/collectors/self``). That check is a request anyone can
 make, so it is held to more than a batch: its timestamp must be within ``CHECK_SKEW_S`` of
 this clock and its nonce unseen (a replayed answer could tell an agent a revoked credential is
 fine), and it writes only what a valid signature proves.

@@ -190,7 +190,7 @@ class CollectorRejection(models.Model):
 
 
 class CheckNonce(models.Model):
-    """Nonces of accepted credential checks (``GET /api/v1/collectors/self``). A check older
+    """Nonces of accepted credential checks (``POST /api/v1/collectors/self``). A check older
     than the clock window is refused by its timestamp, so a nonce is kept only that long:
     not with the batches' nonces, which stay a week."""
 

@@ -95,14 +95,15 @@ def test_a_server_that_cannot_be_heard_is_a_warning_not_a_rejection(
 
 def test_a_server_that_is_not_ett_is_not_taken_for_a_verdict() -> None:
     """A real HTTP server that is something else (here the agent's own metrics endpoint,
-    which serves only /metrics): its 404 says nothing about the credential."""
+    which serves only GET /metrics): its 501 to the check's POST says nothing about the
+    credential."""
     other = MetricsServer("127.0.0.1", 0, lambda: "x 1\n").start()
     try:
         url = f"http://127.0.0.1:{other.port}"
         verdict = check_credential(url, ID, SECRET, "node-v")
         assert verdict.state == UNREACHABLE and not verdict.is_final
         assert verdict.reason.startswith(f"{url}/api/v1/collectors/self?source=node-v "
-                                         "answered HTTP 404")
+                                         "answered HTTP 501")
     finally:
         other.close()
 

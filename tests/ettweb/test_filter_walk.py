@@ -98,7 +98,6 @@ NOT_WALKED: Final = {
     "/api/v1/rollouts/{rollout_id}/impact": "one rollout's window, walked by its own tests",
     "/api/v1/reports/weekly": "one ISO week, equal to the e-mail (tests/ettweb/reports)",
     "/api/v1/collectors": "collector health, not job numbers",
-    "/api/v1/collectors/self": "a collector agent's signed credential check",
     "/api/v1/jobs/{job}": "one job",
 }
 

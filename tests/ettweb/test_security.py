@@ -685,7 +685,7 @@ middleware = SecurityMiddleware(lambda request: HttpResponse("page"))
 factory = RequestFactory(HTTP_HOST="ett.example")
 answers = {}
 for name, request in [("http /", factory.get("/")), ("http /healthz", factory.get("/healthz")),
-                      ("http check", factory.get("/api/v1/collectors/self?source=n")),
+                      ("http check", factory.post("/api/v1/collectors/self?source=n")),
                       ("http /api/v1/collectors", factory.get("/api/v1/collectors")),
                       ("https /", factory.get("/", HTTP_X_FORWARDED_PROTO="https"))]:
     response = middleware(request)

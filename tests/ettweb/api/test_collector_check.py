@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import time
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from django.core.management import call_command
@@ -40,7 +41,7 @@ def signed(collector_id: str, secret: str, source: str = SOURCE, **overrides: An
 
 def ask(client: Client, headers: dict[str, str], source: str = SOURCE) -> tuple[int, dict[str,
                                                                                           Any]]:
-    response = client.get(CHECK_PATH, {"source": source}, **headers)
+    response = client.post(f"{CHECK_PATH}?{urlencode({'source': source})}", **headers)
     return response.status_code, response.json()
 
 
@@ -137,16 +138,18 @@ def test_a_missing_or_malformed_header_is_named(client: Client, credential: Coll
 def test_a_bad_source_is_a_400(client: Client, credential: CollectorCredential,
                                source: str | None) -> None:
     headers = signed(credential.collector_id, credential.secret, source or "")
-    response = client.get(CHECK_PATH, {} if source is None else {"source": source}, **headers)
+    query = "" if source is None else f"?{urlencode({'source': source})}"
+    response = client.post(f"{CHECK_PATH}{query}", **headers)
     assert response.status_code == 400, response.content
     assert response.json()["error"].startswith("source: must be 1-200 printable"), source
     # Without the headers it is a 401 first: nothing is said to an anonymous caller but that.
-    assert client.get(CHECK_PATH).status_code == 401
+    assert client.post(CHECK_PATH).status_code == 401
 
 
-def test_only_get_is_served(client: Client, credential: CollectorCredential) -> None:
+def test_only_post_is_served(client: Client, credential: CollectorCredential) -> None:
+    """It records a nonce and, for a revoked credential, a rejection: a GET never writes."""
     headers = signed(credential.collector_id, credential.secret)
-    assert client.post(f"{CHECK_PATH}?source={SOURCE}", **headers).status_code == 405
+    assert client.get(CHECK_PATH, {"source": SOURCE}, **headers).status_code == 405
 
 
 def test_check_nonces_are_kept_only_for_the_clock_window(
@@ -168,7 +171,7 @@ HEADER_VALUES = st.one_of(st.none(), st.text(max_size=80),
 def test_no_junk_is_a_500(client: Client, values: dict[str, str | None], source: str) -> None:
     headers = {f"HTTP_{CHECK_HEADERS[field].upper().replace('-', '_')}": value
                for field, value in values.items() if value is not None}
-    response = client.get(CHECK_PATH, {"source": source}, **headers)
+    response = client.post(f"{CHECK_PATH}?{urlencode({'source': source})}", **headers)
     assert response.status_code in (400, 401), (response.status_code, response.content[:300])
     if response.status_code == 400:
         assert "\x00" in source or all(values.values()), "a 400 before the headers are checked"
