@@ -1,4 +1,4 @@
-"""``GET /api/v1/collectors/self`` (issue 27, item 7): a collector, signing with its credential
+"""``POST /api/v1/collectors/self`` (issue 27, item 7): a collector, signing with its credential
 instead of logging in, hears whether the server accepts it. A good credential is 200; an
 unknown one or a bad signature 401 and a revoked one 403, each with the server's reason and
 ``"verdict": "rejected"``; a missing or malformed header, a timestamp out of the window and a
