@@ -95,6 +95,7 @@ class JobDetailOut(Schema):
     quarantined: int
     lost_s: dict[str, float]
     lost_by_component_s: dict[str, float]
+    lost_by_component_gpu_s: dict[str, float]
     attempts: list[JobAttemptOut]
     recoveries: list[JobRecoveryOut]
     timeline: list[JobTimelineOut]

@@ -108,19 +108,6 @@ def to_fragment(fig: go.Figure | Mapping[str, Any], div_id: str) -> str:
             f'{payload}</script></div>')
 
 
-def lost_by_component_bar(lost_s: Mapping[str, float]) -> Figure:
-    """One job's lost time per owning component, largest first."""
-    items = sorted(((c, s) for c, s in lost_s.items() if s > 0), key=lambda kv: -kv[1])
-    unit = unit_for(max((s for _, s in items), default=0.0))
-    names = [c for c, _ in items]
-    bar = {"type": "bar", "x": [s / unit.seconds for _, s in items], "y": names,
-           "orientation": "h", "marker": {"color": [colour_of(c) for c in names]},
-           "hovertemplate": "%{y}: %{x:.2f} " + unit.name + "<extra></extra>"}
-    return {"data": [bar], "layout": base_layout(
-        height=80 + 28 * max(len(items), 1), xaxis={"title": _title(f"lost time ({unit.name})")},
-        yaxis={"autorange": "reversed"})}
-
-
 def fleet_lost_stacked(jobs: Sequence[str], lost: Sequence[Mapping[str, float]],
                        components: Sequence[str]) -> Figure:
     """Lost time per component per job, stacked: which owner costs each job the most."""

@@ -47,6 +47,7 @@ from ettweb.queries import (
     JobComputing,
     JobFilter,
     JobQuery,
+    JobResult,
     LifecycleQuery,
     LifecycleResult,
     LostByComponentQuery,
@@ -148,10 +149,10 @@ def job_detail(request: HttpRequest, job: str) -> HttpResponse:
     return render(request, "dashboard/job.html", {
         "result": result, "h": result.headline, "charts": jobfigures.page_charts(result),
         "anomalies": sorted(result.headline.anomalies.items()),
-        "lost_chart": figures.to_fragment(
-            figures.lost_by_component_bar(result.lost_by_component_s), "lost-by-component"),
-        "lost_rows": sorted(((c, s) for c, s in result.lost_by_component_s.items() if s > 0),
-                            key=lambda kv: -kv[1]),
+        "lost_chart": figures.to_fragment(figures.lost_gpu_hours_bar(
+            {c: s / HOUR_S for c, s in result.lost_by_component_gpu_s.items() if s > 0}),
+            "lost-by-component"),
+        "lost_rows": _lost_rows(result),
         "csv": {name: "?" + urlencode({"format": "csv", "table": name}) for name in JOB_TABLES},
     })
 
@@ -168,6 +169,14 @@ def _job_computing(request: HttpRequest, result: JobComputing,
         response = render(request, "dashboard/job_computing.html", {"result": result})
     response["Retry-After"] = str(RETRY_AFTER_S)
     return response
+
+
+def _lost_rows(result: JobResult) -> list[tuple[str, float, float]]:
+    """(component, lost GPU-seconds, lost wall seconds), largest first, none that lost
+    nothing: the table beside the chart."""
+    rows = [(c, gpu_s, result.lost_by_component_s.get(c, 0.0))
+            for c, gpu_s in result.lost_by_component_gpu_s.items() if gpu_s > 0]
+    return sorted(rows, key=lambda row: (-row[1], row[0]))
 
 
 @login_required

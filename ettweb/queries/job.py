@@ -138,6 +138,11 @@ class JobHeadline:
     def anomaly_count(self) -> int:
         return sum(self.anomalies.values())
 
+    @property
+    def lost_gpu_s(self) -> float:
+        """Wall GPU-seconds that were not productive: what the fleet pages call lost."""
+        return max(0.0, self.wall_gpu_s - self.productive_gpu_s)
+
 
 @dataclass(frozen=True)
 class JobResult:
@@ -146,6 +151,8 @@ class JobResult:
     job: str
     headline: JobHeadline
     lost_by_component_s: dict[str, float]
+    #: The same lost time in GPU-seconds: the unit every list and the fleet pages use.
+    lost_by_component_gpu_s: dict[str, float]
     quarantined: int
     meta: JobMeta
     timeline: tuple[TimelineRow, ...]
@@ -203,6 +210,7 @@ class JobResult:
             "repeated_steps": h.repeated_steps, "anomalies": h.anomalies,
             "quarantined": self.quarantined, "lost_s": h.lost_s,
             "lost_by_component_s": self.lost_by_component_s,
+            "lost_by_component_gpu_s": self.lost_by_component_gpu_s,
             "attempts": [{"attempt": a.attempt, "status": a.status, "gpus": a.gpus,
                           "start": a.start, "end": a.end, "duration_s": a.duration_s,
                           "repeated_steps": a.repeated_steps} for a in h.attempts],
@@ -301,6 +309,7 @@ class JobQueryRunner:
         return JobResult(
             job=self.query.job, headline=headline,
             lost_by_component_s=by_component(rollup.lost_s, mapping),
+            lost_by_component_gpu_s=by_component(rollup.lost_gpu_s, mapping),
             quarantined=quarantined_lines(QuarantinedEvent.objects.filter(job=self.query.job)),
             meta=_job_meta(self.query.job, rollup), timeline=timeline, lanes=lanes.rows,
             lanes_at=lanes.at, lanes_earlier=lanes.earlier, lanes_later=lanes.later,

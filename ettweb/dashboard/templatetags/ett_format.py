@@ -31,6 +31,21 @@ def pct(value: float | None) -> str:
 
 
 @register.filter
+def ett(result: object) -> str:
+    """The ETT% of anything with ``wall_gpu_s`` and ``ett_pct`` (a trend, a page of jobs):
+    "—" when it counted no time. Why not ``pct``: the queries say 0% for no wall time (a
+    ratio must be a number in the API), which on a page reads as "nothing trained"."""
+    wall = getattr(result, "wall_gpu_s", None)
+    return pct(getattr(result, "ett_pct", None)) if wall else "—"
+
+
+@register.filter
+def count(value: float | None) -> str:
+    """A whole number with thousands separators (``200,320``); "—" for none."""
+    return "—" if value is None else f"{int(value):,}"
+
+
+@register.filter
 def durations(values: list[float]) -> str:
     """A list of durations (time to recover has one per failure): up to three of them,
     comma-separated; more as their mean and count (the restart table lists each), so a job
@@ -63,7 +78,8 @@ def hours(value: float | None) -> str:
     """GPU-hours for tiles and tables: three significant digits under one (a small fleet's
     ``0.0313``, never a bare ``0.00`` for time that was spent), two decimals up to 10,000,
     then whole thousands, then millions (``222.66M``), so a fleet's 222,656,779 GPU-hours
-    still fit their tile. Zero is ``0``."""
+    still fit their tile; thousands separated throughout (``9,881.95`` beside ``154,257``).
+    Zero is ``0``."""
     if value is None:
         return "—"
     if value == 0:
@@ -71,7 +87,7 @@ def hours(value: float | None) -> str:
     if abs(value) < 1:
         return small_hours(value)
     if abs(value) < 10_000:
-        return f"{value:.2f}"
+        return f"{value:,.2f}"
     if abs(value) < 1_000_000:
         return f"{value:,.0f}"
     return f"{value / 1_000_000:,.2f}M"

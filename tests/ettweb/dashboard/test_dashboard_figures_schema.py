@@ -39,8 +39,6 @@ SEGMENTS = [Segment(0.0, 60.0, 0, 1, {"productive": 50.0, "failure": 10.0}),
             Segment(60.0, 90.0, 1, 1, {"restart_gap": 30.0})]
 
 BUILDERS: dict[str, Callable[[], figures.Figure]] = {
-    "lost_by_component_bar": lambda: figures.lost_by_component_bar(
-        {"checkpointing": 7200.0, "pt2_compiler": 3600.0}),
     "fleet_lost_stacked": lambda: figures.fleet_lost_stacked(
         ["j1", "j2"], [{"checkpointing": 5.0}, {"pt2_compiler": 3.0}],
         ["checkpointing", "pt2_compiler"]),
@@ -88,10 +86,6 @@ def test_fleet_charts_name_their_traces_and_axes() -> None:
     assert stacked.layout.barmode == "stack"
     assert stacked.layout.yaxis.title.text == "lost time (seconds)"
     assert stacked.layout.legend.title.text == "component"
-    bar = _validated(BUILDERS["lost_by_component_bar"]())
-    assert list(bar.data[0].y) == ["checkpointing", "pt2_compiler"]  # largest first
-    assert bar.layout.yaxis.autorange == "reversed"
-    assert bar.layout.xaxis.title.text == "lost time (hours)"
 
 
 def test_period_charts_draw_whole_days_and_weeks() -> None:

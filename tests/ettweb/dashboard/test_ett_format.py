@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from ettweb.dashboard.templatetags.ett_format import gpu_hours, hours
+from ettweb.dashboard.templatetags.ett_format import count, ett, gpu_hours, hours
 from ettweb.ingest.tasks import ingest_batch
 from ettweb.reports.templatetags.report_format import gpuh, signed_gpu_hours
 
@@ -25,7 +25,7 @@ from ettweb.reports.templatetags.report_format import gpuh, signed_gpu_hours
     (-0.004, "-0.00400"),
     (1.0, "1.00"),
     (42.3456, "42.35"),
-    (9_999.0, "9999.00"),
+    (9_999.0, "9,999.00"),
     (12_345.6, "12,346"),
     (222_656_779.0, "222.66M"),
 ])
@@ -77,3 +77,28 @@ def test_many_recoveries_read_as_a_mean_and_a_count() -> None:
     assert durations([]) == "—"
     assert durations([60.0, 120.0]) == f"{duration(60.0)}, {duration(120.0)}"
     assert durations([60.0] * 22 + [1440.0]) == f"{duration(120.0)} mean of 23"
+
+
+def test_counts_have_thousands_separators_and_no_data_is_a_dash() -> None:
+    assert (count(200_320), count(0), count(None)) == ("200,320", "0", "—")
+    assert hours(9_881.95) == "9,881.95" and hours(154_257.0) == "154,257"
+
+
+class _Numbers:
+    def __init__(self, wall_gpu_s: float, ett_pct: float) -> None:
+        self.wall_gpu_s, self.ett_pct = wall_gpu_s, ett_pct
+
+
+def test_ett_of_nothing_is_a_dash_not_zero() -> None:
+    """The queries answer 0% for no wall time; a page says there is nothing to show."""
+    assert ett(_Numbers(0.0, 0.0)) == "—"
+    assert ett(_Numbers(3600.0, 0.0)) == "0.00%" and ett(_Numbers(3600.0, 92.5)) == "92.50%"
+
+
+@pytest.mark.django_db
+def test_pages_with_no_jobs_in_range_show_a_dash(client: Client) -> None:
+    client.force_login(User.objects.create_user("viewer"))
+    jobs = client.get("/", {"date_from": "2001-01-01", "date_to": "2001-01-02"})
+    assert re.search(r'id="fleet-ett">—<', jobs.content.decode())
+    fleet = client.get("/fleet/", {"date_from": "2001-01-01", "date_to": "2001-01-02"})
+    assert re.search(r'id="range-ett">—<', fleet.content.decode())

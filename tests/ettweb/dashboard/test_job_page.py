@@ -298,3 +298,17 @@ def test_a_bad_export_is_a_400_naming_the_parameter(viewer: Client, query: dict[
 
 def test_an_unknown_jobs_export_is_a_404(viewer: Client) -> None:
     assert viewer.get("/jobs/nope/", {"format": "csv", "table": "attempts"}).status_code == 404
+
+
+def test_lost_time_is_in_gpu_hours_largest_first_with_no_empty_parts(viewer: Client) -> None:
+    """The lists' unit: GPU-hours (4 GPUs in the worked example), the wall time beside it."""
+    store(worked_example())
+    html = page(viewer, "j1")
+    section = html[html.index("<h3>By component</h3>"):]
+    rows = re.findall(r"<tr><td>([^<]+)</td><td class=\"num\">([^<]+)</td>"
+                      r"<td class=\"num\">([^<]+)</td></tr>", section[:section.index("</table>")])
+    hours = [float(h) for _, h, _ in rows]
+    assert hours == sorted(hours, reverse=True) and all(h > 0 for h in hours)
+    assert "Lost GPU-hours</th><th class=\"num\">Wall time" in section
+    # 33 wall seconds lost on 4 GPUs: 0.0367 GPU-hours.
+    assert re.search(r'id="job-lost-gpu-hours">0\.0367<', html)
