@@ -196,6 +196,26 @@ def test_train_slices_close_every_train_slice_s_with_contiguous_steps(
     assert all(t["step_end"] > t["step_start"] for t in trains[:-1])  # the last may be empty
 
 
+def test_a_pause_inside_the_first_step_reports_no_training_before_it(
+        make_reporter: MakeReporter, tmp_path: Path) -> None:
+    """torch.compile compiles when the first batch runs: the tracker is paused inside step 0.
+    The moments before that pause advanced no step and are not training, so the job's first
+    train span (its time to start, ETT_SPEC 3.7) begins after the compile."""
+    reporter = make_reporter()
+    with reporter.train(start_step=0) as train:
+        time.sleep(0.02)  # the first batch is fetched, then dynamo starts compiling
+        with train.paused(), reporter.phase("compile"):
+            time.sleep(0.05)
+        train.advance(1)
+        train.advance(2)
+    reporter.flush()
+
+    events = spooled(tmp_path)
+    trains, compile_ = spans(events, "train"), spans(events, "compile")[0]
+    assert len(trains) == 1 and compile_["end"] <= trains[0]["start"]
+    assert (trains[0]["step_start"], trains[0]["step_end"]) == (0, 2)
+
+
 def test_pause_keeps_non_training_time_out_of_train_spans(make_reporter: MakeReporter,
                                                           tmp_path: Path) -> None:
     reporter = make_reporter()
