@@ -228,8 +228,11 @@ class ComponentRowOut(Schema):
 
 
 class ComponentsOut(ScopeOut):
+    interval: str
     fleet_wall_gpu_s: float
     fleet_lost_gpu_s: float
+    periods: list[str]
+    lost_share_pts: dict[str, list[float]]
     components: list[ComponentRowOut]
 
 
@@ -402,12 +405,15 @@ def fleet_top_jobs(request: HttpRequest, filters: Query[FilterParams],
 
 @router.get("/components", response={200: ComponentsOut, **ERRORS},
             summary="Every owning component's lost time over the range")
-def components(request: HttpRequest, filters: Query[FilterParams]) -> dict[str, Any]:
+def components(request: HttpRequest, filters: Query[FilterParams],
+               interval: Interval = "day") -> dict[str, Any]:
     """The components page's table: each component's lost GPU-seconds, its share of the
     (filtered) fleet's lost time and wall time, its owner team, its owners and its rollouts
-    in the range."""
+    in the range; and its chart: each losing component's share of each period's wall time
+    (``lost_share_pts``, one value per ``periods``)."""
     days, jobs = filters.scope()
-    return {**_scope(days, jobs), **calculate(ComponentsIndexQuery(days, jobs)).as_api()}
+    result = calculate(ComponentsIndexQuery(days, jobs, interval))
+    return {**_scope(days, jobs), "interval": interval, **result.as_api()}
 
 
 @router.get("/components/{path:name}",

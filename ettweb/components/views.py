@@ -75,10 +75,14 @@ def index(request: HttpRequest) -> HttpResponse:
         return inputs
     form, table = inputs
     data = form.cleaned_data
-    result = calculate(ComponentsIndexQuery(data["range"], data["jobs"]))
+    result = calculate(ComponentsIndexQuery(data["range"], data["jobs"], data["interval"]))
     if table is not None:
         return _index_csv(result, data["range"])
-    context = {**_page_context(form), "result": result,
+    chart = ""
+    if result.periods and result.shares:
+        chart = figures.to_fragment(figures.lost_share_lines(
+            result.periods, result.shares, data["interval"]), "components-share")
+    context = {**_page_context(form), "result": result, "chart": chart,
                "rows": [(row, figures.colour_of(row.name)) for row in result.rows],
                "csv": _csv_links(form, INDEX_TABLES)}
     return render(request, "components/index.html", context)

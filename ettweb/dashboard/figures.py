@@ -480,6 +480,28 @@ def component_share_chart(points: Sequence[tuple[date, float]], component: str, 
     return fig
 
 
+#: Lines a lost-share chart draws; the rest are in the table below it.
+SHARE_LINES = 8
+
+
+def lost_share_lines(periods: Sequence[date], shares: Mapping[str, Sequence[float]],
+                     interval: str) -> Figure:
+    """Each component's lost share (points of the period's wall time) per day or week, the
+    largest losers first (``shares`` comes ordered so): which component's loss grew or
+    shrank over the range, without a growing fleet looking worse."""
+    x = [p.isoformat() for p in periods]
+    traces = [{"type": "scatter", "name": _text(name), "x": x, "y": list(values),
+               "mode": "lines", "line": {"color": colour_of(name), "width": 2},
+               "hovertemplate": "%{x}: %{y:.2f} pts<extra>" + _text(name) + "</extra>"}
+              for name, values in list(shares.items())[:SHARE_LINES]]
+    fig = {"data": traces, "layout": base_layout(
+        height=320, yaxis={"title": _title("lost share (pts of wall time)"),
+                           "rangemode": "tozero"},
+        xaxis={"title": _title(f"{interval} (UTC)")}, legend={"title": _title("component")})}
+    _period_axis(fig, x, interval)
+    return fig
+
+
 def lost_gpu_hours_bar(gpu_hours: Mapping[str, float]) -> Figure:
     """The fleet's lost GPU-hours per owning component, largest first."""
     items = sorted(((c, h) for c, h in gpu_hours.items() if h > 0), key=lambda kv: -kv[1])

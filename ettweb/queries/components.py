@@ -387,6 +387,8 @@ class ComponentsIndexQuery:
 
     range: DateRange
     jobs: JobFilter = ANY_JOB
+    #: The periods of the lost-share trend the page draws above its table.
+    interval: Interval = "day"
 
 
 @dataclass(frozen=True)
@@ -419,6 +421,10 @@ class ComponentsIndexResult:
     rows: list[ComponentRow]
     fleet_wall_gpu_s: float
     fleet_lost_gpu_s: float
+    #: Periods with (filtered) fleet data, and each losing component's share of each
+    #: period's wall time in points: which component's loss grew or shrank over the range.
+    periods: list[date] = field(default_factory=list)
+    shares: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def fleet_lost_gpu_hours(self) -> float:
@@ -427,6 +433,8 @@ class ComponentsIndexResult:
     def as_api(self) -> dict[str, Any]:
         return {"fleet_wall_gpu_s": self.fleet_wall_gpu_s,
                 "fleet_lost_gpu_s": self.fleet_lost_gpu_s,
+                "periods": [p.isoformat() for p in self.periods],
+                "lost_share_pts": self.shares,
                 "components": [{"name": r.name, "owner_team": r.owner_team,
                                 "owners": [owner.as_api() for owner in r.owners],
                                 "lost_gpu_s": r.lost_gpu_s, "lost_share_pts": r.lost_share_pts,
@@ -439,14 +447,17 @@ class ComponentsIndexQueryRunner:
         self.query = query
 
     def calculate(self) -> ComponentsIndexResult:
+        q = self.query
         mapping = phase_components()
-        sums = dict(category_rows(self.query.range, self.query.jobs).values("category")
-                    .annotate(gpu_s=Sum("gpu_seconds")).values_list("category", "gpu_s"))
+        by_period = _period_category_sums(q.range, q.interval, q.jobs)
+        sums: dict[str, float] = defaultdict(float)
+        for (_, category), gpu_s in by_period.items():
+            sums[category] += gpu_s
         lost: dict[str, float] = defaultdict(float)
         for category, gpu_s in sums.items():
             if category != PRODUCTIVE:
-                lost[component_of(category, mapping)] += gpu_s or 0.0
-        wall = sum(v or 0.0 for v in sums.values())
+                lost[component_of(category, mapping)] += gpu_s
+        wall = sum(sums.values())
         fleet_lost = sum(lost.values())
         teams, owners = owner_teams(), owners_by_component()
         counts = _rollout_counts(self.query.range, self.query.jobs)
@@ -454,7 +465,22 @@ class ComponentsIndexQueryRunner:
                              wall, fleet_lost, counts.get(name, 0))
                 for name in sorted({*component_names(), *lost})]
         rows.sort(key=lambda r: (-r.lost_gpu_s, r.name))
-        return ComponentsIndexResult(rows, wall, fleet_lost)
+        periods, shares = _share_trend(by_period, mapping, [r.name for r in rows if r.lost_gpu_s])
+        return ComponentsIndexResult(rows, wall, fleet_lost, periods, shares)
+
+
+def _share_trend(by_period: Mapping[tuple[date, str], float], mapping: Mapping[str, str],
+                 names: list[str]) -> tuple[list[date], dict[str, list[float]]]:
+    """Each of ``names``' lost GPU-seconds as points of its period's wall time, for every
+    period with wall time (in the order of ``names``: largest loser first)."""
+    wall: dict[date, float] = defaultdict(float)
+    lost: dict[tuple[date, str], float] = defaultdict(float)
+    for (period, category), gpu_s in by_period.items():
+        wall[period] += gpu_s
+        if category != PRODUCTIVE:
+            lost[(period, component_of(category, mapping))] += gpu_s
+    periods = [p for p in sorted(wall) if wall[p] > 0]
+    return periods, {name: [pct(lost[(p, name)], wall[p]) for p in periods] for name in names}
 
 
 def _rollout_counts(query_range: DateRange, jobs: JobFilter) -> dict[str, int]:

@@ -25,6 +25,7 @@ from ettweb.queries import (
     ComponentsIndexQuery,
     DateRange,
     ImpactQuery,
+    TrendQuery,
     calculate,
 )
 from ettweb.rollouts.models import Rollout
@@ -372,3 +373,24 @@ def test_rollouts_outside_the_range_are_counted_with_a_link_that_holds_them(
     api = viewer.get("/api/v1/components/checkpointing", RANGE).json()
     assert api["rollouts_outside_range"] == {"before": 2, "after": 0, "first": "2025-11-03",
                                              "last": "2025-11-10"}
+
+
+def test_the_index_draws_each_components_lost_share_per_period(viewer: Client) -> None:
+    """The lost-share chart above the table: each losing component's lost GPU-seconds as
+    points of each period's wall time, largest loser first; the API carries the same."""
+    html = viewer.get("/components/", {**RANGE, "interval": "week"}).content.decode()
+    traces = _figure(html, "components-share")
+    body = viewer.get("/api/v1/components", {**RANGE, "interval": "week"}).json()
+    losers = [c["name"] for c in body["components"] if c["lost_gpu_s"] > 0]
+    assert [t["name"] for t in traces] == losers[:8] and traces
+    assert list(body["lost_share_pts"]) == losers
+    result = calculate(ComponentsIndexQuery(WHOLE, interval="week"))
+    for trace in traces:
+        assert trace["y"] == body["lost_share_pts"][trace["name"]]
+    assert body["periods"] == [p.isoformat() for p in result.periods]
+    # Shares of wall time, per period: weighted by the periods' wall, they give the totals.
+    walls = [p.wall_gpu_s for p in calculate(TrendQuery(WHOLE, interval="week")).points]
+    for row in result.rows:
+        if row.lost_gpu_s:
+            lost = sum(s / 100 * w for s, w in zip(result.shares[row.name], walls, strict=True))
+            assert lost == pytest.approx(row.lost_gpu_s)

@@ -56,6 +56,8 @@ BUILDERS: dict[str, Callable[[], figures.Figure]] = {
     "component_share_chart": lambda: figures.component_share_chart(
         [(w, 2.0) for w in WEEKS], "checkpointing", "week", MARKERS),
     "lost_gpu_hours_bar": lambda: figures.lost_gpu_hours_bar({"a": 1.0, "b": 2.0}),
+    "lost_share_lines": lambda: figures.lost_share_lines(
+        DAYS, {"checkpointing": [1.0, 2.0, 3.0], "pt2_compiler": [0.5, 0.4, 0.3]}, "day"),
     "lost_over_time_stacked": lambda: figures.lost_over_time_stacked(
         DAYS, {"checkpointing": [1.0, 2.0, 3.0]}),
     "restart_tax_stacked": lambda: figures.restart_tax_stacked(
