@@ -6,6 +6,9 @@ import math
 from datetime import UTC, datetime
 
 from django import template
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 register = template.Library()
 
@@ -125,3 +128,31 @@ def utc_time(epoch: float | None) -> str:
     if epoch is None:
         return ""
     return datetime.fromtimestamp(float(epoch), UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _ago_words(seconds: float) -> str:
+    """``just now``, ``3 min ago``, ``5 h ago``, ``12 days ago``; the future as ``in 3 min``."""
+    ahead, size = seconds < 0, abs(seconds)
+    if size < 45:
+        return "just now"
+    # Minutes up to two hours and hours up to two days: "95 min ago" says more than "2 h".
+    for limit, unit, name in ((7200, 60, "min"), (172_800, 3600, "h"),
+                              (math.inf, 86_400, "day")):
+        if size < limit:
+            n = round(size / unit)
+            words = f"{n} {name}{'s' if name == 'day' and n != 1 else ''}"
+            return f"in {words}" if ahead else f"{words} ago"
+    raise AssertionError("unreachable")  # the last limit is infinite
+
+
+@register.filter
+def ago(moment: datetime | None, now: datetime | None = None) -> SafeString | str:
+    """How long ago, in words, with the moment itself (UTC) on hover and in the markup:
+    "is this collector alive?" is read at a glance, the exact time is one hover away."""
+    if moment is None:
+        return "—"
+    now = now or timezone.now()
+    exact = moment.astimezone(UTC)
+    return format_html('<time datetime="{}" title="{}">{}</time>', exact.isoformat(),
+                       exact.strftime("%Y-%m-%d %H:%M:%S UTC"),
+                       _ago_words((now - moment).total_seconds()))

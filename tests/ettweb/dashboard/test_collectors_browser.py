@@ -52,6 +52,10 @@ def test_collectors_page_in_a_browser(collectors: None, live_server: LiveServer,
     colour = first.locator("td").first.evaluate("td => getComputedStyle(td).backgroundColor")
     assert colour != "rgba(0, 0, 0, 0)"  # the stylesheet loaded and marks the row
     assert page.locator("#rejected-table tbody tr").count() == 2
+    # Last seen in words ("95 min ago"), the exact UTC time on hover.
+    seen = first.locator("time").first
+    assert seen.inner_text() == "95 min ago"
+    assert (seen.get_attribute("title") or "").endswith(" UTC")
     shoot(page, tmp_path, "collectors.png")
 
     page.fill("#id_silent_after", "120")  # two hours: node-gone (95 min) is not silent then

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from ettweb.dashboard.templatetags.ett_format import count, ett, gpu_hours, hours
+from ettweb.dashboard.templatetags.ett_format import ago, count, ett, gpu_hours, hours
 from ettweb.ingest.tasks import ingest_batch
 from ettweb.reports.templatetags.report_format import gpuh, signed_gpu_hours
 
@@ -102,3 +103,16 @@ def test_pages_with_no_jobs_in_range_show_a_dash(client: Client) -> None:
     assert re.search(r'id="fleet-ett">—<', jobs.content.decode())
     fleet = client.get("/fleet/", {"date_from": "2001-01-01", "date_to": "2001-01-02"})
     assert re.search(r'id="range-ett">—<', fleet.content.decode())
+
+
+@pytest.mark.parametrize(("seconds", "words"), [
+    (5, "just now"), (90, "2 min ago"), (59 * 60, "59 min ago"), (3 * 3600, "3 h ago"),
+    (95 * 60, "95 min ago"), (86_400, "24 h ago"), (3 * 86_400, "3 days ago"),
+    (12 * 86_400, "12 days ago"), (-180, "in 3 min")])
+def test_ago_says_how_long_with_the_exact_time_on_hover(seconds: int, words: str) -> None:
+    now = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+    html = ago(now - timedelta(seconds=seconds), now)
+    moment = (now - timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert html == (f'<time datetime="{(now - timedelta(seconds=seconds)).isoformat()}" '
+                    f'title="{moment}">{words}</time>')
+    assert ago(None) == "—"
