@@ -55,6 +55,9 @@ test: install install-trainer install-browser  ## the whole test suite (embedded
 	rm -rf "$(SCREENSHOTS)"
 	ETT_SCREENSHOT_DIR="$(SCREENSHOTS)" $(PY) -m pytest
 
+test-fast: install install-trainer  ## the inner loop: every test but browsers and real processes, stop at the first failure
+	$(PY) -m pytest -q -x -m "not integration and not browser"
+
 test-integration: install install-trainer  ## only the tests that run real processes against real servers
 	$(PY) -m pytest -m integration
 
