@@ -289,11 +289,15 @@ def _overlay(earlier: TrendQuery | None, days: DateRange) -> figures.PreviousPer
                                   figures.overlay_shift(days.days, earlier.interval))
 
 
+#: Groups the trend draws as lines of their own; the rest become one "other" line.
+TREND_LINES = 6
+
+
 def _series(trend: TrendResult) -> dict[str, list[tuple[date, float]]]:
     """Each group's (period, ETT%) points, as the trend figure draws them: a period with no
     wall time has no ETT% (drawn as a gap, not as 0%)."""
-    return {g: [(p.period, p.ett_pct) for p in trend.series(g) if p.wall_gpu_s > 0]
-            for g in trend.groups}
+    return {g: [(p.period, p.ett_pct) for p in points if p.wall_gpu_s > 0]
+            for g, points in trend.folded(TREND_LINES).items()}
 
 
 def _fleet_charts(trend: TrendResult, components: Any, lifecycle: LifecycleResult,

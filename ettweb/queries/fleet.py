@@ -154,6 +154,27 @@ class TrendResult:
     def series(self, group: str) -> list[TrendPoint]:
         return [point for point in self.points if point.group == group]
 
+    def folded(self, keep: int) -> dict[str, list[TrendPoint]]:
+        """Each group's points, the ``keep`` largest (by wall GPU-seconds) by name and the
+        rest summed into one ``other (N groups)`` series per period: nine overlapping lines
+        read as none. Groups keep their order (GPU-size buckets by size)."""
+        if len(self.groups) <= keep + 1:
+            return {group: self.series(group) for group in self.groups}
+        wall: dict[str, float] = defaultdict(float)
+        for point in self.points:
+            wall[point.group] += point.wall_gpu_s
+        largest = set(sorted(self.groups, key=lambda g: (-wall[g], g))[:keep])
+        other: dict[date, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        for point in self.points:
+            if point.group not in largest:
+                other[point.period][0] += point.wall_gpu_s
+                other[point.period][1] += point.productive_gpu_s
+        name = f"other ({len(self.groups) - keep} groups)"
+        series = {group: self.series(group) for group in self.groups if group in largest}
+        series[name] = [TrendPoint(period, name, wall_s, productive)
+                        for period, (wall_s, productive) in sorted(other.items())]
+        return series
+
     @property
     def net_change_pts(self) -> float | None:
         """The whole (filtered) fleet's ETT% in the range's last period with data minus its

@@ -31,6 +31,7 @@ from ettweb.queries import (
     calculate,
     gpu_bucket,
 )
+from ettweb.queries.fleet import TrendPoint, TrendResult
 from ettweb.rollups.models import DailyCategoryRollup, JobRollup, PhaseComponent
 from tests.conftest import mark, span
 
@@ -189,3 +190,19 @@ def test_job_rollups_hold_the_job_list_numbers() -> None:
 def test_bad_query_inputs_are_rejected_with_a_reason(build: Any, reason: str) -> None:
     with pytest.raises(ValueError, match=reason):
         build()
+
+
+def test_many_groups_fold_into_the_largest_and_one_other_line() -> None:
+    """group_by=model over nine models drew nine overlapping lines: six are drawn, the
+    rest are one line whose ETT% is their own GPU-weighted sum."""
+    day = date(2026, 3, 2)
+    points = [TrendPoint(day, f"m{n}", wall_gpu_s=100.0 * (n + 1), productive_gpu_s=50.0 * n)
+              for n in range(9)]
+    trend = TrendResult(points, [f"m{n}" for n in range(9)], 0.0, 0.0)
+    series = trend.folded(6)
+    assert list(series) == ["m3", "m4", "m5", "m6", "m7", "m8", "other (3 groups)"]
+    other = series["other (3 groups)"][0]
+    assert (other.wall_gpu_s, other.productive_gpu_s) == (600.0, 150.0)
+    assert other.ett_pct == pytest.approx(25.0)
+    assert list(TrendResult(points[:7], [f"m{n}" for n in range(7)], 0, 0).folded(6)) == [
+        f"m{n}" for n in range(7)]  # one more than kept: nothing to fold
