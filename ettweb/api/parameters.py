@@ -9,13 +9,15 @@ from the signature, and an endpoint added later is covered without a line of its
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
 from django.http import HttpRequest, HttpResponseBase
 from ninja.operation import Operation
 from ninja.params.models import QueryModel
+
+from ettweb.dashboard.parameters import unknown_reason
 
 Run = Callable[..., HttpResponseBase]
 
@@ -33,14 +35,6 @@ def query_names(operation: Operation) -> frozenset[str]:
     return frozenset(names)
 
 
-def unknown_reason(unknown: Iterable[str], known: Iterable[str]) -> str:
-    """``teem: unknown parameter (this endpoint takes cluster, date_from, …)``."""
-    names = sorted(unknown)
-    takes = ", ".join(sorted(known)) or "no query parameters"
-    noun = "unknown parameter" if len(names) == 1 else "unknown parameters"
-    return f"{', '.join(names)}: {noun} (this endpoint takes {takes})"
-
-
 def refuse_unknown_parameters(run: Run) -> Run:
     """A ninja ``view`` decorator (``api.add_decorator(..., mode="view")``): ninja hands it
     each operation's bound ``run``, so the operation, and with it what it declares, is
@@ -53,7 +47,7 @@ def refuse_unknown_parameters(run: Run) -> Run:
         unknown = set(request.GET) - known
         if unknown:
             return operation.api.create_response(
-                request, {"error": unknown_reason(unknown, known)}, status=400)
+                request, {"error": unknown_reason(unknown, known, "endpoint")}, status=400)
         return run(request, *args, **kwargs)
 
     return checked

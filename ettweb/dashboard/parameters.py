@@ -30,12 +30,13 @@ def names_of(sources: Iterable[type[forms.Form] | str]) -> frozenset[str]:
     return frozenset(names)
 
 
-def unknown_reason(unknown: Iterable[str], known: Iterable[str]) -> str:
-    """``bad parameters: teem: unknown parameter (this page takes cluster, …)``."""
+def unknown_reason(unknown: Iterable[str], known: Iterable[str], where: str = "page") -> str:
+    """``teem: unknown parameter (this page takes cluster, …)``: the pages' refusal (after
+    ``bad parameters: ``) and the API's (``where="endpoint"``) in the same words."""
     names = sorted(unknown)
     takes = ", ".join(sorted(known)) or "no parameters"
     noun = "unknown parameter" if len(names) == 1 else "unknown parameters"
-    return f"bad parameters: {', '.join(names)}: {noun} (this page takes {takes})"
+    return f"{', '.join(names)}: {noun} (this {where} takes {takes})"
 
 
 def takes(*sources: type[forms.Form] | str) -> Callable[[View], View]:
@@ -49,7 +50,7 @@ def takes(*sources: type[forms.Form] | str) -> Callable[[View], View]:
         def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             unknown = set(request.GET) - known
             if unknown:
-                return HttpResponseBadRequest(unknown_reason(unknown, known),
+                return HttpResponseBadRequest(f"bad parameters: {unknown_reason(unknown, known)}",
                                               content_type="text/plain")
             return view(request, *args, **kwargs)
 

@@ -12,7 +12,7 @@ from playwright.sync_api import Browser
 from pytest_django.live_server_helper import LiveServer
 
 from ettweb.access.roles import set_role
-from tests.ettweb.reports.test_report_browser import shoot, watched
+from tests.ettweb.reports.test_report_browser import log_in, shoot, watched
 
 PASSWORD = "pw-errors-1"
 
@@ -29,10 +29,7 @@ def test_errors_are_pages_that_help(admin: None, live_server: LiveServer, browse
     problems: list[str] = []
     external: list[str] = []
     page = watched(browser, live_server, problems, external)
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
+    log_in(page, live_server, "/", "admin", PASSWORD)
     page.wait_for_url("**/")
 
     response = page.goto(f"{live_server.url}/fleet/?gpus=7&teem=ads")

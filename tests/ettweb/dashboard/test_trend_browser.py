@@ -12,7 +12,7 @@ from playwright.sync_api import Browser, Page
 from pytest_django.live_server_helper import LiveServer
 
 from tests.ettweb.dashboard import scoped_fleet
-from tests.ettweb.reports.test_report_browser import shoot, watched
+from tests.ettweb.reports.test_report_browser import log_in, shoot, watched
 
 PASSWORD = "pw-trend-1"
 STATE_JS = """id => {
@@ -44,10 +44,7 @@ def test_the_trend_fits_orders_its_groups_and_marks_partial_weeks(
     problems: list[str] = []
     external: list[str] = []
     page = watched(browser, live_server, problems, external)
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("#id_username", "viewer")
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
+    log_in(page, live_server, "/", "viewer", PASSWORD)
     page.wait_for_url("**/")
 
     # March 2-5: daily ETT% between 75% and 84%, drawn on an axis that fits it.

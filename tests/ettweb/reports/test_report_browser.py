@@ -66,11 +66,12 @@ def scene(transactional_db: None) -> Scene:
     return Scene(shown, subject, f"/reports/unsubscribe/{make_token(subscription.pk)}/")
 
 
-def log_in(page: Page, live_server: LiveServer, next_url: str) -> None:
+def log_in(page: Page, live_server: LiveServer, next_url: str, username: str = "owner",
+           password: str = PASSWORD) -> None:
     """Through the real login form, as a user would."""
     page.goto(f"{live_server.url}/accounts/login/?next={next_url}")
-    page.fill("#id_username", "owner")
-    page.fill("#id_password", PASSWORD)
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
     page.click("button[type=submit]")
 
 
