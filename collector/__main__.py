@@ -1,8 +1,9 @@
 """``python -m collector`` / ``ett-collector``: run the per-node collector agent.
 
 Exit status: 0 when done (``--once`` drained the spool, or a follow run was stopped by
-SIGTERM/SIGINT), 1 when ``--once`` was stopped by a signal while it still had lines in hand,
-2 for a bad setting (one line on stderr naming it).
+SIGTERM/SIGINT), 1 when ``--once`` ended with lines unshipped (stopped by a signal while it
+had lines in hand, or holding them because the server rejects the credential), 2 for a bad
+setting (one line on stderr naming it).
 """
 
 from __future__ import annotations

@@ -20,8 +20,13 @@ Why it works this way:
 * Health (backlog, shipped, dropped, corrupted, last success) is a snapshot refreshed by the
   agent's own thread, served as Prometheus text and sent as ``ett.collector_health``.
 * Whether the server accepts the credential comes back over HTTP (``collector.verdict``,
-  with ``--server-url``), since the broker carries nothing back to the node: a rejection is
-  logged as an error once, and the progress line says "sent", not "shipped", while it lasts.
+  with ``--server-url``), since the broker carries nothing back to the node. While the
+  server's latest verdict is "rejected" the agent *holds* its spool: the worker would
+  quarantine every batch (keeping a sample of its lines), so it publishes none and commits
+  nothing, keeps reporting its health (each report is followed by a new check), and ships
+  from where it stopped once the server accepts the credential again. Only a verdict holds
+  it: a server that cannot be heard, or a check it could not judge (a node clock far off),
+  leaves shipping as it was, and so does an agent without ``--server-url``.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from collector.auth import health_body, sign_batch
 from collector.config import AgentConfig
 from collector.health import HealthStats, MetricsServer, prometheus_text
 from collector.spool import dropped_events, is_sealed, read_records
-from collector.verdict import VerdictWatcher, check_credential
+from collector.verdict import REJECTED, VerdictWatcher, check_credential
 
 log = logging.getLogger("ett.collector")
 
@@ -409,6 +414,7 @@ class Agent:
         self._last_health = time.monotonic()
         self._last_refresh = float("-inf")
         self._broker_ok = False
+        self._held = False  # whether the spool is held for a rejected credential
         self.health = HealthStats()
         self.metrics: MetricsServer | None = None
         self.verdict: VerdictWatcher | None = None
@@ -423,8 +429,9 @@ class Agent:
     def run(self) -> int:
         """Follow the spool (or drain it once) until stopped; commit and return 0.
 
-        With ``--once``, a stop that came while lines were still in hand returns 1: the caller
-        asked for everything and may not have got it.
+        With ``--once``, lines left unshipped return 1 (a stop came while they were in hand,
+        or the spool is held for a rejected credential): the caller asked for everything and
+        did not get it.
         """
         log.info("shipping %s to %s queue %r as %r", self.config.spool_dir,
                  _redact(self.config.broker_url), self.config.queue, self.config.source)
@@ -475,6 +482,42 @@ class Agent:
     def _rejected(self) -> bool:
         return self.verdict is not None and self.verdict.rejected
 
+    def _rejection(self) -> str | None:
+        """The server's reason while its latest verdict rejects the credential, else None."""
+        standing = self.verdict.standing if self.verdict is not None else None
+        return standing.reason if standing is not None and standing.state == REJECTED else None
+
+    def _holding(self) -> bool:
+        """Whether the spool is held: the server's latest verdict rejects the credential.
+
+        Asked on the agent's thread before each publish; the hold begins and ends here, so
+        each is logged once, when the agent acts on it."""
+        reason = self._rejection()
+        if reason is not None and not self._held:
+            self._held = True
+            self._begin_hold(reason)
+        elif reason is None and self._held:
+            self._held = False
+            self._refresh_health(force=True)
+            log.info("the server accepts credential %r again: shipping the %d held events from "
+                     "where this agent stopped", self.config.collector_id,
+                     self.health.backlog_events)
+        return self._held
+
+    def _begin_hold(self, reason: str) -> None:
+        """Say what is held and why, and report health at once: the server records the
+        refused report against this node, so ``/collectors/`` shows it as rejected even when
+        its check wrote nothing (a wrong secret)."""
+        self._refresh_health(force=True)
+        health = self.health
+        log.warning("holding the spool: the server rejected credential %r (%s), so a batch "
+                    "sent now would be quarantined, not stored. %d events (%d bytes in %d "
+                    "files) stay on disk, unsent and uncommitted; asking the server again "
+                    "every %gs (--health-interval) and shipping as soon as it accepts the "
+                    "credential", self.config.collector_id, reason, health.backlog_events,
+                    health.backlog_bytes, health.spool_files, self.config.health_interval_s)
+        self._send_health()
+
     def _refresh_health(self, *, force: bool = False) -> None:
         """Recompute the snapshot (at most once a second): scrapes read it, never the state."""
         now = time.monotonic()
@@ -509,44 +552,51 @@ class Agent:
                   "report_seq": self._report_seq}
         try:
             self.publisher.publish_health(report)
+            self._broker_ok = True
         except Exception as exc:  # a broker problem shows up in the batch path too
             log.warning("health report not sent (%s: %s)", type(exc).__name__, exc)
+            self._broker_ok = False
             self.publisher.reset()
         if self.verdict is not None:
             self.verdict.request()
 
     def _loop(self) -> bool:
+        """Ship batches until stopped (or, with ``--once``, until nothing complete is left);
+        False when lines were left in hand. While held, the batch in hand waits, unsent."""
         cfg = self.config
         batch = Batch()
         while True:
             stopping = self.stop_event.is_set()
             self.tailer.fill(batch, cfg.batch_lines, cfg.batch_bytes)
             full = batch.is_full(cfg.batch_lines, cfg.batch_bytes)
-            if batch.ends and (full or cfg.once or stopping or batch.age() >= cfg.batch_wait_s):
-                if not self._ship(batch, retry=not stopping):
+            due = full or cfg.once or stopping or batch.age() >= cfg.batch_wait_s
+            if not self._holding() and batch.ends and due:
+                if self._ship(batch, retry=not stopping):
+                    if stopping:  # a stop ships the batch in hand, not the whole backlog
+                        return not cfg.once
+                    self._housekeeping()
+                    batch = Batch()
+                    continue  # more may be waiting: look again at once
+                if stopping or not self._held:
                     return False
-                if stopping:  # a stop ships the batch in hand, not the whole backlog
-                    return not cfg.once
-                self._housekeeping()
-                batch = Batch()
-                continue  # more may be waiting: look again at once
-            if stopping:
-                return True
-            if cfg.once:
-                return True
+                # held while the broker was retried: the batch waits in hand, uncommitted
+            if stopping or cfg.once:
+                return not batch.ends
             self._housekeeping()
             self._log_progress()
             self.stop_event.wait(self._idle_wait(batch))
 
     def _idle_wait(self, batch: Batch) -> float:
-        """Sleep a poll interval, but wake in time for a waiting batch's deadline."""
-        if not batch.lines:
+        """Sleep a poll interval, but wake in time for a waiting batch's deadline (unless
+        it is held: then its deadline has nothing to wake for)."""
+        if not batch.lines or self._held:
             return self.config.poll_interval_s
         return max(0.0, min(self.config.poll_interval_s,
                             self.config.batch_wait_s - batch.age()))
 
     def _ship(self, batch: Batch, *, retry: bool) -> bool:
-        """Publish (retrying with backoff while not stopped), then commit; False if not sent."""
+        """Publish (retrying with backoff while not stopped or held), then commit; False if
+        not sent, and then nothing is committed."""
         if batch.lines and not self._publish_with_retry(batch.lines, retry=retry):
             return False
         self.tailer.commit(batch)
@@ -565,6 +615,8 @@ class Agent:
         delay = self.config.retry_initial_s
         failures = 0
         while True:
+            if self._holding():  # the verdict may come while the broker is being retried
+                return False
             try:
                 self.publisher.publish(lines)
             except Exception as exc:  # any broker failure (connection, auth, nack) is retried
@@ -599,12 +651,14 @@ class Agent:
         if not force and now - self._last_log < self.config.stats_interval_s:
             return
         self._last_log = now
-        backlog = self.tailer.backlog_bytes(), len(self.state.files)
-        if self.verdict is not None and self.verdict.rejected:
+        if self._held and self.verdict is not None:
+            held = self.health  # the snapshot: counting events reads the whole backlog
             log.info("sent %d events (total %d in %d batches), server rejected the credential: "
-                     "%s; backlog %d bytes in %d files", self._shipped_since_log,
-                     self.state.lines, self.state.batches, self.verdict.reason, *backlog)
+                     "%s; holding %d events, %d bytes in %d files", self._shipped_since_log,
+                     self.state.lines, self.state.batches, self.verdict.reason,
+                     held.backlog_events, held.backlog_bytes, held.spool_files)
         else:
+            backlog = self.tailer.backlog_bytes(), len(self.state.files)
             log.info("shipped %d events (total %d in %d batches); backlog %d bytes in %d files",
                      self._shipped_since_log, self.state.lines, self.state.batches, *backlog)
         self._shipped_since_log = 0

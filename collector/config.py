@@ -139,8 +139,9 @@ SETTINGS: tuple[_Setting, ...] = (
              "seconds a sealed, fully shipped segment is kept before deletion (default 600)"),
     _Setting("--server-url", "ETT_SERVER_URL",
              "the ETT web server's address, e.g. http://web:8000: the agent asks it whether "
-             "its credential is accepted (at start and after each health report) and logs a "
-             "rejection as an error; without it a rejection shows only on the server"),
+             "its credential is accepted (at start and after each health report); while it is "
+             "rejected the agent logs why and holds its spool (sends and loses nothing). "
+             "Without it a rejected credential's batches are sent and quarantined"),
 )
 _BY_DEST = {setting.dest: setting for setting in SETTINGS}
 
@@ -163,9 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
             "the environment variable shown in brackets."
         ),
         epilog=(
-            "Exit status: 0 when done; 1 when --once was stopped by a signal with lines still "
-            "in hand; 2 for a bad setting. Offsets and totals are kept in the state file, "
-            "written atomically."
+            "Exit status: 0 when done; 1 when --once ended with lines unshipped (stopped by a "
+            "signal, or holding them because the server rejects the credential); 2 for a bad "
+            "setting. Offsets and totals are kept in the state file, written atomically."
         ),
     )
     for setting in SETTINGS:

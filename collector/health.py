@@ -61,8 +61,8 @@ _METRICS: tuple[tuple[str, str, str, str], ...] = (
 
 #: Not a health report's key: the server answers it (``collector.verdict``), it is not counted.
 REJECTED_METRIC = ("ett_collector_rejected", "gauge",
-                   "1 while the server rejects this collector's credential (its batches are "
-                   "quarantined, not stored); 0 otherwise or when unknown (no --server-url).")
+                   "1 while the server rejects this collector's credential (the agent holds "
+                   "its spool: nothing is sent); 0 otherwise or when unknown (no --server-url).")
 
 
 def prometheus_text(stats: HealthStats, source: str, *, rejected: bool = False) -> str:

@@ -2,8 +2,9 @@
 
 Why a channel of its own: the broker is one-way for a training node (its broker user may
 only publish), so the worker's verdict on a batch never comes back through it, and an agent
-whose credential the server rejects would go on saying "shipped" for batches the worker
-quarantines. With ``--server-url`` the agent asks ``POST /api/v1/collectors/self``, signed
+whose credential the server rejects would go on shipping batches the worker quarantines
+(keeping a sample of their lines): with a verdict, the agent holds its spool instead
+(``collector.agent``). With ``--server-url`` the agent asks ``POST /api/v1/collectors/self``, signed
 with its credential as a batch is (``collector.auth.check_body``, one header per field), at
 start and after each health report. The server answers 200 when it accepts the credential,
 401 or 403 with its reason when it does not, and 401 with ``"verdict": "unverified"`` when
@@ -153,11 +154,11 @@ class VerdictWatcher:
                          self.collector_id, "rejected" if self.rejected else "accepted")
             return
         if verdict.state == REJECTED:
-            log.error("the server rejected this collector's credential %r: %s. Its batches "
-                      "are quarantined, not stored, until this agent has a credential the "
-                      "server accepts ('python manage.py ett_collector create NAME' on the "
-                      "server, then ETT_COLLECTOR_ID and ETT_COLLECTOR_SECRET_FILE here)",
-                      self.collector_id, verdict.reason)
+            log.error("the server rejected this collector's credential %r: %s. The worker "
+                      "would quarantine its batches, so none is sent until the server accepts "
+                      "the credential (re-enable it in the admin, or 'python manage.py "
+                      "ett_collector create NAME' on the server, then ETT_COLLECTOR_ID and "
+                      "ETT_COLLECTOR_SECRET_FILE here)", self.collector_id, verdict.reason)
         else:
             log.info("the server accepts credential %r%s", self.collector_id,
                      " again" if previous is not None else "")

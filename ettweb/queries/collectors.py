@@ -5,8 +5,9 @@ whose agent died stops adding wall time *and* failures, so its jobs simply vanis
 charts. Each agent sends a health report every ``--health-interval`` (30 s by default,
 ``ett.collector_health``); a collector whose last report is older than ``silent_after_s`` is
 flagged silent. A collector whose credential the server refused more recently than it accepted
-a report from it is *rejected*, with the reason and when: its batches are quarantined, not
-stored, and it shows even if no report of it was ever accepted. Beside them: the lines
+a report from it is *rejected*, with the reason and when: its agent holds its events on the
+node (with ``--server-url``) or its batches are quarantined, not stored, and it shows even if
+no report of it was ever accepted. Beside them: the lines
 ingestion quarantined, newest first, with their reasons (the sum of ``lines``, as the jobs
 page counts them, not a row count).
 """

@@ -1,18 +1,23 @@
-"""A signed agent whose credential the server rejects says so (issue 27, item 7).
+"""A signed agent whose credential the server rejects says so, and holds its spool (issue 27,
+item 7 and its follow-up).
 
 Everything real: the agent is ``python -m collector`` in a process of its own, on a private
 queue of the test broker; a Celery worker stores (or refuses) what it sends in the test
 database; the web server is pytest-django's live server, which the agent asks over HTTP
-(``--server-url``). The problem found: an agent with a bad credential logged "shipped 1
+(``--server-url``). The problems found: an agent with a bad credential logged "shipped 1
 events" while the worker quarantined every batch, and the node never appeared on
-``/collectors/``. Now a revoked or wrong credential is logged once as an ERROR with the
-server's reason, the progress line says "sent …, server rejected the credential", the agent's
-metrics say ``ett_collector_rejected 1``, and the node shows as rejected on the page and in
-the API; a good credential shows as reporting.
+``/collectors/``; then, once it said so, it still sent and committed every batch, so each
+event it sent while rejected was lost (a quarantined batch keeps only a sample of its lines).
+Now a revoked or wrong credential is logged once as an ERROR with the server's reason, the
+agent holds its spool (nothing sent, nothing committed, nothing retired: "holding N
+events"), its metrics say ``ett_collector_rejected 1``, its refused health reports show the
+node as rejected on the page and in the API, and once the server accepts a credential
+(re-enabled, or a good one given to the restarted agent) every held event is stored once.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -33,6 +38,7 @@ from django.utils.html import escape
 from pytest_django.live_server_helper import LiveServer
 
 from collector import Reporter
+from collector.config import STATE_FILE_NAME
 from ettweb.api.tokens import issue_token
 from ettweb.ingest.credentials import new_credential
 from ettweb.ingest.models import (
@@ -51,6 +57,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 ROOT = Path(__file__).resolve().parents[3]
 EVENTS = 3
 REJECTED_LOG = "the server rejected this collector's credential"
+HOLDING_LOG = "holding the spool:"
 
 
 @dataclass
@@ -74,9 +81,10 @@ class Rig:
         return spool
 
     def agent(self, name: str, credential: CollectorCredential, secret: str,
-              *flags: str) -> tuple[list[str], Path]:
-        """The command line of an agent on ``name``'s spool, and the file it logs to."""
-        spool = self.spool(name)
+              *flags: str, spool: Path | None = None) -> tuple[list[str], Path]:
+        """The command line of an agent on ``name``'s spool (a new one unless given), and
+        the file it logs to (``name``/agent.log, beside the spool)."""
+        spool = self.spool(name) if spool is None else spool
         secret_file = self.tmp_path / name / "collector.secret"
         secret_file.write_text(secret + "\n")
         argv = [sys.executable, "-m", "collector", "--broker", str(settings.CELERY_BROKER_URL),
@@ -134,16 +142,29 @@ def _row_html(html: str, source: str) -> str:
                 if f">{source}</a>" in row)
 
 
-def _refused_by_the_worker(source: str, reason: str) -> bool:
-    """The worker quarantined the node's events and recorded the refusal of its batch."""
-    return (QuarantinedEvent.objects.filter(source=source, reason=reason).exists()
-            and CollectorRejection.objects.filter(source=source, reason=reason,
-                                                  refused__in=("batch", "health report"))
-            .exists())
+def _nothing_quarantined(source: str) -> bool:
+    return not QuarantinedEvent.objects.filter(source=source).exists()
 
 
-def test_a_revoked_agent_logs_the_rejection_once_and_shows_rejected(rig: Rig,
-                                                                    client: Client) -> None:
+def _committed(spool: Path) -> dict[str, int]:
+    """The agent's committed offset per spool file (its state file, written atomically)."""
+    state = json.loads((spool / STATE_FILE_NAME).read_text())
+    return {name: cursor["offset"] for name, cursor in state["files"].items()}
+
+
+def _metric(port: int, name: str, source: str) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        metrics = answer.read().decode()
+    prefix = f'{name}{{source="{source}"}} '
+    return next(line.removeprefix(prefix) for line in metrics.splitlines()
+                if line.startswith(prefix))
+
+
+def test_a_revoked_agent_holds_its_spool_until_the_credential_is_re_enabled(
+        rig: Rig, client: Client) -> None:
+    """Revoked: the agent says so once, sends no batch and commits nothing (the worker
+    quarantines nothing), keeps reporting (refused, so the node shows rejected) and checking;
+    re-enabled: every held event is stored once, and the node shows reporting."""
     credential = new_credential("verdict-revoked")
     credential.active = False
     credential.save()
@@ -151,59 +172,96 @@ def test_a_revoked_agent_logs_the_rejection_once_and_shows_rejected(rig: Rig,
     port = free_port()
     argv, log = rig.agent("node-revoked", credential, credential.secret,
                           "--health-interval", "0.3", "--stats-interval", "0.3",
-                          "--metrics-port", str(port))
+                          "--keep-shipped", "0", "--metrics-port", str(port))
+    spool = log.parent / "spool"
+    segments = sorted(path.name for path in spool.glob("*.jsonl"))
     with open(log, "wb") as out:
         agent = subprocess.Popen(argv, cwd=ROOT, env={**_env(), "ETT_SERVER_URL": rig.server_url},
                                  stdout=out, stderr=subprocess.STDOUT)
     try:
-        wait_until(lambda: f"total {EVENTS} in 1 batches), server rejected" in log.read_text(),
-                   60, rig.logs)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-            metrics = answer.read().decode()
-        assert 'ett_collector_rejected{source="node-revoked"} 1' in metrics
-        wait_until(lambda: _refused_by_the_worker("node-revoked", reason), 60, rig.logs)
+        wait_until(lambda: f"total 0 in 0 batches), server rejected the credential: {reason}; "
+                           f"holding {EVENTS} events" in log.read_text(), 60, rig.logs)
+        assert _metric(port, "ett_collector_rejected", "node-revoked") == "1"
+        assert _metric(port, "ett_collector_backlog_events", "node-revoked") == str(EVENTS)
+        wait_until(lambda: CollectorRejection.objects.filter(
+            source="node-revoked", reason=reason).exists(), 60, rig.logs)
         time.sleep(1.5)  # several more health reports, each followed by a check
+        assert not Event.objects.exists() and _nothing_quarantined("node-revoked")
+        assert sorted(path.name for path in spool.glob("*.jsonl")) == segments  # all kept
+        html, api = _collectors(Client())
+        row = _row_html(html, "node-revoked")
+        assert 'class="rejected"' in row and ">rejected</span>" in row and escape(reason) in row
+        assert 'id="collectors-rejected-credentials">1<' in html
+        assert (api["node-revoked"]["status"], api["node-revoked"]["rejection_reason"]) == (
+            "rejected", reason)
+        assert not CollectorHealth.objects.exists()  # it shows though no report was accepted
+
+        credential.active = True  # an admin re-enables it
+        credential.save()
+        wait_until(lambda: Event.objects.count() == EVENTS, 60, rig.logs)
+        wait_until(lambda: _collectors(Client())[1]["node-revoked"]["status"] == "reporting",
+                   60, rig.logs)
+        wait_until(lambda: not list(spool.glob("*.jsonl")), 60, rig.logs)  # shipped, retired
     finally:
         agent.terminate()
         assert agent.wait(30) == 0
+    assert Event.objects.count() == EVENTS and _nothing_quarantined("node-revoked")
+    assert _committed(spool) == {}  # every held segment shipped to its end, then retired
     text = log.read_text()
     errors = [line for line in text.splitlines() if " ERROR " in line]
     assert len(errors) == 1, text  # once per change of verdict, not at every check
     assert f"{REJECTED_LOG} {credential.collector_id!r}: {reason}." in errors[0]
-    assert f"sent {EVENTS} events (total {EVENTS} in 1 batches), server rejected the " \
-           f"credential: {reason}; backlog" in text
-    assert "shipped" not in text.replace("fully shipped", ""), text
-    assert not Event.objects.exists()
-
-    html, api = _collectors(Client())
-    row = _row_html(html, "node-revoked")
-    assert 'class="rejected"' in row and ">rejected</span>" in row and escape(reason) in row
-    assert 'id="collectors-rejected-credentials">1<' in html
-    assert (api["node-revoked"]["status"], api["node-revoked"]["rejection_reason"]) == (
-        "rejected", reason)
-    assert not CollectorHealth.objects.exists()  # it shows though no report was accepted
+    assert text.count(HOLDING_LOG) == 1, text
+    assert f"{HOLDING_LOG} the server rejected credential {credential.collector_id!r} " \
+           f"({reason}), so a batch sent now would be quarantined, not stored. {EVENTS} " \
+           "events" in text
+    assert f"the server accepts credential {credential.collector_id!r} again: shipping the " \
+           f"{EVENTS} held events" in text
+    assert f"shipped {EVENTS} events (total {EVENTS} in 1 batches)" in text
 
 
-def test_a_wrong_secret_is_heard_as_a_bad_signature_and_shows_rejected(rig: Rig) -> None:
+def test_a_wrong_secret_holds_the_spool_and_a_restart_with_a_good_one_ships_it(
+        rig: Rig) -> None:
+    """A wrong secret (``--once``): the agent holds its events and exits 1, its health
+    report refused (the check itself writes nothing); restarted on the same spool with a
+    good credential, it ships every held event, stored once, nothing quarantined."""
     credential = new_credential("verdict-wrong")
     argv, log = rig.agent("node-wrong", credential, "0" * 64, "--once",
                           "--server-url", rig.server_url)
+    spool = log.parent / "spool"
     with open(log, "wb") as out:
         assert subprocess.run(argv, cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT,
-                              timeout=60).returncode == 0
+                              timeout=60).returncode == 1  # asked for all, shipped none
     text = log.read_text()
     errors = [line for line in text.splitlines() if " ERROR " in line]
     assert len(errors) == 1 and f"{REJECTED_LOG} {credential.collector_id!r}: bad signature" \
         in errors[0], text
-    assert f"sent {EVENTS} events (total {EVENTS} in 1 batches), server rejected the " \
-           "credential: bad signature" in text
+    assert text.count(HOLDING_LOG) == 1, text
+    assert "sent 0 events (total 0 in 0 batches), server rejected the credential: bad " \
+           f"signature; holding {EVENTS} events" in text
+    assert set(_committed(spool).values()) == {0}
     # The check wrote nothing (anyone can send a bad signature over HTTP): the worker did.
-    wait_until(lambda: _refused_by_the_worker("node-wrong", "bad signature"), 60, rig.logs)
+    wait_until(lambda: CollectorRejection.objects.filter(
+        source="node-wrong", reason="bad signature", refused="health report").exists(),
+        60, rig.logs)
     html, api = _collectors(Client())
     row = _row_html(html, "node-wrong")
     assert ">rejected</span>" in row and "bad signature" in row
     assert api["node-wrong"]["status"] == "rejected"
     assert api["node-wrong"]["collector_id"] == credential.collector_id
+
+    fixed = new_credential("verdict-fixed")  # 'ett_collector create', given to the node
+    argv, log = rig.agent("node-wrong", fixed, fixed.secret, "--once",
+                          "--server-url", rig.server_url, spool=spool)
+    with open(log, "wb") as out:
+        assert subprocess.run(argv, cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT,
+                              timeout=60).returncode == 0
+    assert f"shipped {EVENTS} events (total {EVENTS} in 1 batches)" in log.read_text()
+    wait_until(lambda: Event.objects.count() == EVENTS and CollectorHealth.objects.filter(
+        source="node-wrong").exists(), 60, rig.logs)
+    assert Event.objects.filter(job__startswith="verdict-node-wrong-").count() == EVENTS
+    assert _nothing_quarantined("node-wrong")
+    assert _collectors(Client())[1]["node-wrong"]["status"] == "reporting"
 
 
 def test_a_good_credential_is_heard_as_accepted_and_shows_reporting(rig: Rig) -> None:
