@@ -91,6 +91,13 @@ class RecoveryRow:
     start: float = 0.0
     end: float = 0.0
 
+    @property
+    def parts(self) -> list[tuple[str, float]]:
+        """What the recovery went to, largest first, none that took no time (a page lists
+        these; ``by_category`` keeps every stored key for the API)."""
+        return sorted(((c, s) for c, s in self.by_category.items() if s > 0),
+                      key=lambda part: (-part[1], part[0]))
+
 
 @dataclass(frozen=True)
 class TimelineRow:

@@ -206,3 +206,11 @@ def test_many_groups_fold_into_the_largest_and_one_other_line() -> None:
     assert other.ett_pct == pytest.approx(25.0)
     assert list(TrendResult(points[:7], [f"m{n}" for n in range(7)], 0, 0).folded(6)) == [
         f"m{n}" for n in range(7)]  # one more than kept: nothing to fold
+
+
+def test_a_recovery_lists_its_parts_largest_first_and_none_empty() -> None:
+    from ettweb.queries.job import RecoveryRow
+
+    row = RecoveryRow(1, 30.0, {"restart_gap": 5.0, "compile": 20.0, "failure": 0.0,
+                                "checkpoint_load": 5.0})
+    assert row.parts == [("compile", 20.0), ("checkpoint_load", 5.0), ("restart_gap", 5.0)]

@@ -66,4 +66,10 @@ def test_the_trend_fits_orders_its_groups_and_marks_partial_weeks(
                                      "&interval=week")
     assert state["symbols"][0] == ["circle-open"]  # type: ignore[index]
     shoot(page, tmp_path, "trend-partial-weeks.png")
+
+    # No data in the range: a dash, not "0.00%", on the fleet page and the jobs list.
+    page.goto(f"{live_server.url}/fleet/?date_from=2001-01-01&date_to=2001-01-07")
+    assert page.text_content("#range-ett") == "—"
+    page.goto(f"{live_server.url}/?date_from=2001-01-01&date_to=2001-01-07")
+    assert page.text_content("#fleet-ett") == "—"
     assert problems == [] and external == []
