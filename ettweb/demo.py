@@ -12,7 +12,8 @@ What it does, with progress on the console:
      (``manage.py ett_warm_impacts``) so ``/changes/`` and ``/rollouts/`` show them at once;
   4. starts a Celery worker, Celery beat (the periodic tasks of ``ettweb/schedule.py``: the
      stale-rollup sweep among them), the collector agent and the web server
-     (http://127.0.0.1:8000);
+     (http://127.0.0.1:8000, also the ``ETT_BASE_URL`` of every link in the e-mail report
+     unless it is set);
   5. runs the reference trainer for about two minutes with one injected failure and restart;
   6. waits until every spooled event is stored, prints the job's ETT%, and serves the dashboard
      (and last week's e-mail report at /reports/preview/) until Ctrl-C, then shuts everything
@@ -162,6 +163,11 @@ class Demo:
         # A user's demo shows the site's own error pages, never Django's debug pages (a
         # debug 404 lists every URL pattern); a developer sets DJANGO_DEBUG=true for them.
         self.env.setdefault("DJANGO_DEBUG", "false")
+        # Links in the e-mail report (its preview included) point at the address the demo
+        # serves, not the production default; a user's own ETT_BASE_URL wins (an empty one
+        # counts as unset, as it does for the settings).
+        if not self.env.get("ETT_BASE_URL", "").strip():
+            self.env["ETT_BASE_URL"] = f"http://127.0.0.1:{args.port}"
         self.env["ETT_SPOOL_DIR"] = str(self.spool)
         self.env["PYTHONUNBUFFERED"] = "1"
 

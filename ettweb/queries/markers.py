@@ -12,6 +12,7 @@ same way.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -279,6 +280,15 @@ def _order(sort: str) -> list[OrderBy]:
 
 def _pair(low: float | None, high: float | None) -> tuple[float, float] | None:
     return None if low is None or high is None else (low, high)
+
+
+def stored_headlines(rollout_ids: Iterable[int]) -> dict[int, Headline]:
+    """The warm pass's headlines of these rollouts (what ``/rollouts/`` shows), by id; a
+    rollout not computed yet is left out."""
+    summaries = ImpactSummary.objects.filter(window_days=LIST_WINDOW_DAYS,
+                                             rollout__in=list(rollout_ids))
+    return {s.rollout_id: headline for s in summaries
+            if (headline := _headline(s)) is not None}
 
 
 def _headline(s: ImpactSummary | None) -> Headline | None:

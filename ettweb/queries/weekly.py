@@ -43,6 +43,7 @@ from ettweb.queries.markers import (
     RolloutMarker,
     RolloutMarkersQuery,
     RolloutMarkersQueryRunner,
+    stored_headlines,
 )
 from ettweb.rollouts.logic import iso_utc
 
@@ -203,6 +204,9 @@ class WeeklyReportResult:
     #: The chart: the last weeks up to this one (oldest first) and their rollouts.
     history: list[HistoryWeek] = field(default_factory=list)
     history_markers: list[RolloutMarker] = field(default_factory=list)
+    #: The warm pass's verdicts on those rollouts (``/rollouts/``'s), by id: the chart's key
+    #: says them; a rollout not computed yet is missing.
+    history_headlines: dict[int, Headline] = field(default_factory=dict)
     #: The week's unrecorded changes (ETT_SPEC §6.3: no rollout explains them), every
     #: component's; the e-mail lists its subscriber's.
     unrecorded: list[DetectedChange] = field(default_factory=list)
@@ -395,4 +399,5 @@ class WeeklyReportQueryRunner:
                                   components=_components(this, before, q.components),
                                   top_jobs=top, rollouts=_rollouts(q.week),
                                   history=history, history_markers=markers,
+                                  history_headlines=stored_headlines(m.id for m in markers),
                                   unrecorded=_unrecorded(q.week))

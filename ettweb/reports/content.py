@@ -23,10 +23,12 @@ from django.urls import reverse
 from ettweb.queries import (
     DetectedChange,
     IsoWeek,
+    RolloutMarker,
     WeeklyReportQuery,
     WeeklyReportResult,
     calculate,
 )
+from ettweb.queries.markers import Headline
 from ettweb.reports.chart import trend_png
 from ettweb.reports.models import Subscription
 from ettweb.reports.subscriptions import followed_components
@@ -45,12 +47,42 @@ def job_url(job: str) -> str:
     return absolute(reverse("dashboard:job", args=[job]))
 
 
+def rollout_url(rollout_id: int) -> str:
+    return absolute(reverse("rollouts:detail", args=[rollout_id]))
+
+
 def change_url(change: DetectedChange) -> str:
     """The change's row on the changes page (where its owners record the rollout)."""
     day = change.day.isoformat()
     return absolute(reverse("changes:list"), component=change.component,
                     **({"team": change.team} if change.team else {}), date_from=day,
                     date_to=day)
+
+
+@dataclass(frozen=True)
+class KeyRow:
+    """One line of the chart's key: the rollout behind badge ``number``, its page, and what
+    is known of its effect (``headline`` None: too early, or not computed yet)."""
+
+    number: int
+    rollout: RolloutMarker
+    url: str
+    headline: Headline | None
+    this_week: bool
+
+
+def chart_key(report: WeeklyReportResult) -> list[KeyRow]:
+    """The chart's rollouts in badge order. This week's carry the verdict the report
+    computed (what "Rollouts this week" says); earlier ones the warm pass's."""
+    fresh = {r.rollout.id: r for r in report.rollouts}
+    rows = []
+    for number, marker in enumerate(report.history_markers, start=1):
+        current = fresh.get(marker.id)
+        headline = ((None if current.too_early else current.headline) if current
+                    else report.history_headlines.get(marker.id))
+        rows.append(KeyRow(number, marker, rollout_url(marker.id), headline,
+                           current is not None))
+    return rows
 
 
 @dataclass
@@ -99,9 +131,8 @@ def context(report: WeeklyReportResult, *, fleet: bool, chart_src: str,
         "rollouts": rollouts, "chart_src": chart_src,
         "unrecorded": [(c, change_url(c)) for c in unrecorded], "yours_only": bool(followed),
         "top_jobs": [(job, job_url(job.job)) for job in report.top_jobs],
-        "rollout_urls": {r.rollout.id: absolute(reverse("rollouts:detail",
-                                                        args=[r.rollout.id]))
-                         for r in report.rollouts},
+        "rollout_urls": {r.rollout.id: rollout_url(r.rollout.id) for r in report.rollouts},
+        "key": chart_key(report),
         "fleet_url": absolute(reverse("dashboard:fleet"), **fleet_params),
         "settings_url": absolute(reverse("reports:settings")),
         "preview_url": absolute(reverse("reports:preview"), week=str(week)),

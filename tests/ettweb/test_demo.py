@@ -65,6 +65,33 @@ def test_the_demo_starts_celery_beat_beside_the_worker(tmp_path: Path,
     assert beat[beat.index("--schedule") + 1] == str(tmp_path / "demo" / "celerybeat-schedule")
 
 
+def test_the_mails_links_point_at_the_address_the_demo_serves(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The e-mail report and its preview link to ETT_BASE_URL; the demo serves
+    127.0.0.1:<port>, so every process it starts (web, worker, beat, manage.py) gets that
+    address, as a child reads it from the settings. One the user set is theirs to keep."""
+    monkeypatch.delenv("ETT_BASE_URL", raising=False)
+    demo = Demo(parse_args(["--var-dir", str(tmp_path), "--port", "8123"]))
+    assert demo.env["ETT_BASE_URL"] == "http://127.0.0.1:8123"
+    read = demo.manage("shell", "-c", "from django.conf import settings; "
+                                      "print(settings.ETT_BASE_URL)", quiet=True)
+    assert read.strip().splitlines()[-1] == "http://127.0.0.1:8123"  # after shell's notes
+    started: dict[str, dict[str, str]] = {}
+    monkeypatch.setattr(demo, "collector_credential", dict)
+    monkeypatch.setattr(demo, "spawn", lambda name, argv, extra_env=None:
+                        started.update({name: {**demo.env, **(extra_env or {})}}))
+    demo.start_services()
+    assert {name: env["ETT_BASE_URL"] for name, env in started.items()} == dict.fromkeys(
+        ("worker", "beat", "collector", "web"), "http://127.0.0.1:8123")
+
+    monkeypatch.setenv("ETT_BASE_URL", "  ")  # blank is unset, as the settings read it
+    assert Demo(parse_args(["--var-dir", str(tmp_path)])).env["ETT_BASE_URL"] == \
+        "http://127.0.0.1:8000"
+    monkeypatch.setenv("ETT_BASE_URL", "https://ett.example.com")
+    assert Demo(parse_args(["--var-dir", str(tmp_path), "--port", "8123"])).env[
+        "ETT_BASE_URL"] == "https://ett.example.com"
+
+
 #: A child that starts a grandchild in its own process group, as a Celery worker starts its
 #: pool, and ignores SIGTERM for a moment while "shutting down".
 POOL = ("import os, signal, subprocess, sys, time\n"

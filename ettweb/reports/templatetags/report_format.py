@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from django import template
+from django.utils.html import escape
+from django.utils.safestring import mark_safe
 
 from ettweb.colours import colour_of, ink_on
 from ettweb.dashboard.templatetags.ett_format import small_hours
@@ -36,6 +38,30 @@ def signed_gpu_hours(gpu_seconds: float | None) -> str:
         return "—"
     value = gpu_seconds / 3600.0
     return f"{'+' if value >= 0 else '-'}{_hours(abs(value))} GPU-h"
+
+
+@register.filter
+def count(value: int | None) -> str:
+    """A count with thousands separators: ``1,204`` failures."""
+    return "—" if value is None else f"{value:,}"
+
+
+#: A verdict's colour: green for the good direction (ETT% up, a lost share down), red for
+#: the bad one, grey when the interval cannot tell.
+VERDICT_COLOURS: Final = {"improved": "#047857", "reduced": "#047857",
+                          "regressed": "#b91c1c", "increased": "#b91c1c"}
+
+
+@register.filter
+def verdict_colour(verdict: str) -> str:
+    return VERDICT_COLOURS.get(verdict, "#6b7280")
+
+
+@register.filter
+def breakable(name: str) -> str:
+    """A component's name that may wrap after each ``_`` (``distributed_<wbr>runtime``): a
+    narrow table wraps it there, never inside a word."""
+    return mark_safe(escape(name).replace("_", "_<wbr>"))  # escaped first: safe
 
 
 @register.filter

@@ -11,7 +11,13 @@ from django.test import Client
 
 from ettweb.dashboard.templatetags.ett_format import ago, count, ett, gpu_hours, hours
 from ettweb.ingest.tasks import ingest_batch
-from ettweb.reports.templatetags.report_format import gpuh, signed_gpu_hours
+from ettweb.reports.templatetags.report_format import (
+    breakable,
+    count,
+    gpuh,
+    signed_gpu_hours,
+    verdict_colour,
+)
 
 
 @pytest.mark.parametrize(("value", "shown"), [
@@ -52,6 +58,27 @@ def test_report_hours_keep_their_column_precision() -> None:
     assert gpuh(0.0) == "0.0" and gpuh(16.0) == "0.00444"
     assert signed_gpu_hours(-16.0) == "-0.00444 GPU-h"
     assert signed_gpu_hours(0.0) == "+0.0 GPU-h"
+
+
+def test_report_counts_and_hours_have_thousands_separators() -> None:
+    """The e-mail's one number format: ``1,204`` failures, ``19,361`` GPU-hours, a dash for
+    no data."""
+    assert count(1204) == "1,204" and count(7) == "7" and count(None) == "—"
+    assert gpuh(19_361 * 3600.0) == "19,361" and gpuh(None) == "—"
+    assert signed_gpu_hours(-1_017 * 3600.0) == "-1,017 GPU-h"
+
+
+def test_component_names_wrap_only_after_underscores() -> None:
+    """A narrow table breaks ``distributed_runtime`` after its ``_``; the rest is escaped."""
+    assert breakable("distributed_runtime") == "distributed_<wbr>runtime"
+    assert breakable("a_<b>") == "a_<wbr>&lt;b&gt;"
+
+
+def test_verdicts_are_coloured_by_whether_they_are_good() -> None:
+    """ETT% up and a lost share down are good news; an interval that cannot tell is grey."""
+    assert verdict_colour("improved") == verdict_colour("reduced") == "#047857"
+    assert verdict_colour("regressed") == verdict_colour("increased") == "#b91c1c"
+    assert verdict_colour("inconclusive") == "#6b7280"
 
 
 @pytest.mark.django_db

@@ -1,16 +1,21 @@
 """Real Chromium on the report pages: the preview's iframe shows the e-mail with its chart
-loaded, the settings form shows the defaults and saves, and the console stays clean.
+loaded, the settings form shows the defaults and saves, and the console stays clean; the
+mail's HTML itself at a desktop client's 600 px and a phone's 380 px.
 
 README screenshots: ``ETT_SCREENSHOT_DIR=/some/dir pytest -m browser
 tests/ettweb/reports/test_report_browser.py`` also writes ``preview.png``, ``settings.png``
 and ``unsubscribe.png`` there (full page), previewing the last complete week of a simulated
-fleet (``simulate_fleet``'s defaults, about 10 s) instead of the small hand-made one.
+fleet (``simulate_fleet``'s defaults, about 10 s) instead of the small hand-made one, and
+``mail-600.png`` and ``mail-380.png``.
 """
 
 from __future__ import annotations
 
+import base64
 import os
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +29,12 @@ from pytest_django.live_server_helper import LiveServer
 from ettweb.access.roles import set_role
 from ettweb.components.models import Component
 from ettweb.queries import IsoWeek, WeeklyReportQuery, calculate
+from ettweb.reports.chart import SCALE, WIDTH_PX
+from ettweb.reports.content import ReportCache, render_for
 from ettweb.reports.models import Subscription
 from ettweb.reports.tokens import make_token
+from ettweb.rollouts.models import Rollout
+from tests.ettweb.reports.test_chart import PHONE_CHART_PX
 from tests.ettweb.rollouts.test_rollout_impact import day_job, store
 
 PASSWORD = "pw-reports-1"
@@ -165,3 +174,75 @@ def test_report_pages_in_a_browser(scene: Scene, live_server: LiveServer,
     assert problems == []
     assert external == []
     assert (tmp_path / "preview.png").stat().st_size > 10_000
+
+
+@dataclass(frozen=True)
+class Mail:
+    html: str  # the HTML part as sent, its chart inline as a data: URI instead of cid:
+    rollouts: int  # numbered lines on its chart
+
+
+#: A rollout name with nowhere to wrap: the narrow layout must still not scroll sideways.
+UNBROKEN = "checkpoint-shard-prefetch-and-async-upload-for-every-cluster-v2"
+
+
+@pytest.fixture
+def mail(db: None) -> Mail:
+    """A simulated fleet's week 2026-W07 (a rollout in it, a dozen on its chart, the warm
+    pass's verdicts), the fleet's report rendered as the mail carries it."""
+    call_command("simulate_fleet", "--no-progress", "--end", "2026-03-01")
+    Rollout.objects.create(name=UNBROKEN, component="checkpointing",
+                           at=datetime(2026, 2, 11, 9, tzinfo=UTC), scope={})
+    call_command("ett_warm_impacts", stdout=StringIO())
+    week, cache = IsoWeek(2026, 7), ReportCache()
+    report = cache.report(week, ())
+    png = base64.b64encode(cache.chart(week, report)).decode()
+    rendered = render_for(None, week, cache, chart_src=f"data:image/png;base64,{png}")
+    return Mail(rendered.html, len(report.history_markers))
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("width", [600, 380])
+def test_the_mail_reads_at_600_and_380_px(mail: Mail, browser: Browser, tmp_path: Path,
+                                          width: int) -> None:
+    """Nothing scrolls sideways; the chart fits, at its full 520 px where there is room and
+    at least the width its fonts are sized for on a phone; the key is a table of rollout,
+    component, day and verdict, the verdict's words in its header on a phone."""
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    page.set_content(mail.html)
+    chart = page.locator("img")
+    assert chart.evaluate("img => img.decode().then(() => img.naturalWidth)") == \
+        WIDTH_PX * SCALE
+    scroll, client = page.evaluate(
+        "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+    assert scroll <= client == width
+    rightmost = page.evaluate("() => Math.max(...[...document.querySelectorAll('body *')]"
+                              ".map(e => e.getBoundingClientRect().right))")
+    assert rightmost <= width
+    box = chart.bounding_box()
+    assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width
+    if width >= 600:
+        assert box["width"] == WIDTH_PX
+    else:
+        assert PHONE_CHART_PX <= box["width"] < WIDTH_PX
+    natural = chart.evaluate("img => img.naturalHeight / img.naturalWidth")
+    assert abs(box["height"] / box["width"] - natural) < 0.01  # scaled, not squashed
+
+    key = page.locator("table.chart-key")
+    headers = [" ".join(t.split()) for t in key.locator("th").all_inner_texts()]
+    rows = key.locator("tr")
+    assert rows.count() == mail.rollouts + 1
+    assert UNBROKEN in key.inner_text()
+    verdicts = [" ".join(t.split()) for t in key.locator("tr td:nth-child(4)").all_inner_texts()]
+    if width >= 600:
+        assert headers == ["rollout", "component", "day", "verdict"]
+        assert any(v.startswith("lost share ") and " ETT% " in v for v in verdicts)
+    else:  # a phone's client reads the <style>: the words move to the header
+        assert headers == ["rollout", "component", "day", "verdict lost share, ETT%"]
+        assert not any("lost share" in v for v in verdicts)
+    shoot(page, tmp_path, f"mail-{width}.png")
+    assert problems == []

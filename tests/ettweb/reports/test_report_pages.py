@@ -21,6 +21,7 @@ from pytest_django.fixtures import Settings
 
 from ettweb.reports.models import SendRecord, SendStatus, Subscription
 from ettweb.reports.tokens import SALT, make_token
+from ettweb.rollouts.models import Rollout
 from tests.ettweb.rollouts.test_rollout_impact import day_job, store
 
 pytestmark = pytest.mark.django_db
@@ -204,6 +205,20 @@ def test_preview_shows_the_report_with_its_chart(fleet: None, viewer: Client) ->
     assert '<a href="?week=2026-W10">← 2026-W10</a>' in page
     assert '<a href="?week=2026-W12">2026-W12 →</a>' in page
     assert "this-b" in report and "this-a" in report  # the top jobs
+
+
+def test_the_previews_links_start_with_the_configured_base_url(
+        fleet: None, viewer: Client, settings: Settings) -> None:
+    """The preview is the mail: its links go where the mail's go (ETT_BASE_URL, which the
+    demo sets to the address it serves), only the chart is fetched from this page."""
+    settings.ETT_BASE_URL = "http://127.0.0.1:8123"
+    Rollout.objects.create(name="compile cache", component="pt2_compiler",
+                           at=datetime(2026, 3, 4, 12, tzinfo=UTC), scope={})
+    report = srcdoc(viewer.get("/reports/preview/?week=2026-W11").content.decode())
+    hrefs = re.findall(r'href="([^"]*)"', report)
+    assert len(hrefs) >= 5 and "http://127.0.0.1:8123/rollouts/" in " ".join(hrefs)
+    assert all(h.startswith("http://127.0.0.1:8123/") for h in hrefs), hrefs
+    assert "localhost" not in report
 
 
 def test_the_preview_escapes_what_jobs_are_called(fleet: None, viewer: Client) -> None:

@@ -31,11 +31,14 @@ from ettweb.access.roles import set_role
 from ettweb.api.tokens import issue_token
 from ettweb.components.models import Component
 from ettweb.dashboard.templatetags.ett_format import duration
-from ettweb.queries import IsoWeek
+from ettweb.queries import IsoWeek, WeeklyReportQuery, calculate
+from ettweb.queries.markers import LIST_WINDOW_DAYS
 from ettweb.reports.models import SendRecord, SendStatus, Subscription
 from ettweb.reports.planning import plan_week
 from ettweb.reports.sending import claim, send_due, send_records
+from ettweb.reports.templatetags.report_format import verdict_colour
 from ettweb.reports.tokens import read_token
+from ettweb.rollouts.models import ImpactSummary, Rollout
 from tests.conftest import mark, span
 from tests.ettweb.reports.smtp_server import (
     NO_SUCH_USER,
@@ -144,6 +147,44 @@ def links(html: str) -> _Links:
     parser = _Links()
     parser.feed(html)
     return parser
+
+
+class _Table(HTMLParser):
+    """The rows of the table with class ``name``: each cell's text, whitespace collapsed."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name, self.inside = name, False
+        self.rows: list[list[str]] = []
+        self.cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "table" and dict(attrs).get("class") == self.name:
+            self.inside = True
+        elif self.inside and tag == "tr":
+            self.rows.append([])
+        elif self.inside and tag in ("td", "th"):
+            self.cell = []
+        elif self.inside and tag == "br" and self.cell is not None:
+            self.cell.append(" ")
+
+    def handle_endtag(self, tag: str) -> None:
+        if self.inside and tag in ("td", "th") and self.cell is not None:
+            self.rows[-1].append(" ".join("".join(self.cell).split()))
+            self.cell = None
+        elif tag == "table":
+            self.inside = False
+
+    def handle_data(self, data: str) -> None:
+        if self.cell is not None:
+            self.cell.append(data)
+
+
+def table(html: str, name: str) -> list[list[str]]:
+    parser = _Table(name)
+    parser.feed(html)
+    assert parser.rows, f"no table {name!r}"
+    return parser.rows
 
 
 def bodies(received: Received) -> tuple[str, str]:
@@ -331,9 +372,13 @@ def test_every_number_is_the_dashboard_apis_for_the_same_week_and_scope(
     for number, job in enumerate(jobs, start=1):
         url = f"{BASE}/jobs/{job['job']}/"
         expected += [f"  {number}. {job['job']}: {gpuh(job['lost_gpu_s'])} GPU-h lost of "
-                     f"{gpuh(job['wall_gpu_s'])}", f"     {url}"]
+                     f"{gpuh(job['wall_gpu_s'])} wall GPU-h", f"     {url}"]
         assert f'<a href="{url}"' in html
     assert lines[top_at + 1:top_at + 1 + len(expected)] == expected
+    top = table(html, "top-jobs")  # every number under a header that says what it is
+    assert top[0] == ["", "job", "lost GPU-h", "of wall GPU-h"]
+    assert [row[2:] for row in top[1:]] == [[gpuh(j["lost_gpu_s"]), gpuh(j["wall_gpu_s"])]
+                                            for j in jobs]
 
     assert f">{pct(now)}" in html and f"from {pct(then)} the week before" in html
     dashboard = f"/fleet/?{week_query(W11)}"
@@ -343,6 +388,89 @@ def test_every_number_is_the_dashboard_apis_for_the_same_week_and_scope(
     assert page.status_code == 200
     assert f'<div class="value" id="range-ett">{pct(now)}</div>' in page.content.decode()
     assert f'id="range-failures">{this["failures"]}</div>' in page.content.decode()
+
+
+def test_every_link_starts_with_the_configured_base_url(
+        fleet: None, smtp: SmtpServer, settings: Settings) -> None:
+    """ETT_BASE_URL as the demo sets it: every link of both parts (the rollouts in the
+    chart's key among them) and the unsubscribe header start with it, none with the
+    default's localhost:8000."""
+    base = "http://127.0.0.1:8123"
+    settings.ETT_BASE_URL = base
+    earlier = Rollout.objects.create(name="compile cache", component="pt2_compiler",
+                                     at=datetime(2026, 3, 4, 12, tzinfo=UTC), scope={})
+    this_week = Rollout.objects.create(name="async save", component="checkpointing",
+                                       at=datetime(2026, 3, 10, 12, tzinfo=UTC), scope={})
+    olga = subscribe("olga")
+    assert send_due(Clock(AFTER_W11_DUE)).sent == [f"2026-W11 → {olga.email}"]
+    received = only_to(smtp, olga.email)
+    text, html = bodies(received)
+    hrefs = links(html).hrefs
+    for rollout in (earlier, this_week):
+        assert f"{base}/rollouts/{rollout.pk}/" in hrefs
+    assert len(hrefs) >= 8 and all(h.startswith(f"{base}/") for h in hrefs), hrefs
+    urls = re.findall(r"https?://\S+", text)
+    assert len(urls) >= 6 and all(u.startswith(f"{base}/") for u in urls), urls
+    assert received.message()["List-Unsubscribe"].strip().startswith(f"<{base}/reports/")
+    assert "localhost" not in html and "localhost" not in text
+
+
+def test_the_chart_key_is_a_table_of_rollout_component_day_verdict(
+        fleet: None, smtp: SmtpServer) -> None:
+    """Each numbered line on the chart is a row: its name (linked), component, day and the
+    verdict /rollouts/ shows for it (the warm pass's); this week's rollouts say what the
+    report's "Rollouts this week" says, a rollout the warm pass has not reached says so."""
+    earlier = Rollout.objects.create(name="compile cache", component="pt2_compiler",
+                                     at=datetime(2026, 3, 4, 12, tzinfo=UTC), scope={})
+    call_command("ett_warm_impacts", stdout=StringIO())
+    summary = ImpactSummary.objects.get(rollout=earlier, window_days=LIST_WINDOW_DAYS)
+    partial = " (partial)" if summary.partial else ""  # the fleet's days end on Mar 16
+    Rollout.objects.create(name="late cache", component="pt2_compiler",
+                           at=datetime(2026, 3, 5, 12, tzinfo=UTC), scope={})  # not warmed
+    Rollout.objects.create(name="async save", component="checkpointing",
+                           at=datetime(2026, 3, 13, 20, tzinfo=UTC), scope={})  # this week
+    (week_rollout,) = calculate(WeeklyReportQuery(W11)).rollouts
+    assert week_rollout.headline is not None
+    now = (f"lost share {week_rollout.headline.component_verdict} ETT% "
+           f"{week_rollout.headline.adjusted_verdict}")
+    pia = subscribe("pia")
+    assert send_due(Clock(AFTER_W11_DUE)).sent == [f"2026-W11 → {pia.email}"]
+    text, html = bodies(only_to(smtp, pia.email))
+    assert table(html, "chart-key") == [
+        ["rollout", "component", "day", "verdict lost share, ETT%"],
+        ["1 compile cache", "pt2_compiler", "4 Mar",
+         f"lost share {summary.component_verdict} ETT% {summary.adjusted_verdict}{partial}"],
+        ["2 late cache", "pt2_compiler", "5 Mar", "not computed yet"],
+        ["3 async save", "checkpointing", "13 Mar",
+         now + (" (partial)" if week_rollout.headline.partial else "")]]
+    lines = text.splitlines()
+    key_at = next(i for i, line in enumerate(lines) if line.startswith("ROLLOUTS IN THESE"))
+    assert lines[key_at + 1:key_at + 4] == [
+        f"  1. compile cache (pt2_compiler, 4 Mar): lost share {summary.component_verdict}, "
+        f"ETT% {summary.adjusted_verdict}{partial}",
+        "  2. late cache (pt2_compiler, 5 Mar): not computed yet",
+        "  3. async save (checkpointing, 13 Mar): " + now.replace(" ETT%", ", ETT%")
+        + (" (partial)" if week_rollout.headline.partial else "")]
+    assert f"<b style=\"color:{verdict_colour(week_rollout.headline.adjusted_verdict)};\">" \
+        f"{week_rollout.headline.adjusted_verdict}</b>" in html.split("Rollouts this week")[1]
+
+
+def test_a_week_after_one_without_data_shows_dashes_not_zeros(
+        fleet: None, smtp: SmtpServer) -> None:
+    """W10's week before (W09) has no data: no change, and "—" wherever a number of that
+    week would go (not "0 failures"), in both parts."""
+    quinn = subscribe("quinn")
+    assert "2026-W10: 1 sent, 0 failed" in _send_week(W10)
+    text, html = bodies(only_to(smtp, quinn.email))
+    lines = text.splitlines()
+    (headline,) = [line for line in lines if line.startswith("Fleet ETT%: ")]
+    now = re.fullmatch(r"Fleet ETT%: (\d+\.\d\d%) \(no data the week before\)", headline)
+    assert now is not None, headline
+    lifecycle_at = next(i for i, line in enumerate(lines) if line.startswith("LIFECYCLE"))
+    assert [line.split()[-1] for line in lines[lifecycle_at + 1:lifecycle_at + 4]] == ["—"] * 3
+    assert f"W09 — · W10 {now.group(1)}" in text
+    assert [row[2] for row in table(html, "lifecycle")] == ["week before", "—", "—", "—"]
+    assert "no data the week before" in html
 
 
 @pytest.mark.parametrize(("week", "monday", "days", "data_before"), [
