@@ -373,7 +373,8 @@ def _print_job(report: dict[str, object]) -> None:
         lost = sorted(job["lost_by_component_s"].items(), key=lambda kv: -kv[1])
         print(f"      job {job['job']}: {job['attempts']} attempts, wall {job['wall_s']:.1f} s, "
               f"ETT {job['ett_pct']:.2f}%", flush=True)
-        print("      lost by component: " + ", ".join(f"{c} {s:.1f}s" for c, s in lost if s),
+        print("      lost by component: " + ", ".join(f"{c} {s:.1f}s" for c, s in lost
+                                                    if round(s, 1) > 0),
               flush=True)
 
 

@@ -9,7 +9,7 @@ from django.utils.html import escape
 from django.utils.safestring import mark_safe
 
 from ettweb.colours import colour_of, ink_on
-from ettweb.dashboard.templatetags.ett_format import small_hours
+from ettweb.dashboard.templatetags.ett_format import count, small_hours
 
 register = template.Library()
 
@@ -40,10 +40,8 @@ def signed_gpu_hours(gpu_seconds: float | None) -> str:
     return f"{'+' if value >= 0 else '-'}{_hours(abs(value))} GPU-h"
 
 
-@register.filter
-def count(value: int | None) -> str:
-    """A count with thousands separators: ``1,204`` failures."""
-    return "—" if value is None else f"{value:,}"
+# The dashboard's count, so a report's numbers read as the pages' (``1,204`` failures).
+register.filter("count", count)
 
 
 #: A verdict's colour: green for the good direction (ETT% up, a lost share down), red for

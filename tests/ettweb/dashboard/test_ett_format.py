@@ -13,7 +13,6 @@ from ettweb.dashboard.templatetags.ett_format import ago, count, ett, gpu_hours,
 from ettweb.ingest.tasks import ingest_batch
 from ettweb.reports.templatetags.report_format import (
     breakable,
-    count,
     gpuh,
     signed_gpu_hours,
     verdict_colour,
