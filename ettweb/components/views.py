@@ -83,6 +83,7 @@ def index(request: HttpRequest) -> HttpResponse:
         chart = figures.to_fragment(figures.lost_share_lines(
             result.periods, result.shares, data["interval"]), "components-share")
     context = {**_page_context(form), "result": result, "chart": chart,
+               "interval": data["interval"],
                "rows": [(row, figures.colour_of(row.name)) for row in result.rows],
                "csv": _csv_links(form, INDEX_TABLES)}
     return render(request, "components/index.html", context)

@@ -394,3 +394,9 @@ def test_the_index_draws_each_components_lost_share_per_period(viewer: Client) -
         if row.lost_gpu_s:
             lost = sum(s / 100 * w for s, w in zip(result.shares[row.name], walls, strict=True))
             assert lost == pytest.approx(row.lost_gpu_s)
+
+
+def test_the_index_says_its_interval(viewer: Client) -> None:
+    html = viewer.get("/components/", {**RANGE, "interval": "week"}).content.decode()
+    assert "(UTC days), per week, of all jobs" in " ".join(html.split())
+    assert "Lost share by component, per week" in html
