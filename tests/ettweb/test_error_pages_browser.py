@@ -59,3 +59,20 @@ def test_errors_are_pages_that_help(admin: None, live_server: LiveServer, browse
     shoot(page, tmp_path, "error-form.png")
     assert [p for p in problems if "400" not in p and "404" not in p] == []
     assert external == []
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(120)
+def test_at_a_phones_width_every_nav_link_is_on_screen(admin: None, live_server: LiveServer,
+                                                      browser: Browser, tmp_path: Path) -> None:
+    page = browser.new_page(viewport={"width": 380, "height": 800})
+    log_in(page, live_server, "/", "admin", PASSWORD)
+    page.wait_for_url("**/")
+    links = page.locator("header.topbar nav a")
+    assert links.count() >= 8
+    for i in range(links.count()):
+        box = links.nth(i).bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 380, \
+            links.nth(i).inner_text()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 380
+    shoot(page, tmp_path, "phone-jobs.png")
