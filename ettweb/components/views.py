@@ -127,7 +127,8 @@ def _detail_page(request: HttpRequest, name: str) -> HttpResponse:
     context: dict[str, Any] = {
         **_page_context(form), "interval": data["interval"], "c": result,
         "owner_form": OwnerTeamForm(initial={"owner_team": result.owner_team}),
-        "charts": _charts(result, data["interval"], labels, changes), "changes": changes,
+        "charts": _charts(result, data["interval"], labels, changes, data["range"]),
+        "changes": changes,
         "rollout_rows": [(r, figures.rollout_url(r.marker.id)) for r in result.rollouts],
         "window_days": DEFAULT_WINDOW_DAYS, "csv": _csv_links(form, DETAIL_TABLES),
         "all_rollouts_url": figures.rollouts_list_url(name, data["range"].date_from,
@@ -235,7 +236,7 @@ def phases(request: HttpRequest, name: str) -> HttpResponse:
 
 
 def _charts(result: ComponentResult, interval: str, filters: dict[str, str],
-            changes: list[DetectedChange]) -> dict[str, str]:
+            changes: list[DetectedChange], days: DateRange) -> dict[str, str]:
     """Lost GPU-hours and lost share per period, each with the component's rollout lane (a
     cluster's link keeps the page's model, team and cluster); the share chart marks the
     detected changes of its lost share (ettweb.changes.figures)."""
@@ -243,10 +244,10 @@ def _charts(result: ComponentResult, interval: str, filters: dict[str, str],
         return {}
     lost = [(p.period, p.lost_gpu_hours) for p in result.points]
     share = figures.component_share_chart([(p.period, p.lost_share_pts) for p in result.points],
-                                          result.name, interval, result.markers, filters)
+                                          result.name, interval, result.markers, filters, days)
     mark_changes(share, changes)
     return {
         "lost": figures.to_fragment(figures.component_lost_chart(
-            lost, result.name, interval, result.markers, filters), "component-lost"),
+            lost, result.name, interval, result.markers, filters, days), "component-lost"),
         "share": figures.to_fragment(share, "component-share"),
     }

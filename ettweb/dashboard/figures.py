@@ -451,8 +451,10 @@ def ett_trend(series: Mapping[str, Sequence[tuple[date, float]]], interval: str,
 
 def component_lost_chart(points: Sequence[tuple[date, float]], component: str, interval: str,
                          markers: Sequence[RolloutMarker] = (),
-                         filters: Mapping[str, str] | None = None) -> Figure:
-    """One component's lost GPU-hours per day or week, its rollouts in a lane above."""
+                         filters: Mapping[str, str] | None = None,
+                         days: DateRange | None = None) -> Figure:
+    """One component's lost GPU-hours per day or week, its rollouts in a lane above; with
+    ``days``, a weekly axis shades what lies outside the range."""
     x = [p.isoformat() for p, _ in points]
     bar = {"type": "bar", "name": "lost GPU-hours", "x": x, "y": [v for _, v in points],
            "marker": {"color": colour_of(component)},
@@ -461,22 +463,26 @@ def component_lost_chart(points: Sequence[tuple[date, float]], component: str, i
         height=300, yaxis={"title": _title("lost GPU-hours"), "rangemode": "tozero"},
         xaxis={"title": _title(f"{interval} (UTC)")}, showlegend=False)}
     _with_markers(fig, x, interval, markers, filters)
+    if days is not None and interval == "week":
+        _outside_range(fig, days)
     return fig
 
 
 def component_share_chart(points: Sequence[tuple[date, float]], component: str, interval: str,
                           markers: Sequence[RolloutMarker] = (),
-                          filters: Mapping[str, str] | None = None) -> Figure:
+                          filters: Mapping[str, str] | None = None,
+                          days: DateRange | None = None) -> Figure:
     """One component's lost share: points of the fleet's wall time per day or week (a
-    growing fleet does not look worse), its rollouts in a lane above."""
-    x = [p.isoformat() for p, _ in points]
-    line = {"type": "scatter", "name": "lost share", "x": x, "y": [v for _, v in points],
-            "mode": "lines+markers", "line": {"color": colour_of(component)},
-            "hovertemplate": "%{x}: %{y:.2f} pts of wall time<extra></extra>"}
+    growing fleet does not look worse), its rollouts in a lane above; broken where no
+    period has data and, with ``days``, partial weeks marked as on the fleet trend."""
+    line = {**_trend_trace("lost share", points, colour_of(component), interval, days),
+            "hovertemplate": "%{customdata}: %{y:.2f} pts of wall time<extra></extra>"}
     fig = {"data": [line], "layout": base_layout(
         height=300, yaxis={"title": _title("pts of fleet wall time"), "rangemode": "tozero"},
         xaxis={"title": _title(f"{interval} (UTC)")}, showlegend=False)}
-    _with_markers(fig, x, interval, markers, filters)
+    _with_markers(fig, [p.isoformat() for p, _ in points], interval, markers, filters)
+    if days is not None and interval == "week":
+        _outside_range(fig, days)
     return fig
 
 

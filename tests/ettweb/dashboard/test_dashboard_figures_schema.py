@@ -182,3 +182,15 @@ def test_partial_weeks_are_marked_and_the_axis_outside_the_range_shaded() -> Non
     shaded = [s for s in fig.layout.shapes if s.type == "rect" and s.yref == "paper"]
     assert [s.x1 for s in shaded][:1] == ["2026-03-05 00:00:00"]
     assert shaded[1].x0 == "2026-03-18 00:00:00"
+
+
+def test_a_components_weekly_share_breaks_at_gaps_and_marks_partial_weeks() -> None:
+    weeks = [date(2026, 3, 2), date(2026, 3, 23)]
+    days = DateRange(date(2026, 3, 4), date(2026, 3, 29))
+    fig = _validated(figures.component_share_chart(
+        [(w, 1.5) for w in weeks], "checkpointing", "week", days=days))
+    assert list(fig.data[0].y) == [1.5, None, 1.5]
+    assert list(fig.data[0].marker.symbol) == ["circle-open", "circle", "circle"]
+    lost = _validated(figures.component_lost_chart([(w, 2.0) for w in weeks], "checkpointing",
+                                                   "week", days=days))
+    assert any(s.yref == "paper" and s.type == "rect" for s in lost.layout.shapes)
