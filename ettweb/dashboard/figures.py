@@ -500,10 +500,12 @@ def lost_share_lines(periods: Sequence[date], shares: Mapping[str, Sequence[floa
                "mode": "lines", "line": {"color": colour_of(name), "width": 2},
                "hovertemplate": "%{x}: %{y:.2f} pts<extra>" + _text(name) + "</extra>"}
               for name, values in list(shares.items())[:SHARE_LINES]]
+    # The legend below the plot: at a phone's width a legend beside it leaves no plot.
     fig = {"data": traces, "layout": base_layout(
-        height=320, yaxis={"title": _title("lost share (pts of wall time)"),
+        height=380, yaxis={"title": _title("lost share (pts of wall time)"),
                            "rangemode": "tozero"},
-        xaxis={"title": _title(f"{interval} (UTC)")}, legend={"title": _title("component")})}
+        xaxis={"title": _title(f"{interval} (UTC)")},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.22})}
     _period_axis(fig, x, interval)
     return fig
 

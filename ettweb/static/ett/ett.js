@@ -21,9 +21,28 @@
       var target = id && document.getElementById(id);
       if (!target) { return; }
       var figure = JSON.parse(block.textContent);
-      drawn[id] = window.Plotly.newPlot(target, figure.data, figure.layout, figure.config);
+      drawn[id] = draw(target, figure, 0);
     });
     return drawn;
+  }
+
+  /* One chart, on its own: a chart that cannot be drawn never stops the others. On a
+   * phone a horizontal legend wraps into more rows than the server planned for, leaving a
+   * short chart no room to plot ("Something went wrong with axis scaling"): it is drawn
+   * again taller, a few times, before giving up with a console error. */
+  function draw(target, figure, tries) {
+    try {
+      return window.Plotly.newPlot(target, figure.data, figure.layout, figure.config);
+    } catch (error) {
+      if (tries >= 3 || typeof figure.layout.height !== "number") {
+        console.error("chart " + target.id + " could not be drawn: " + error);
+        return null;
+      }
+      figure.layout.height += 120;
+      if (target.parentElement) { target.parentElement.style.height = figure.layout.height + "px"; }
+      window.Plotly.purge(target);
+      return draw(target, figure, tries + 1);
+    }
   }
 
   function followClicks(chart) {
