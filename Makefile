@@ -61,8 +61,9 @@ test-fast: install install-trainer  ## the inner loop: every test but browsers a
 test-integration: install install-trainer  ## only the tests that run real processes against real servers
 	$(PY) -m pytest -m integration
 
-lint: install  ## ruff + mypy
+lint: install  ## ruff + mypy + the import contracts (the seams)
 	$(VENV)/bin/ruff check .
+	DJANGO_SETTINGS_MODULE=ettweb.settings.test $(VENV)/bin/lint-imports
 	DATABASE_URL=postgres://lint@localhost/lint CELERY_BROKER_URL=redis://localhost:6379/0 $(VENV)/bin/mypy
 
 bench: install install-trainer  ## run every benchmark

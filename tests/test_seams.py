@@ -1,0 +1,41 @@
+"""The seams the architecture rests on, checked by import-linter (contracts in pyproject.toml):
+the collector's core imports neither Django, torch nor the server; the trainer reports only
+through the collector; the attribution engine imports no Django; the query layer imports no
+page, API or e-mail code. Indirect imports count: a seam broken two modules away fails too."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def test_every_import_contract_is_kept() -> None:
+    proc = subprocess.run([str(LINT_IMPORTS)], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "DJANGO_SETTINGS_MODULE": "ettweb.settings.test"},
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "0 broken" in proc.stdout
+    assert proc.stdout.count(" KEPT") == 4
+
+
+def test_a_contract_breaks_on_a_forbidden_import(tmp_path: Path) -> None:
+    """The checker is not vacuous: a copy of the collector that imports Django breaks it."""
+    copy = tmp_path / "collector"
+    copy.mkdir()
+    for source in (ROOT / "collector").glob("*.py"):
+        (copy / source.name).write_text(source.read_text())
+    (copy / "spool.py").write_text((copy / "spool.py").read_text() + "\nimport django\n")
+    config = tmp_path / ".importlinter"
+    config.write_text("[importlinter]\nroot_package = collector\ninclude_external_packages = "
+                      "True\n\n[importlinter:contract:core]\nname = core\ntype = forbidden\n"
+                      "source_modules = collector\nforbidden_modules = django\n")
+    proc = subprocess.run([str(LINT_IMPORTS), str(config)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "collector.spool -> django" in proc.stdout
