@@ -67,10 +67,6 @@ from ettweb.queries.fleet import (
     FleetHeadlineQuery,
     FleetHeadlineQueryRunner,
     FleetHeadlineResult,
-    FleetQuery,
-    FleetQueryRunner,
-    FleetResult,
-    JobRow,
     LifecycleQuery,
     LifecycleQueryRunner,
     LifecycleResult,
@@ -141,8 +137,6 @@ __all__ = [
     "FilterChoicesResult",
     "FleetHeadlineQuery",
     "FleetHeadlineResult",
-    "FleetQuery",
-    "FleetResult",
     "FleetSummaryQuery",
     "FleetSummaryResult",
     "FleetTotalsQuery",
@@ -159,7 +153,6 @@ __all__ = [
     "JobQuery",
     "JobQueryRunner",
     "JobResult",
-    "JobRow",
     "JobsQuery",
     "JobsResult",
     "LifecycleQuery",
@@ -189,7 +182,7 @@ __all__ = [
     "phase_components",
 ]
 
-AnyQuery = (TrendQuery | LostByComponentQuery | TopJobsQuery | LifecycleQuery | FleetQuery
+AnyQuery = (TrendQuery | LostByComponentQuery | TopJobsQuery | LifecycleQuery
             | JobQuery | ImpactQuery
             | ComponentQuery | ComponentsIndexQuery | RolloutMarkersQuery | WeeklyReportQuery
             | FleetSummaryQuery | CollectorsQuery | FleetTotalsQuery | JobsQuery
@@ -199,7 +192,7 @@ AnyQuery = (TrendQuery | LostByComponentQuery | TopJobsQuery | LifecycleQuery | 
 _RUNNERS: dict[type, Any] = {
     TrendQuery: TrendQueryRunner, LostByComponentQuery: LostByComponentQueryRunner,
     TopJobsQuery: TopJobsQueryRunner, LifecycleQuery: LifecycleQueryRunner,
-    FleetQuery: FleetQueryRunner, JobQuery: JobQueryRunner, ImpactQuery: ImpactQueryRunner,
+    JobQuery: JobQueryRunner, ImpactQuery: ImpactQueryRunner,
     ComponentQuery: ComponentQueryRunner, ComponentsIndexQuery: ComponentsIndexQueryRunner,
     RolloutMarkersQuery: RolloutMarkersQueryRunner, WeeklyReportQuery: WeeklyReportQueryRunner,
     FleetSummaryQuery: FleetSummaryQueryRunner, CollectorsQuery: CollectorsQueryRunner,
@@ -219,8 +212,6 @@ def calculate(query: LostByComponentQuery) -> LostByComponentResult: ...
 def calculate(query: TopJobsQuery) -> TopJobsResult: ...
 @overload
 def calculate(query: LifecycleQuery) -> LifecycleResult: ...
-@overload
-def calculate(query: FleetQuery) -> FleetResult: ...
 @overload
 def calculate(query: JobQuery) -> JobResult | JobComputing | None: ...
 @overload

@@ -14,7 +14,6 @@ from django.db.models.functions import Cast
 
 from collector.schema import FAILED_STATUSES
 from ettweb.attribution.components import PRODUCTIVE, component_of
-from ettweb.ingest.models import QuarantinedEvent
 from ettweb.queries.base import (
     ALL,
     ANY_JOB,
@@ -28,13 +27,11 @@ from ettweb.queries.base import (
     Interval,
     JobFilter,
     aggregating,
-    by_component,
     category_rows,
     label_rows,
     pct,
     period_of,
     phase_components,
-    quarantined_lines,
     validated,
 )
 from ettweb.rollups.models import (
@@ -609,82 +606,6 @@ def _restart_tax(q: LifecycleQuery) -> list[tuple[date, str, float]]:
                     .values_list("period", "category").annotate(gpu_s=Sum("gpu_seconds"))
                     .order_by())
     return [(period, category, float(gpu_s)) for period, category, gpu_s in rows]
-
-
-# --------------------------------------------------------------------------- jobs list
-
-@dataclass(frozen=True)
-class FleetQuery:
-    """Every job with rollups (of those ``jobs`` keeps); ``components`` overrides the edited
-    phase→component map."""
-
-    components: Mapping[str, str] | None = None
-    jobs: JobFilter = ANY_JOB
-
-
-@dataclass(frozen=True)
-class JobRow:
-    """One line of the jobs table."""
-
-    job: str
-    attempts: int
-    status: str
-    gpus: int
-    wall_s: float
-    ett_pct: float
-    lost_gpu_hours: float
-    lost_by_component_s: dict[str, float]
-    anomalies: int = 0
-
-
-@dataclass(frozen=True)
-class FleetResult:
-    """The jobs table and the fleet's GPU-weighted ETT% (ETT_SPEC §1)."""
-
-    rows: list[JobRow]
-    wall_gpu_s: float
-    productive_gpu_s: float
-    ett_pct: float
-    quarantined: int
-    components: list[str] = field(default_factory=list)
-
-    @property
-    def wall_gpu_hours(self) -> float:
-        return self.wall_gpu_s / HOUR_S
-
-    @property
-    def lost_gpu_hours(self) -> float:
-        return (self.wall_gpu_s - self.productive_gpu_s) / HOUR_S
-
-
-class FleetQueryRunner:
-    """Runs a :class:`FleetQuery` over the per-job rollups (no event scan)."""
-
-    def __init__(self, query: FleetQuery) -> None:
-        self.query = query
-
-    def calculate(self) -> FleetResult:
-        mapping = self.query.components or phase_components()
-        kept = self.query.jobs.narrow(JobRollup.objects.all(), "")
-        rows = [_job_row(rollup, mapping) for rollup in kept.order_by("job")]
-        totals = kept.aggregate(wall=Sum("wall_gpu_s"), productive=Sum("productive_gpu_s"))
-        wall, productive = totals["wall"] or 0.0, totals["productive"] or 0.0
-        return FleetResult(
-            rows=rows, wall_gpu_s=wall, productive_gpu_s=productive,
-            ett_pct=pct(productive, wall),
-            quarantined=quarantined_lines(QuarantinedEvent.objects.all()),
-            components=sorted({name for row in rows for name in row.lost_by_component_s}),
-        )
-
-
-def _job_row(rollup: JobRollup, mapping: Mapping[str, str]) -> JobRow:
-    return JobRow(job=rollup.job, attempts=rollup.attempts, status=rollup.status,
-                  gpus=rollup.gpus, wall_s=rollup.wall_s, ett_pct=rollup.ett_pct,
-                  lost_gpu_hours=(rollup.wall_gpu_s - rollup.productive_gpu_s) / HOUR_S,
-                  lost_by_component_s=by_component(rollup.lost_s, mapping),
-                  anomalies=rollup.anomaly_count)
-
-
 
 
 # --------------------------------------------------------------------------- filter values
