@@ -42,6 +42,11 @@ from ettweb.queries.changes import (
     ChangesResult,
     DetectedChange,
 )
+from ettweb.queries.choices import (
+    FilterChoicesQuery,
+    FilterChoicesQueryRunner,
+    FilterChoicesResult,
+)
 from ettweb.queries.collectors import (
     CollectorRow,
     CollectorsQuery,
@@ -57,35 +62,24 @@ from ettweb.queries.components import (
     ComponentsIndexQueryRunner,
     ComponentsIndexResult,
 )
-from ettweb.queries.fleet import (
-    DayTotalsQuery,
-    DayTotalsQueryRunner,
-    DayTotalsResult,
-    FilterChoicesQuery,
-    FilterChoicesQueryRunner,
-    FilterChoicesResult,
+from ettweb.queries.day_totals import DayTotalsQuery, DayTotalsQueryRunner, DayTotalsResult
+from ettweb.queries.headline import (
     FleetHeadlineQuery,
     FleetHeadlineQueryRunner,
     FleetHeadlineResult,
-    LifecycleQuery,
-    LifecycleQueryRunner,
-    LifecycleResult,
+)
+from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner, ImpactResult, WindowError
+from ettweb.queries.job import JobComputing, JobMeta, JobQuery, JobQueryRunner, JobResult
+from ettweb.queries.jobs import JobListRow, JobsQuery, JobsQueryRunner, JobsResult
+from ettweb.queries.lifecycle import LifecycleQuery, LifecycleQueryRunner, LifecycleResult
+from ettweb.queries.lost import (
     LostByComponentQuery,
     LostByComponentQueryRunner,
     LostByComponentResult,
     LostTrendQuery,
     LostTrendQueryRunner,
     LostTrendResult,
-    TopJobsQuery,
-    TopJobsQueryRunner,
-    TopJobsResult,
-    TrendQuery,
-    TrendQueryRunner,
-    TrendResult,
 )
-from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner, ImpactResult, WindowError
-from ettweb.queries.job import JobComputing, JobMeta, JobQuery, JobQueryRunner, JobResult
-from ettweb.queries.jobs import JobListRow, JobsQuery, JobsQueryRunner, JobsResult
 from ettweb.queries.markers import (
     RolloutListQuery,
     RolloutListQueryRunner,
@@ -101,6 +95,8 @@ from ettweb.queries.metrics import (
     FleetTotalsResult,
     ScopeTotals,
 )
+from ettweb.queries.top_jobs import TopJobsQuery, TopJobsQueryRunner, TopJobsResult
+from ettweb.queries.trend import TrendQuery, TrendQueryRunner, TrendResult
 from ettweb.queries.weekly import (
     FleetSummaryQuery,
     FleetSummaryQueryRunner,

@@ -29,7 +29,7 @@ from ettweb.queries.base import (
     quarantined_lines,
     validated,
 )
-from ettweb.queries.fleet import FilterChoicesQuery, FilterChoicesQueryRunner
+from ettweb.queries.choices import FilterChoicesQuery, FilterChoicesQueryRunner
 from ettweb.rollups.models import JobLostRollup, JobRollup
 
 #: Sort keys (a leading ``-`` sorts descending) and the column each orders by.

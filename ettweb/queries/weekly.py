@@ -25,19 +25,10 @@ from ettweb.queries.base import (
     phase_components,
 )
 from ettweb.queries.changes import ChangesQuery, ChangesQueryRunner, DetectedChange
-from ettweb.queries.fleet import (
-    DayTotalsQuery,
-    DayTotalsQueryRunner,
-    DayTotalsResult,
-    LifecycleQuery,
-    LifecycleQueryRunner,
-    TopJob,
-    TopJobsQuery,
-    TopJobsQueryRunner,
-    lost_by_component_of,
-    trend_of,
-)
+from ettweb.queries.day_totals import DayTotalsQuery, DayTotalsQueryRunner, DayTotalsResult
 from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner
+from ettweb.queries.lifecycle import LifecycleQuery, LifecycleQueryRunner
+from ettweb.queries.lost import lost_by_component_of
 from ettweb.queries.markers import (
     Headline,
     RolloutMarker,
@@ -45,6 +36,8 @@ from ettweb.queries.markers import (
     RolloutMarkersQueryRunner,
     stored_headlines,
 )
+from ettweb.queries.top_jobs import TopJob, TopJobsQuery, TopJobsQueryRunner
+from ettweb.queries.trend import trend_of
 from ettweb.rollouts.logic import iso_utc
 
 _WEEK = re.compile(r"^(\d{4})-W(\d{2})$")

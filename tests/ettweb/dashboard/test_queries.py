@@ -31,7 +31,7 @@ from ettweb.queries import (
     calculate,
     gpu_bucket,
 )
-from ettweb.queries.fleet import TrendPoint, TrendResult
+from ettweb.queries.trend import TrendPoint, TrendResult
 from ettweb.rollups.models import DailyCategoryRollup, JobRollup, PhaseComponent
 from tests.conftest import mark, span
 
