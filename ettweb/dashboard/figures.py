@@ -6,9 +6,9 @@ HTML fragment without plotly.js: the page loads our own static copy (no CDN).
 
 Built as plain figure JSON (plotly's own schema: ``data`` traces and a ``layout``), not as
 ``go.Figure`` objects: validating the objects (property setters, validators, deep copies)
-took 130 ms of a 180-day fleet page's 880 ms under cProfile, for a figure that renders the
-same. ``tests/ettweb/dashboard/test_dashboard_figures_schema.py`` validates each against
-plotly's schema instead, once per test run.
+was a large share of a fleet page's server time, for a figure that renders the same.
+``tests/ettweb/dashboard/test_dashboard_figures_schema.py`` validates each against plotly's
+schema instead, once per test run.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ Figure = dict[str, Any]
 
 MARGIN = {"l": 10, "r": 10, "t": 30, "b": 40}
 #: No ``template`` here: ``to_fragment`` adds it as plain JSON. Why: assigning a template
-#: makes plotly validate the whole of it, 20-50 ms per figure (measured), a third of a
-#: rollout page's server time; a figure rendered with the same template JSON is identical.
+#: makes plotly validate the whole of it on every figure, a large share of a page's server
+#: time; a figure rendered with the same template JSON is identical.
 LAYOUT = {"margin": MARGIN, "font": {"family": "system-ui, sans-serif", "size": 12}}
 TEMPLATE = "plotly_white"
 

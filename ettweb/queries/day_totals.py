@@ -27,7 +27,8 @@ class DayTotalsQuery:
     time over time and the headline tiles are all folded from.
 
     Why one query under several: the overview asks all of them for the same days and
-    filter; each used to be its own pass over the range's day rows. Inside one request
+    filter; a pass over the range's day rows each would read the same rows several times.
+    Inside one request
     (``ettweb.queries.memoized``) this runs once and the folds cost microseconds. A grouped
     trend reads its own sums (``ettweb.queries.trend``): it needs no category.
     """

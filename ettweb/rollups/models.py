@@ -254,8 +254,8 @@ class JobLostRollup(models.Model):
     ``lost_gpu_s``, one row per non-zero category).
 
     Why a table beside the JSON: the jobs list and ``/metrics`` sum lost time per category
-    over thousands of jobs on every load, and unpacking 20,000 JSON objects took 158 ms
-    (quiet machine) where summing these narrow rows takes a fraction of it.
+    over thousands of jobs on every load; Postgres sums these narrow rows far faster than
+    Python unpacks one JSON object per job (docs/benchmarks.md).
     """
 
     job = models.ForeignKey(JobRollup, to_field="job", db_column="job", on_delete=models.CASCADE,
