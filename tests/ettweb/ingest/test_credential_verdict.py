@@ -117,6 +117,10 @@ def rig(tmp_path: Path, live_server: LiveServer) -> Iterator[Rig]:
              "--loglevel", "INFO", "--without-heartbeat", "--without-mingle",
              "--without-gossip"], cwd=ROOT, env=environ, stdout=out, stderr=subprocess.STDOUT)
     try:
+        # On RabbitMQ the worker declares the queue's exchange; an agent that publishes
+        # before that is refused (404 NOT_FOUND) and its health report is lost.
+        wait_until(lambda: " ready." in worker_log.read_text(errors="replace"), 90,
+                   lambda: worker_log.read_text(errors="replace"))
         yield Rig(queue, tmp_path, worker_log, live_server.url)
     finally:
         worker.terminate()
