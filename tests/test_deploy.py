@@ -26,8 +26,8 @@ DEPLOY = ROOT / "deploy"
 UNIT_PATH = DEPLOY / "systemd" / "ett-collector.service"
 ENV_EXAMPLE = DEPLOY / "systemd" / "collector.env.example"
 DAEMONSET_PATH = DEPLOY / "kubernetes" / "collector-daemonset.yaml"
-#: Where the deployment is explained: the README points there (docs/operations.md).
-README = (ROOT / "docs" / "operations.md").read_text()
+#: Where the deployment is explained: the README points there (docs/how-to/run-the-collector.md).
+README = (ROOT / "docs" / "how-to" / "run-the-collector.md").read_text()
 #: Every variable the agent reads (collector/config.py).
 KNOWN_ENV = {setting.env for setting in SETTINGS if setting.env}
 

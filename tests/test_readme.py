@@ -1,5 +1,5 @@
-"""The API reference (docs/api.md, once the README's API section) stays in step with the API
-the code serves.
+"""The API reference (docs/reference/api.md, once the README's API section) stays in step with
+the API the code serves.
 
 Why a test: endpoints are added in code (``ettweb/api/``) by people who may not think of the
 docs, and a reference that lists fewer endpoints than exist (or ones that are gone) sends an
@@ -22,7 +22,7 @@ from django.core.management import call_command
 from django.test import Client
 
 #: The API reference (moved out of the README, which is the front door only).
-README = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "reference" / "api.md"
 METHODS = ("get", "post", "put", "patch", "delete")
 #: A row of the endpoint table: ``| `GET /api/v1/jobs/{job}` | … |``.
 ROW = re.compile(r"^\| `(GET|POST|PUT|PATCH|DELETE) (/api/v1/[^`\s]*)` \|", re.MULTILINE)
@@ -62,12 +62,14 @@ def test_every_endpoint_has_its_row_in_the_readme(served: dict[str, Any]) -> Non
                if key not in documented()}
     rows = "\n".join(f"| `{method} {path}` | {summary} |"
                      for (method, path), summary in sorted(missing.items()))
-    assert not missing, f"docs/api.md's API table lacks these endpoints; add rows:\n{rows}"
+    assert not missing, (f"docs/reference/api.md's API table lacks these endpoints; "
+                         f"add rows:\n{rows}")
 
 
 def test_every_row_in_the_readme_is_an_endpoint(served: dict[str, Any]) -> None:
     stale = sorted(documented() - set(operations(served)))
-    assert not stale, f"docs/api.md's API table lists endpoints the API does not serve: {stale}"
+    assert not stale, ("docs/reference/api.md's API table lists endpoints the API does not "
+                       f"serve: {stale}")
 
 
 def test_the_table_is_found_and_not_empty() -> None:
