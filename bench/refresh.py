@@ -18,7 +18,8 @@ minute. This bench measures exactly that curve, on today's refresh and on any la
 3. **Exactness**: after the last batch, the stored job rollup and day rows are compared
    with the engine run from scratch over every stored event.
 4. **Storage**: the bytes the job's events (partitions and indexes), their dedup ids and
-   its chunks take, per event and per chunk: what the capacity plan in docs/operations.md scales.
+   its chunks take, per event and per chunk: what the capacity plan in
+   docs/explanation/capacity.md scales.
 
 The last line is one JSON object: per age the events stored, each batch's refresh time
 and the worker's peak RSS, the ratios of the oldest age to the youngest, the exactness

@@ -374,11 +374,12 @@ def publish_route(config: AgentConfig) -> dict[str, Any]:
     """Where a message goes on AMQP: to the exchange named like the queue (the one Celery
     binds the queue to), declaring nothing, and mandatory.
 
-    A training node's broker user may only write to that exchange (docs/operations.md, "The
-    broker"). Declaring takes RabbitMQ's configure permission, which that user lacks, and
-    Celery's default route, the nameless exchange, reaches every queue by name (the workers'
-    control queues too), so it is not granted. Since nothing is declared, ``mandatory`` makes
-    a message that no queue is bound to take fail (the agent retries it) instead of vanishing.
+    A training node's broker user may only write to that exchange
+    (docs/how-to/secure-the-broker.md). Declaring takes RabbitMQ's configure permission, which
+    that user lacks, and Celery's default route, the nameless exchange, reaches every queue by
+    name (the workers' control queues too), so it is not granted. Since nothing is declared,
+    ``mandatory`` makes a message that no queue is bound to take fail (the agent retries it)
+    instead of vanishing.
     Redis has no such permissions: there Celery's default stays (declare, publish by name).
     """
     if not config.is_amqp:

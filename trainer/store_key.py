@@ -12,7 +12,7 @@ Where it comes from, in order: ``ETT_COMPILE_STORE_KEY`` (the key itself), or
 key of this user's own, ``~/.config/ett/compile-store.key``, created on first use with mode
 0600. The default protects a store on one machine from other users who can write its folder;
 jobs on several machines sharing one store need the same key on each, from a secret
-(docs/trainer.md says how to rotate it). This module imports no torch.
+(docs/explanation/compile-store.md says how to rotate it). This module imports no torch.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Least privilege on RabbitMQ (docs/operations.md, "The broker"): a user for the training
+# Least privilege on RabbitMQ (docs/how-to/secure-the-broker.md): a user for the training
 # nodes' collectors that may only publish to the ingest exchange, and one for ETT's web,
 # worker and beat. Run it where rabbitmqctl reaches the node; it is idempotent (a second run
 # sets both passwords and permissions again, so it also rotates a password).

@@ -30,8 +30,9 @@ VIEWER: Final = "viewer"
 OWNER: Final = "owner"
 ADMIN: Final = "admin"
 ROLES: Final[tuple[Role, ...]] = (VIEWER, OWNER, ADMIN)
-#: Where a refused user is told to go: roles are given by an admin (docs/guide.md, "Roles").
-ASK: Final = "an admin gives roles (docs/guide.md: Roles)"
+#: Where a refused user is told to go: roles are given by an admin
+#: (docs/how-to/manage-access.md, "Roles").
+ASK: Final = "an admin gives roles (docs/how-to/manage-access.md: Roles)"
 
 AnyUser = AbstractBaseUser | AnonymousUser
 _CACHE: Final = "_ett_access"

@@ -126,8 +126,9 @@ class EttAPI(NinjaAPI):
 
 api = EttAPI(title="ETT API", version="1", urls_namespace="api-v1",
                auth=[BearerToken(), BrowserSession()],
-               description="Rollouts and their measured ETT% impact (docs/rollouts.md), the fleet "
-                           "over any days, the weekly report's numbers (docs/reports.md) and "
+               description="Rollouts and their measured ETT% impact "
+                           "(docs/explanation/rollout-statistics.md), the fleet over any days, "
+                           "the weekly report's numbers (docs/how-to/weekly-email.md) and "
                            "the collectors' health.")
 # Before any router is bound: every operation, mounted routers' included, refuses a query
 # parameter it does not declare (a misspelt filter must not answer the unfiltered numbers).

@@ -613,7 +613,7 @@ class Refreshed:
 #: a short small job is one chunk (one read, one row), a thousand-rank job one per fine
 #: chunk (a refresh reads a quarter hour of it, never the whole). A refresh costs about
 #: the live chunk's events plus a little per chunk of the job; 2,000 balances the two for
-#: a small job reporting for weeks (docs/operations.md, "Attribution at scale").
+#: a small job reporting for weeks (docs/explanation/capacity.md).
 GROUP_EVENTS: Final = 2_000
 
 

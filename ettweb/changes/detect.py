@@ -3,8 +3,8 @@
 Pure numpy, no Django: the beat task runs it over the stored rollups (``ettweb.changes.logic``)
 and the calibration benchmark over simulated fleets, so both measure the same code.
 
-ETT_SPEC §6.3 leaves the method to the project. This one, in six steps (docs/changes.md
-tells the same in words):
+ETT_SPEC §6.3 leaves the method to the project. This one, in six steps
+(docs/explanation/rollout-statistics.md, "Unrecorded changes", tells the same in words):
 
 1. **Scale.** Detection runs on the square root of the share. Why: a share's daily noise
    grows with the share (a component losing 4% wobbles by a point, one losing 0.3% by
@@ -52,10 +52,10 @@ from typing import Final
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-#: Penalty per change, in noise variances (after the inflation of step 4). Swept on null
-#: series (docs/changes.md): at 25, 600 synthetic flat series of 90 days (sd 0.2-0.6 pts,
-#: 2% outlier days, day-to-day autocorrelation 0-0.5) showed at most one change each, and
-#: the simulated A/A fleet (180 days, 20,000 jobs, 55 component-team series, two seeds) none.
+#: Penalty per change, in noise variances (after the inflation of step 4). Swept on null series
+#: (docs/benchmarks.md, "Change detection"): at 25, 600 synthetic flat series of 90 days (sd 0.2-0.6
+#: pts, 2% outlier days, day-to-day autocorrelation 0-0.5) showed at most one change each, and the
+#: simulated A/A fleet (180 days, 20,000 jobs, 55 component-team series, two seeds) none.
 PENALTY: Final = 25.0
 #: A level must hold this many days to count: three keeps two rollouts three days apart
 #: apart, and a change shows up three days after it began at the earliest.

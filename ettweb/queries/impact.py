@@ -79,7 +79,8 @@ VERDICTS: Final[tuple[Verdict, ...]] = ("improved", "regressed", "inconclusive")
 ComponentVerdict = Literal["reduced", "increased", "inconclusive"]
 COMPONENT_VERDICTS: Final[tuple[ComponentVerdict, ...]] = ("reduced", "increased",
                                                            "inconclusive")
-#: What the adjusted estimate is called in the API (``docs/rollouts.md`` explains it).
+#: What the adjusted estimate is called in the API
+#: (``docs/explanation/rollout-statistics.md`` explains it).
 ADJUSTED_METHOD: Final = "size-stratified"
 #: The worker's task that keeps one rollout's draws at one window (``ettweb.rollouts.warm``).
 WARM_TASK: Final = "ett.warm_rollout_impact"

@@ -21,7 +21,8 @@ lost GPU-seconds, before and after. Everything is a ratio of sums over those row
   also fail most; a plain bootstrap lets a draw hold three 2,048-GPU jobs or none, and a
   difference in differences against a control made of other sizes compares unlike jobs.
   Holding each size's weight at the treated jobs' own removes both, and the estimand stays
-  the treated jobs' ETT% change. Assumptions and limits: ``docs/rollouts.md``.
+  the treated jobs' ETT% change. Assumptions and limits:
+  ``docs/explanation/rollout-statistics.md``.
 """
 
 from __future__ import annotations

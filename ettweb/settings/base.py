@@ -214,11 +214,11 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard:jobs"
 LOGOUT_REDIRECT_URL = "login"
 
-# Single sign-on with OpenID Connect (ettweb/sso, docs/sso.md): off unless the issuer is set;
-# then the log-in page offers "Sign in with <provider>" beside the username and password
-# form, which stays (small sites, ``manage.py ett_login``). Endpoints are discovered from the
-# issuer's /.well-known/openid-configuration at the first sign-in, not here: a provider that
-# is down must not stop ETT from starting (its local log-ins still work).
+# Single sign-on with OpenID Connect (ettweb/sso, docs/how-to/single-sign-on.md): off unless the
+# issuer is set; then the log-in page offers "Sign in with <provider>" beside the username and
+# password form, which stays (small sites, ``manage.py ett_login``). Endpoints are discovered from
+# the issuer's /.well-known/openid-configuration at the first sign-in, not here: a provider that is
+# down must not stop ETT from starting (its local log-ins still work).
 ETT_OIDC_ISSUER: str | None = env.url("ETT_OIDC_ISSUER", ("http", "https"), default=None,
                                       kind="http(s)://")
 ETT_OIDC_CLIENT_ID: str | None = env.str_("ETT_OIDC_CLIENT_ID", None)
@@ -301,13 +301,13 @@ ETT_PARTITION_DAYS_AHEAD: int = env.int_("ETT_PARTITION_DAYS_AHEAD", 7, minimum=
 # Rollups: a job's refresh runs this many seconds after its first new batch, so the batches
 # arriving meanwhile share one refresh (the dashboard lags by about this much). A refresh
 # recomputes the chunks the new events land in, so a job reporting steadily has its live
-# chunk recomputed about once per delay (docs/operations.md, "Capacity plan"); 5 s keeps trend pages
-# current while a backlog is stored first.
+# chunk recomputed about once per delay (docs/explanation/capacity.md, "Capacity plan"); 5 s
+# keeps trend pages current while a backlog is stored first.
 ETT_ROLLUP_REFRESH_DELAY_S: float = env.float_("ETT_ROLLUP_REFRESH_DELAY_S", 5.0, minimum=0.0)
 # Attribution is kept per chunk of this many seconds of each job's timeline (it must divide
 # a day): a refresh recomputes the chunks new events touch. Shorter chunks: a refresh of a
 # thousand-rank job reads fewer events; longer: fewer rows per job (ettweb.attribution.chunks,
-# docs/operations.md, "Attribution at scale").
+# docs/explanation/capacity.md).
 ETT_CHUNK_S: int = env.int_("ETT_CHUNK_S", 900, minimum=1)
 if 86400 % ETT_CHUNK_S:
     from django.core.exceptions import ImproperlyConfigured

@@ -132,7 +132,7 @@ def test_a_viewers_write_is_a_403_that_says_why(rollouts: dict[str, Rollout], me
     response = getattr(viewer, method)(url, data) if data else getattr(viewer, method)(url)
     assert response.status_code == 403
     assert _reason(response).startswith("a viewer may not ")
-    assert "docs/guide.md: Roles" in _reason(response)
+    assert "docs/how-to/manage-access.md: Roles" in _reason(response)
     assert Rollout.objects.get(pk=rollouts["pt2_compiler"].pk).name == "pt2_compiler change"
     assert not Component.objects.filter(owner_team="mine").exists()
     assert phase_components()["compile"] == "pt2_compiler"
@@ -293,7 +293,7 @@ def test_an_owners_token_records_rollouts_of_their_component_only(client: Client
     assert other.status_code == 403
     assert other.json() == {"error": "you own checkpointing; record a rollout of scheduler is "
                                      "for that component's owners and admins: an admin gives "
-                                     "roles (docs/guide.md: Roles)"}
+                                     "roles (docs/how-to/manage-access.md: Roles)"}
     assert list(Rollout.objects.values_list("component", flat=True)) == ["checkpointing"]
 
 
