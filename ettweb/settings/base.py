@@ -292,7 +292,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": ETT_BROKER_VISIBILITY_T
 CELERY_BEAT_SCHEDULE = BEAT_SCHEDULE
 
 # Ingestion. A batch without a valid collector signature is quarantined, never stored; turning
-# this off is for trusted single-host setups only (docs: "Authentication").
+# this off is for trusted single-host setups only (docs/how-to/run-the-collector.md).
 ETT_INGEST_REQUIRE_AUTH: bool = env.bool_("ETT_INGEST_REQUIRE_AUTH", True)
 # Daily event partitions are created automatically for event times within this many days
 # before / after now; anything outside lands in the default partition.
