@@ -171,7 +171,7 @@ def measure_age(name: str, age_s: float, loaded_to: float, ranks: int, batches: 
 
 def exactness() -> dict[str, Any]:
     """The stored rollups against the engine from scratch over every stored event."""
-    from ettweb.attribution.chunks import day_values
+    from ettweb.attribution.chunk_sums import day_values
     from ettweb.attribution.engine import attribute_job
     from ettweb.rollups.logic import load_events
     from ettweb.rollups.models import DailyCategoryRollup, JobRollup

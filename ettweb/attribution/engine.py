@@ -302,7 +302,7 @@ def attribute_job(events: Iterable[Event], *, chunk_s: float | None = None) -> J
     ``chunk_s`` sweeps each attempt in time chunks of that length (aligned to multiples of
     it, as UTC hours and days are) instead of at once, each chunk seeing only the spans that
     overlap it (:func:`sweep_chunk`): the same numbers up to float rounding, segments cut at
-    chunk boundaries. ``ettweb.attribution.chunks`` builds the stored, incremental
+    chunk boundaries. ``ettweb.attribution.chunk_sweep`` builds the stored, incremental
     attribution on the same sweep.
 
     Raises ValueError when the events are empty or belong to more than one job: that is a

@@ -1,8 +1,8 @@
 """What the job page draws, computed once when a job's rollups are refreshed.
 
-The job page used to run the engine over all of a job's events on every load to draw its
-timeline: seconds for a long job, and a page whose cost grew with the job. Instead the
-refresh, which attributes the job anyway, keeps two bounded pictures of each attempt:
+Drawing the page from the events would attribute the whole job on every load, a cost
+that grows with the job. The refresh attributes the job anyway, so it keeps two bounded
+pictures of each attempt, and a page load only reads them:
 
 * the **category timeline**: the engine's segments laid out as single-category pieces,
   merged where neighbours agree and, past ``MAX_PIECES`` per attempt, cut into a grid of
@@ -14,7 +14,7 @@ refresh, which attributes the job anyway, keeps two bounded pictures of each att
   (``0-127, 130-255``), so a job of hundreds of ranks that agree draws a handful of rows.
 
 Pure Python on the engine's normalized event dicts and ``Segment``s (no Django), so the
-offline tools, the rollup refresh and a later chunked attribution can all call it.
+offline tools, the rollup refresh and the chunked attribution (``chunk_sweep``) all call it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Where the chunked attribution (``ettweb.attribution.chunks``) keeps its chunks.
+"""Where the chunked attribution (``ettweb.attribution.chunk_*``) keeps its chunks.
 
 Ingestion marks the chunks a batch's events land in (:class:`DirtyChunk`), in the
 transaction that stores them; a refresh claims the marks of its jobs, reads those chunks'
@@ -18,13 +18,8 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from ettweb.attribution.chunks import (
-    ChunkState,
-    chunk_of,
-    home_time,
-    segments_from_json,
-    segments_to_json,
-)
+from ettweb.attribution.chunk_summary import chunk_of, home_time
+from ettweb.attribution.chunk_sweep import ChunkState, segments_from_json, segments_to_json
 from ettweb.attribution.engine import Event, Segment
 from ettweb.attribution.lanes import Lane, Timeline
 from ettweb.ingest.models import Event as StoredEvent
@@ -198,7 +193,7 @@ def read_home(job: str, k: int, following: int | None, size: float) -> list[Even
 
 def count_home(wanted: Mapping[str, Sequence[int]], size: float) -> dict[str, dict[int, int]]:
     """Events per fine chunk for each job's listed fine chunks, in one query (an index
-    range per job: what placing new fine chunks in chunks needs, ``chunks.plan``).
+    range per job: what placing new fine chunks in chunks needs, ``chunk_refresh.plan``).
 
     One index range per job, read once (``LATERAL``): joined on the listed fine chunks
     instead, the count for bench.refresh's backlog of 192 fine chunks of one job was still

@@ -2,10 +2,11 @@
 
 Attribution is not additive: one late event can change a piece of timeline hours away (an
 attempt window grows, a train span's high-water mark moves). So the refresh keeps each
-job's attribution in chunks (``ettweb.attribution.chunks``, stored by ``rollups.chunked``)
-that know what they depend on, recomputes the chunks new events land in and those whose
-inputs they changed, and sums the chunks into the job's rows: the numbers always equal the
-offline report's, and a refresh costs what the new events cost, not what the job has lived.
+job's attribution in chunks (``ettweb.attribution.chunk_refresh`` and its sibling
+``chunk_*`` modules, stored by ``rollups.chunked``) that know what they depend on,
+recomputes the chunks new events land in and those whose inputs they changed, and sums
+the chunks into the job's rows: the numbers always equal the offline report's, and a
+refresh costs what the new events cost, not what the job has lived.
 
 What IS incremental is the writing: per-day rows are compared with what is stored and only
 the rows that changed are written, so a late backlog days old rewrites exactly the days it
@@ -35,7 +36,7 @@ from typing import Any, Final
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ettweb.attribution import chunks
+from ettweb.attribution import chunk_refresh, chunk_summary, chunk_sums, chunk_sweep
 from ettweb.attribution.components import PRODUCTIVE
 from ettweb.attribution.engine import Event, JobAttribution, Segment
 from ettweb.attribution.lanes import Timeline
@@ -141,7 +142,7 @@ def _recovery_rows(attribution: JobAttribution) -> list[RecoveryRollup]:
     return [
         RecoveryRollup(
             job_id=attribution.job, attempt=recovery.attempt, start=recovery.start,
-            end=recovery.end, day=chunks.utc_day(recovery.start),
+            end=recovery.end, day=chunk_sums.utc_day(recovery.start),
             seconds=recovery.end - recovery.start, gpus=gpus.get(recovery.attempt, 1),
             by_category={k: v for k, v in recovery.by_category.items() if v},
             by_category_gpu={k: v for k, v in recovery.by_category_gpu_s.items() if v},
@@ -176,7 +177,7 @@ def job_rows(attribution: JobAttribution, days: dict[DayKey, DayValues],
              timeline: Sequence[Timeline], *, events: int, chunk_count: int) -> _JobRows:
     """Every rollup row of one job, unsaved; the single place numbers are copied from.
 
-    ``attribution`` and ``days`` are the job's chunks summed up (``chunks.assemble``),
+    ``attribution`` and ``days`` are the job's chunks summed up (``chunk_sums.assemble``),
     ``timeline`` the job page's category timeline, ``events`` the stored events attributed.
     """
     windows = attribution.attempts
@@ -500,7 +501,7 @@ def _refresh_chunk(job_ids: list[str], *, only_marked: bool = False,
         plans = _plan(job_ids, dirty, stored, size, loaded)
         prefetched = chunked.prefetch_home(
             ((job, k, following) for job, placed in plans.items() if job not in loaded
-             for k, following in _dirty_ranges(placed)), size, chunks.CACHED_EVENTS)
+             for k, following in _dirty_ranges(placed)), size, chunk_refresh.CACHED_EVENTS)
         writer = chunked.ChunkWriter(size)
         kept = _KeptSegments()
         done = {job: _refresh_job(job, plans[job], stored.get(job, {}), size, writer,
@@ -528,42 +529,42 @@ def _load_fresh(job_ids: Sequence[str], size: float,
     loaded: dict[str, dict[int, list[Event]]] = {job: {} for job in job_ids}
     with connection.cursor() as cursor:
         cursor.execute(select_events(f"{_OF_JOBS} LIMIT %s"),
-                       [list(job_ids), chunks.CACHED_EVENTS + 1])
+                       [list(job_ids), chunk_refresh.CACHED_EVENTS + 1])
         rows = cursor.fetchall()
-    if len(rows) > chunks.CACHED_EVENTS:
+    if len(rows) > chunk_refresh.CACHED_EVENTS:
         return None
     for row in rows:
         event = as_event(row)
-        fine = chunks.chunk_of(chunks.home_time(event), size)
+        fine = chunk_summary.chunk_of(chunk_summary.home_time(event), size)
         loaded[event["job"]].setdefault(fine, []).append(event)
     return loaded
 
 
 def _plan(job_ids: Sequence[str], dirty: Mapping[str, set[int]],
-          stored: Mapping[str, dict[int, chunks.ChunkState]], size: float,
-          loaded: Mapping[str, dict[int, list[Event]]]) -> dict[str, chunks.Plan]:
+          stored: Mapping[str, dict[int, chunk_sweep.ChunkState]], size: float,
+          loaded: Mapping[str, dict[int, list[Event]]]) -> dict[str, chunk_refresh.Plan]:
     """Place every job's dirty fine chunks in chunks, with one count query for all (none
     for the jobs whose events are ``loaded``)."""
-    unplaced = {job: chunks.unplaced(dirty.get(job, set()), stored.get(job, {}), size)
+    unplaced = {job: chunk_refresh.unplaced(dirty.get(job, set()), stored.get(job, {}), size)
                 for job in job_ids if job not in loaded}
     counts = chunked.count_home({job: f for job, f in unplaced.items() if f}, size)
     for job, by_fine in loaded.items():
         counts[job] = {fine: len(events) for fine, events in by_fine.items()}
-    return {job: chunks.plan(dirty.get(job, set()), stored.get(job, {}), counts.get(job, {}),
+    return {job: chunk_refresh.plan(dirty.get(job, set()), stored.get(job, {}), counts.get(job, {}),
                              size) for job in job_ids}
 
 
-def _dirty_ranges(placed: chunks.Plan) -> list[tuple[int, int | None]]:
+def _dirty_ranges(placed: chunk_refresh.Plan) -> list[tuple[int, int | None]]:
     """The (first fine chunk, next chunk's) of the chunks a plan reads again."""
-    following = chunks.followers(placed.chunks)
+    following = chunk_refresh.followers(placed.chunks)
     return [(k, following[k]) for k in sorted(placed.dirty)]
 
 
-def _refresh_job(job: str, placed: chunks.Plan, stored: dict[int, chunks.ChunkState],
+def _refresh_job(job: str, placed: chunk_refresh.Plan, stored: dict[int, chunk_sweep.ChunkState],
                  size: float, writer: chunked.ChunkWriter,
                  prefetched: dict[tuple[str, int, int | None], list[Event]] | None = None,
                  loaded: dict[int, list[Event]] | None = None,
-                 kept: _KeptSegments | None = None) -> chunks.Refreshed:
+                 kept: _KeptSegments | None = None) -> chunk_refresh.Refreshed:
     """Recompute one job's changed chunks and queue them for ``writer``. ``prefetched``:
     the dirty chunks' home events, read for the whole transaction at once (``None``: too
     many, read each); ``loaded``: all the job's events by fine chunk (a new job's)."""
@@ -571,17 +572,17 @@ def _refresh_job(job: str, placed: chunks.Plan, stored: dict[int, chunks.ChunkSt
 
     def read_home(k: int, following: int | None) -> list[Event]:
         if loaded is not None:
-            return chunks.home_of(loaded, k, following)
+            return chunk_summary.home_of(loaded, k, following)
         if prefetched is not None and (k, following) in planned:
             return prefetched.get((job, k, following), [])
         return chunked.read_home(job, k, following, size)
 
-    def write(state: chunks.ChunkState) -> None:
+    def write(state: chunk_sweep.ChunkState) -> None:
         if kept is not None:
             kept.add(job, state)
         writer.add(job, state)
 
-    done = chunks.refresh_planned(placed, stored, read_home,
+    done = chunk_refresh.refresh_planned(placed, stored, read_home,
                                   lambda k: chunked.read_carry(job, k), size, write=write)
     writer.delete(job, done.deleted)
     return done
@@ -597,7 +598,7 @@ class _KeptSegments:
         self.segments: dict[tuple[str, int], list[Segment]] = {}
         self.count = 0
 
-    def add(self, job: str, state: chunks.ChunkState) -> None:
+    def add(self, job: str, state: chunk_sweep.ChunkState) -> None:
         segments = state.segments or []
         if self.count + len(segments) <= self.LIMIT:
             self.segments[(job, state.chunk)] = segments
@@ -609,13 +610,13 @@ class _KeptSegments:
         return {**found, **chunked.read_segments(job, missing)} if missing else found
 
 
-def _summed(job: str, done: chunks.Refreshed, timelines: dict[int, list[Timeline]],
+def _summed(job: str, done: chunk_refresh.Refreshed, timelines: dict[int, list[Timeline]],
             size: float, kept: _KeptSegments) -> _JobRows:
     """One refreshed job's rows, summed from its chunks (written by now)."""
     assert done.skeleton is not None
-    assembled = chunks.assemble(job, done.skeleton, done.states,
+    assembled = chunk_sums.assemble(job, done.skeleton, done.states,
                                 lambda ks: kept.read(job, ks), size)
-    timeline = chunks.job_timeline(done.skeleton, timelines)
+    timeline = chunk_sums.job_timeline(done.skeleton, timelines)
     return job_rows(assembled.attribution, assembled.days, timeline,
                     events=done.skeleton.events, chunk_count=len(done.states))
 
@@ -654,7 +655,7 @@ def refresh_jobs(job_ids: Iterable[str], *, only_marked: bool = False,
                  whole: bool = False) -> RefreshStats:
     """Bring the rollups of ``job_ids`` up to date with their stored events (exactly).
 
-    Recomputes the chunks ingestion marked (and what they change, ``attribution.chunks``);
+    Recomputes the chunks ingestion marked (and what they change, ``attribution.chunk_refresh``);
     ``whole`` recomputes every chunk from the events instead: for events that changed
     outside ingestion (deleted by hand, restored from a backup). A job with no stored
     events left loses its rollups. Safe to call concurrently for the same jobs from

@@ -344,7 +344,7 @@ class DirtyJob(models.Model):
 
 
 class AttributionChunk(models.Model):
-    """One occupied chunk of a job's timeline, as ``ettweb.attribution.chunks`` keeps it.
+    """One occupied chunk of a job's timeline, as ``ettweb.attribution.chunk_sweep`` keeps it.
 
     Why: a refresh used to re-read and re-attribute a whole job (4.4M events and 73 s for a
     1,024-rank job three days old). Each chunk keeps its attribution and what the next chunk

@@ -306,8 +306,8 @@ ETT_PARTITION_DAYS_AHEAD: int = env.int_("ETT_PARTITION_DAYS_AHEAD", 7, minimum=
 ETT_ROLLUP_REFRESH_DELAY_S: float = env.float_("ETT_ROLLUP_REFRESH_DELAY_S", 5.0, minimum=0.0)
 # Attribution is kept per chunk of this many seconds of each job's timeline (it must divide
 # a day): a refresh recomputes the chunks new events touch. Shorter chunks: a refresh of a
-# thousand-rank job reads fewer events; longer: fewer rows per job (ettweb.attribution.chunks,
-# docs/explanation/capacity.md).
+# thousand-rank job reads fewer events; longer: fewer rows per job
+# (ettweb.attribution.chunk_refresh, docs/explanation/capacity.md).
 ETT_CHUNK_S: int = env.int_("ETT_CHUNK_S", 900, minimum=1)
 if 86400 % ETT_CHUNK_S:
     from django.core.exceptions import ImproperlyConfigured

@@ -17,20 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collector.schema import validate_event
-from ettweb.attribution.chunks import (
-    Assembled,
-    ChunkState,
-    assemble,
-    attribute_in_chunks,
-    check_chunk_s,
-    chunk_of,
-    day_values,
-    home_of,
-    home_time,
-    refresh,
-    segments_from_json,
-    segments_to_json,
-)
+from ettweb.attribution.chunk_refresh import refresh
+from ettweb.attribution.chunk_summary import check_chunk_s, chunk_of, home_of, home_time
+from ettweb.attribution.chunk_sums import Assembled, assemble, attribute_in_chunks, day_values
+from ettweb.attribution.chunk_sweep import ChunkState, segments_from_json, segments_to_json
 from ettweb.attribution.engine import Event, attribute_job
 from tests.ettweb.attribution.test_properties import job_events
 

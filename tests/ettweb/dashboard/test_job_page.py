@@ -17,7 +17,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from ettweb.attribution import chunks
+from ettweb.attribution import chunk_refresh
 from ettweb.attribution.engine import attribute_job
 from ettweb.colours import colour_of
 from ettweb.dashboard.figures import unit_for
@@ -191,7 +191,7 @@ def test_the_lanes_step_through_the_job_one_chunk_at_a_time(
     """Per-rank detail is kept per chunk (15 minutes each once a chunk is full, here past
     10 events): ``lanes_at`` shows the chunk holding that second, with links to the chunks
     before and after it."""
-    monkeypatch.setattr(chunks, "GROUP_EVENTS", 10)
+    monkeypatch.setattr(chunk_refresh, "GROUP_EVENTS", 10)
     t = Timeline("long")
     t.mark(0, "attempt_start", 0.0, gpus=2)
     t.span(0, "compile", 0.0, 120.0)

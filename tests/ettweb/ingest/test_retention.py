@@ -12,7 +12,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from ettweb.attribution.chunks import day_values
+from ettweb.attribution.chunk_sums import day_values
 from ettweb.attribution.engine import attribute_job
 from ettweb.ingest import partitions
 from ettweb.ingest.logic import ingest_lines

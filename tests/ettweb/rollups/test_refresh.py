@@ -141,10 +141,10 @@ def test_batches_in_random_order_refresh_every_job_exactly(
     engine from scratch. Small chunks (``GROUP_EVENTS`` 5) so jobs span many of them."""
     import random
 
-    from ettweb.attribution import chunks
-    from ettweb.attribution.chunks import day_values
+    from ettweb.attribution import chunk_refresh
+    from ettweb.attribution.chunk_sums import day_values
 
-    monkeypatch.setattr(chunks, "GROUP_EVENTS", 5)
+    monkeypatch.setattr(chunk_refresh, "GROUP_EVENTS", 5)
     lines = fleet(seed=seed, jobs=5).lines()
     rng = random.Random(seed)
     rng.shuffle(lines)

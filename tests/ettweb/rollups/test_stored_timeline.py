@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from rollup_fleet import fleet
 
-from ettweb.attribution import chunks
+from ettweb.attribution import chunk_refresh
 from ettweb.attribution.engine import attribute_job
 from ettweb.attribution.lanes import LANE_TARGET, category_timeline, job_lanes
 from ettweb.ingest.logic import ingest_lines
@@ -111,7 +111,7 @@ def test_a_large_job_keeps_lanes_per_quarter_hour_and_one_bounded_timeline(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Past ``GROUP_EVENTS`` events a chunk is one fine chunk (15 minutes): twelve chunks of
     lanes, each over its own quarter hour; the timeline is one row, the engine's."""
-    monkeypatch.setattr(chunks, "GROUP_EVENTS", 10)
+    monkeypatch.setattr(chunk_refresh, "GROUP_EVENTS", 10)
     _store(_three_hours("long"))
     assert chunked.chunk_index("long") == list(range(12))
     stored = chunked.chunk_lanes("long", range(12))
