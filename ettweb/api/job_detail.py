@@ -119,7 +119,8 @@ class JobComputingOut(Schema):
 @router.get("/jobs/{path:job}",
             response={200: JobDetailOut, 202: JobComputingOut, 401: JobErrorOut,
                       404: JobErrorOut},
-            summary="One job's page: headline, attempts, recoveries, lost time, timeline, lanes")
+            summary="One job's page: headline, attempts, recoveries, lost time, timeline, lanes",
+            operation_id="ettweb_api_job_job_detail")
 def job_detail(request: HttpRequest, response: HttpResponse,
                job: str) -> dict[str, Any] | Status[dict[str, Any]]:
     """Everything the job page shows, read from the job's stored rollups (never its
