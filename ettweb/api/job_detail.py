@@ -7,7 +7,7 @@ logged-in session.
 
 A job whose events are stored but whose rollup is not (yet) is a 202 with
 ``"status": "computing"``, what is known of it and a ``Retry-After`` header: a GET never
-writes, so the worker computes it (``ettweb.queries.job``), and the same request a few
+writes, so the worker computes it (``ettweb.queries.job_detail``), and the same request a few
 seconds later gets the 200.
 
 Job ids are free text and may hold ``/``: the path parameter takes the rest of the path,

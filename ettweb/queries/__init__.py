@@ -69,8 +69,8 @@ from ettweb.queries.headline import (
     FleetHeadlineResult,
 )
 from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner, ImpactResult, WindowError
-from ettweb.queries.job import JobComputing, JobMeta, JobQuery, JobQueryRunner, JobResult
-from ettweb.queries.jobs import JobListRow, JobsQuery, JobsQueryRunner, JobsResult
+from ettweb.queries.job_detail import JobComputing, JobMeta, JobQuery, JobQueryRunner, JobResult
+from ettweb.queries.job_list import JobListRow, JobsQuery, JobsQueryRunner, JobsResult
 from ettweb.queries.lifecycle import LifecycleQuery, LifecycleQueryRunner, LifecycleResult
 from ettweb.queries.lost import (
     LostByComponentQuery,
