@@ -45,6 +45,7 @@ from ettweb.queries.markers import (
     marker_api,
     reaching,
 )
+from ettweb.queries.registry import Query, runner_for
 from ettweb.rollouts.models import Rollout
 from ettweb.rollups.models import JobRollup
 
@@ -69,7 +70,7 @@ def owned_categories(name: str, categories: Iterable[str], mapping: Mapping[str,
 # --------------------------------------------------------------------------- one component
 
 @dataclass(frozen=True)
-class ComponentQuery:
+class ComponentQuery(Query["ComponentResult | None"]):
     """One component's lost time per day or week over ``range``, its top jobs and models,
     and its rollouts in the range with their measured impact.
 
@@ -260,6 +261,7 @@ def _rollout_api(row: ComponentRollout) -> dict[str, Any]:
             **(row.headline.as_api() if row.headline else {})}
 
 
+@runner_for(ComponentQuery)
 class ComponentQueryRunner:
     """Runs a :class:`ComponentQuery`; ``calculate()`` is None for an unknown component."""
 
@@ -381,7 +383,7 @@ def _measured(markers: list[RolloutMarker]) -> list[ComponentRollout]:
 # --------------------------------------------------------------------------- every component
 
 @dataclass(frozen=True)
-class ComponentsIndexQuery:
+class ComponentsIndexQuery(Query["ComponentsIndexResult"]):
     """Every component with its lost time over ``range`` (of the jobs ``jobs`` keeps; the
     rollout counts are of the rollouts whose scope can reach them)."""
 
@@ -442,6 +444,7 @@ class ComponentsIndexResult:
                                 "rollouts": r.rollouts} for r in self.rows]}
 
 
+@runner_for(ComponentsIndexQuery)
 class ComponentsIndexQueryRunner:
     def __init__(self, query: ComponentsIndexQuery) -> None:
         self.query = query

@@ -22,6 +22,7 @@ from ettweb.queries.base import (
     period_of,
     validated,
 )
+from ettweb.queries.registry import Query, runner_for
 from ettweb.rollups.models import (
     AttemptRollup,
     JobRollup,
@@ -31,7 +32,7 @@ from ettweb.rollups.models import (
 
 
 @dataclass(frozen=True)
-class LifecycleQuery:
+class LifecycleQuery(Query["LifecycleResult"]):
     """Time to start, time to recover (with its parts), failures per fleet day or week.
 
     A job's time to start counts on the day its first attempt started; a recovery and a
@@ -128,6 +129,7 @@ class _EpochDay(Func):
     output_field = DateField()
 
 
+@runner_for(LifecycleQuery)
 class LifecycleQueryRunner:
     """Sums per period in Postgres: a 180-day fleet holds tens of thousands of attempts and
     recoveries, and reading them row by row (each recovery's JSON parts decoded in Python)

@@ -15,6 +15,7 @@ from ettweb.queries.base import (
     aggregating,
     pct,
 )
+from ettweb.queries.registry import Query, runner_for
 from ettweb.rollups.models import (
     JobDayRollup,
     JobRollup,
@@ -22,7 +23,7 @@ from ettweb.rollups.models import (
 
 
 @dataclass(frozen=True)
-class TopJobsQuery:
+class TopJobsQuery(Query["TopJobsResult"]):
     """Jobs that lost the most GPU-hours inside the range."""
 
     range: DateRange
@@ -66,6 +67,7 @@ class TopJobsResult:
                          for j in self.jobs]}
 
 
+@runner_for(TopJobsQuery)
 class TopJobsQueryRunner:
     def __init__(self, query: TopJobsQuery) -> None:
         self.query = query

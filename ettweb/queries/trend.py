@@ -28,10 +28,11 @@ from ettweb.queries.base import (
     validated,
 )
 from ettweb.queries.day_totals import DayTotalsResult, read_day_totals
+from ettweb.queries.registry import Query, runner_for
 
 
 @dataclass(frozen=True)
-class TrendQuery:
+class TrendQuery(Query["TrendResult"]):
     """Fleet or group ETT% (GPU-weighted) per day or week over a range, of the jobs
     ``jobs`` keeps."""
 
@@ -138,6 +139,7 @@ def _group_label(group_by: Grouping, value: Any) -> str:
     return str(value) if value else "(none)"
 
 
+@runner_for(TrendQuery)
 class TrendQueryRunner:
     def __init__(self, query: TrendQuery) -> None:
         self.query = query
