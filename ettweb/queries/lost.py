@@ -20,6 +20,7 @@ from ettweb.queries.base import (
     validated,
 )
 from ettweb.queries.day_totals import DayTotalsResult, read_day_totals
+from ettweb.queries.exposed import as_api
 from ettweb.queries.registry import Query, runner_for
 
 
@@ -54,8 +55,7 @@ class LostByComponentResult:
 
     def as_api(self) -> dict[str, Any]:
         return {"lost_gpu_s": sum(c.gpu_s for c in self.components),
-                "components": [{"component": c.component, "gpu_s": c.gpu_s,
-                                "categories": c.categories} for c in self.components]}
+                "components": [as_api(c) for c in self.components]}
 
 
 @runner_for(LostByComponentQuery)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from django.db.models import F, Sum
 
@@ -15,6 +15,7 @@ from ettweb.queries.base import (
     aggregating,
     pct,
 )
+from ettweb.queries.exposed import as_api
 from ettweb.queries.registry import Query, runner_for
 from ettweb.rollups.models import (
     JobDayRollup,
@@ -37,6 +38,8 @@ class TopJobsQuery(Query["TopJobsResult"]):
 
 @dataclass(frozen=True)
 class TopJob:
+    API_PROPERTIES: ClassVar[tuple[str, ...]] = ("ett_pct",)
+
     job: str
     lost_gpu_s: float
     wall_gpu_s: float
@@ -61,10 +64,7 @@ class TopJobsResult:
     jobs: list[TopJob]
 
     def as_api(self) -> dict[str, Any]:
-        return {"jobs": [{"job": j.job, "lost_gpu_s": j.lost_gpu_s, "wall_gpu_s": j.wall_gpu_s,
-                          "ett_pct": j.ett_pct, "gpus": j.gpus, "status": j.status,
-                          "model": j.model, "team": j.team, "cluster": j.cluster}
-                         for j in self.jobs]}
+        return {"jobs": [as_api(job) for job in self.jobs]}
 
 
 @runner_for(TopJobsQuery)

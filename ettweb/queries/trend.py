@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from django.db.models import FloatField, Q, Sum
 from django.db.models.functions import Cast
@@ -28,6 +28,7 @@ from ettweb.queries.base import (
     validated,
 )
 from ettweb.queries.day_totals import DayTotalsResult, read_day_totals
+from ettweb.queries.exposed import as_api
 from ettweb.queries.registry import Query, runner_for
 
 
@@ -56,6 +57,8 @@ class TrendQuery(Query["TrendResult"]):
 @dataclass(frozen=True)
 class TrendPoint:
     """One group's GPU-seconds in one period; ``ett_pct`` = productive / wall."""
+
+    API_PROPERTIES: ClassVar[tuple[str, ...]] = ("ett_pct",)
 
     period: date
     group: str
@@ -123,9 +126,7 @@ class TrendResult:
         return {"groups": self.groups, "wall_gpu_s": self.wall_gpu_s,
                 "productive_gpu_s": self.productive_gpu_s, "ett_pct": self.ett_pct,
                 "net_change_pts": self.net_change_pts,
-                "points": [{"period": p.period.isoformat(), "group": p.group,
-                            "wall_gpu_s": p.wall_gpu_s, "productive_gpu_s": p.productive_gpu_s,
-                            "ett_pct": p.ett_pct} for p in self.points]}
+                "points": [as_api(point) for point in self.points]}
 
 
 #: The label-sum field each grouping reads (``gpus`` holds the bucket label already).
