@@ -548,7 +548,7 @@ class Filler:
 
     def __init__(self, catalog: Catalog) -> None:
         from ettweb.queries import GPU_BUCKETS, GROUPINGS, INTERVALS
-        from ettweb.queries.jobs import SORTS, STATUSES
+        from ettweb.queries.job_list import SORTS, STATUSES
 
         c = catalog
         job_bits = [j.rsplit("-", 1)[-1][:3] for j in c.jobs[:50]] + list(c.models)

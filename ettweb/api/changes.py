@@ -3,11 +3,12 @@
 The same query as the ``/changes/`` page (``ettweb.queries.changes``), so the two list the
 same changes matched to the same rollouts. A bad parameter is a 400 ``{"error":
 "<parameter>: <problem>"}``: a date that is not ``YYYY-MM-DD`` (ninja's validation, folded
-into 400 by ``ettweb.api.v1``), a range that ends before it starts, a component nobody owns
+into 400 by ``ettweb.api.errors``), a range that ends before it starts, a component nobody owns
 time under, a team no job carries.
 
 Auth: a bearer token (``manage.py ett_api_token``) or the browser's session, as for every
-endpoint (mounted by ``ettweb.api.v1``'s ``api.add_router``, whose error handlers apply).
+endpoint (mounted by ``ettweb.api.v1``'s ``api.add_router``; ``ettweb.api.errors`` words
+its errors).
 """
 
 from __future__ import annotations

@@ -15,12 +15,13 @@ session. Mounted by ``ettweb.api.v1`` (``api.add_router``), whose error handlers
 from __future__ import annotations
 
 from datetime import date
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 from ninja.errors import HttpError
 
+from ettweb.api.schemas import schema_of
 from ettweb.queries import (
     ComponentQuery,
     ComponentsIndexQuery,
@@ -36,7 +37,12 @@ from ettweb.queries import (
     calculate,
 )
 from ettweb.queries.base import MAX_LABEL_CHARS, range_or_default
+from ettweb.queries.components import ComponentJob, ComponentModel, ComponentPoint, Owner
+from ettweb.queries.lifecycle import LifecyclePoint
+from ettweb.queries.lost import ComponentLoss
 from ettweb.queries.markers import marker_api
+from ettweb.queries.top_jobs import TopJob
+from ettweb.queries.trend import TrendPoint
 
 #: No ``auth`` here: a router mounted on ``ettweb.api.v1.api`` takes the API's (a bearer
 #: token or the browser's CSRF-checked session), so every endpoint authenticates alike.
@@ -83,6 +89,27 @@ GroupBy = Literal["none", "model", "team", "cluster", "gpus"]
 
 # --------------------------------------------------------------------------- schemas
 
+#: The rows' schemas, built from the query results they render (``ettweb.api.schemas``).
+if TYPE_CHECKING:  # built at run time, so mypy sees only that they are schemas
+    TrendPointOut: TypeAlias = Schema
+    ComponentLossOut: TypeAlias = Schema
+    LifecyclePointOut: TypeAlias = Schema
+    TopJobOut: TypeAlias = Schema
+    OwnerOut: TypeAlias = Schema
+    ComponentPointOut: TypeAlias = Schema
+    ComponentJobOut: TypeAlias = Schema
+    ComponentModelOut: TypeAlias = Schema
+else:
+    TrendPointOut = schema_of(TrendPoint)
+    ComponentLossOut = schema_of(ComponentLoss)
+    LifecyclePointOut = schema_of(LifecyclePoint)
+    TopJobOut = schema_of(TopJob)
+    OwnerOut = schema_of(Owner)
+    ComponentPointOut = schema_of(ComponentPoint)
+    ComponentJobOut = schema_of(ComponentJob)
+    ComponentModelOut = schema_of(ComponentModel)
+
+
 class FilterOut(Schema):
     model: str
     team: str
@@ -96,14 +123,6 @@ class ScopeOut(Schema):
     date_from: str
     date_to: str
     filter: FilterOut
-
-
-class TrendPointOut(Schema):
-    period: str
-    group: str
-    wall_gpu_s: float
-    productive_gpu_s: float
-    ett_pct: float
 
 
 class TrendBodyOut(Schema):
@@ -141,12 +160,6 @@ class TrendOut(ScopeOut, TrendBodyOut):
     previous: PreviousTrendOut | None
 
 
-class ComponentLossOut(Schema):
-    component: str
-    gpu_s: float
-    categories: dict[str, float]
-
-
 class LostByComponentOut(ScopeOut):
     lost_gpu_s: float
     components: list[ComponentLossOut]
@@ -159,16 +172,6 @@ class LostTrendOut(ScopeOut):
     gpu_s: dict[str, list[float]]
 
 
-class LifecyclePointOut(Schema):
-    period: str
-    jobs_started: int
-    mean_time_to_start_s: float | None
-    recoveries: int
-    mean_time_to_recover_s: float | None
-    failures: int
-    restart_tax_gpu_s: dict[str, float]
-
-
 class LifecycleOut(ScopeOut):
     interval: str
     failures: int
@@ -176,18 +179,6 @@ class LifecycleOut(ScopeOut):
     restart_tax_gpu_s: dict[str, float]
     categories: list[str]
     points: list[LifecyclePointOut]
-
-
-class TopJobOut(Schema):
-    job: str
-    lost_gpu_s: float
-    wall_gpu_s: float
-    ett_pct: float
-    gpus: int
-    status: str
-    model: str
-    team: str
-    cluster: str
 
 
 class TopJobsOut(ScopeOut):
@@ -209,13 +200,6 @@ class HeadlineOut(ScopeOut):
     trend_change_pts: float | None
 
 
-class OwnerOut(Schema):
-    """A component owner: a user whose owner role covers the component."""
-
-    username: str
-    name: str = Field(description="their full name; empty when the account has none")
-
-
 class ComponentRowOut(Schema):
     name: str
     owner_team: str = Field(description="free-text label: the team to talk to")
@@ -234,29 +218,6 @@ class ComponentsOut(ScopeOut):
     periods: list[str]
     lost_share_pts: dict[str, list[float]]
     components: list[ComponentRowOut]
-
-
-class ComponentPointOut(Schema):
-    period: str
-    lost_gpu_s: float
-    wall_gpu_s: float
-    lost_share_pts: float
-
-
-class ComponentJobOut(Schema):
-    job: str
-    lost_gpu_s: float
-    wall_gpu_s: float
-    lost_share_pts: float
-    gpus: int
-    model: str
-    team: str
-
-
-class ComponentModelOut(Schema):
-    model: str
-    lost_gpu_s: float
-    jobs: int
 
 
 class VerdictsOut(Schema):

@@ -21,9 +21,9 @@ from ettweb.queries.base import (
     range_or_default,
 )
 from ettweb.queries.collectors import DEFAULT_SILENT_AFTER_S
-from ettweb.queries.jobs import MAX_PAGE_SIZE
-from ettweb.queries.jobs import SORTS as JOB_SORTS
-from ettweb.queries.jobs import STATUSES as JOB_STATUSES
+from ettweb.queries.job_list import MAX_PAGE_SIZE
+from ettweb.queries.job_list import SORTS as JOB_SORTS
+from ettweb.queries.job_list import STATUSES as JOB_STATUSES
 
 #: How days travel in GET parameters and how ``<input type="date">`` submits them.
 ISO_DAY = "%Y-%m-%d"

@@ -1,4 +1,4 @@
-"""Plotly figures of one job's page, built from its stored rows (``ettweb.queries.job``).
+"""Plotly figures of one job's page, built from its stored rows (``ettweb.queries.job_detail``).
 
 The page draws what the rollup refresh stored: each attempt's category timeline, its rank
 lanes, the lost-time waterfall and the recoveries' parts. Nothing here reads events. Every
@@ -28,7 +28,7 @@ from ettweb.dashboard.figures import (
     to_fragment,
     unit_for,
 )
-from ettweb.queries.job import JobHeadline, JobResult, LaneRow, RecoveryRow, TimelineRow
+from ettweb.queries.job_detail import JobHeadline, JobResult, LaneRow, RecoveryRow, TimelineRow
 
 #: Lanes one attempt's figure draws; the API and the stored rows keep every lane.
 MAX_DRAWN_LANES: Final = 64

@@ -60,10 +60,10 @@ from ettweb.queries import (
     calculate,
 )
 from ettweb.queries.base import LABELS
-from ettweb.queries.job import RETRY_AFTER_S
-from ettweb.queries.job import TABLES as JOB_TABLES
-from ettweb.queries.jobs import SORTS as JOB_SORTS
-from ettweb.queries.jobs import JobsQueryRunner
+from ettweb.queries.job_detail import RETRY_AFTER_S
+from ettweb.queries.job_detail import TABLES as JOB_TABLES
+from ettweb.queries.job_list import SORTS as JOB_SORTS
+from ettweb.queries.job_list import JobsQueryRunner
 
 BROKER_TIMEOUT_S = 2
 

@@ -23,6 +23,7 @@ from django.db.models import F, Q
 
 from ettweb.changes.models import Change
 from ettweb.queries.base import FIRST_DAY, LAST_DAY, MAX_LABEL_CHARS
+from ettweb.queries.registry import Query, runner_for
 from ettweb.rollouts.models import Rollout
 from ettweb.rollouts.scope import ScopeError, parse_scope
 
@@ -33,7 +34,7 @@ LIST_LIMIT: Final = 500
 
 
 @dataclass(frozen=True)
-class ChangesQuery:
+class ChangesQuery(Query["ChangesResult"]):
     """Changes whose day is in ``date_from``..``date_to`` (inclusive UTC days, either
     open), of one component and one team (``""``: any; the fleet's own series have no
     team), newest first (a day's by component, the fleet's before its teams'), at most
@@ -115,6 +116,7 @@ class ChangesResult:
         return {"changes": [c.as_api() for c in self.changes]}
 
 
+@runner_for(ChangesQuery)
 class ChangesQueryRunner:
     def __init__(self, query: ChangesQuery) -> None:
         self.query = query

@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from ettweb.queries.base import (
     LABELS,
 )
+from ettweb.queries.registry import Query, runner_for
 from ettweb.rollups.models import (
     JobRollup,
 )
 
 
 @dataclass(frozen=True)
-class FilterChoicesQuery:
+class FilterChoicesQuery(Query["FilterChoicesResult"]):
     """The values the model, team and cluster filters can take: every label a job has."""
 
 
@@ -24,6 +25,7 @@ class FilterChoicesResult:
     cluster: tuple[str, ...]
 
 
+@runner_for(FilterChoicesQuery)
 class FilterChoicesQueryRunner:
     """Distinct labels of the per-job rollups (a fleet has tens of each, not thousands)."""
 

@@ -23,6 +23,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ettweb.ingest.models import CollectorHealth, CollectorRejection, QuarantinedEvent
+from ettweb.queries.registry import Query, runner_for
 
 #: Ten missed reports at the agent's default 30 s interval.
 DEFAULT_SILENT_AFTER_S: Final = 300
@@ -35,7 +36,7 @@ REJECTED, SILENT, REPORTING = "rejected", "silent", "reporting"
 
 
 @dataclass(frozen=True)
-class CollectorsQuery:
+class CollectorsQuery(Query["CollectorsResult"]):
     """Every collector's latest health, the silent ones flagged; the newest ``rejected``
     quarantined lines, optionally of one ``source``."""
 
@@ -149,6 +150,7 @@ class CollectorsResult:
                 "rejected": [row.as_api() for row in self.rejected]}
 
 
+@runner_for(CollectorsQuery)
 class CollectorsQueryRunner:
     def __init__(self, query: CollectorsQuery) -> None:
         self.query = query

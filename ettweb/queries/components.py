@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from django.db.models import Count, Max, Min, Q, Sum
 
@@ -36,6 +36,7 @@ from ettweb.queries.base import (
     phase_components,
     validated,
 )
+from ettweb.queries.exposed import as_api, doc
 from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner, ImpactResult
 from ettweb.queries.markers import (
     Headline,
@@ -45,6 +46,7 @@ from ettweb.queries.markers import (
     marker_api,
     reaching,
 )
+from ettweb.queries.registry import Query, runner_for
 from ettweb.rollouts.models import Rollout
 from ettweb.rollups.models import JobRollup
 
@@ -69,7 +71,7 @@ def owned_categories(name: str, categories: Iterable[str], mapping: Mapping[str,
 # --------------------------------------------------------------------------- one component
 
 @dataclass(frozen=True)
-class ComponentQuery:
+class ComponentQuery(Query["ComponentResult | None"]):
     """One component's lost time per day or week over ``range``, its top jobs and models,
     and its rollouts in the range with their measured impact.
 
@@ -94,6 +96,8 @@ class ComponentQuery:
 class ComponentPoint:
     """One period: the component's lost GPU-s and the whole fleet's wall GPU-s."""
 
+    API_PROPERTIES: ClassVar[tuple[str, ...]] = ("lost_share_pts",)
+
     period: date
     lost_gpu_s: float
     wall_gpu_s: float
@@ -111,6 +115,8 @@ class ComponentPoint:
 @dataclass(frozen=True)
 class ComponentJob:
     """A job this component cost time; ``wall_gpu_s`` is the job's own inside the range."""
+
+    API_PROPERTIES: ClassVar[tuple[str, ...]] = ("lost_share_pts",)
 
     job: str
     lost_gpu_s: float
@@ -155,13 +161,13 @@ class Owner:
     ``ComponentOwner`` row), as the pages and the API name them."""
 
     username: str
-    name: str  # their full name; empty when the account has none
+    name: str = field(metadata=doc("their full name; empty when the account has none"))
 
     def __str__(self) -> str:
         return f"{self.name} ({self.username})" if self.name else self.username
 
     def as_api(self) -> dict[str, str]:
-        return {"username": self.username, "name": self.name}
+        return as_api(self)
 
 
 def owners_by_component(names: Iterable[str] | None = None) -> dict[str, tuple[Owner, ...]]:
@@ -234,14 +240,9 @@ class ComponentResult:
             "share_of_fleet_lost_pct": self.share_of_fleet_lost_pct,
             "fleet_wall_gpu_s": self.fleet_wall_gpu_s, "fleet_lost_gpu_s": self.fleet_lost_gpu_s,
             "categories": self.categories,
-            "points": [{"period": p.period.isoformat(), "lost_gpu_s": p.lost_gpu_s,
-                        "wall_gpu_s": p.wall_gpu_s, "lost_share_pts": p.lost_share_pts}
-                       for p in self.points],
-            "top_jobs": [{"job": j.job, "lost_gpu_s": j.lost_gpu_s, "wall_gpu_s": j.wall_gpu_s,
-                          "lost_share_pts": j.lost_share_pts, "gpus": j.gpus, "model": j.model,
-                          "team": j.team} for j in self.top_jobs],
-            "top_models": [{"model": m.model, "lost_gpu_s": m.lost_gpu_s, "jobs": m.jobs}
-                           for m in self.top_models],
+            "points": [as_api(point) for point in self.points],
+            "top_jobs": [as_api(job) for job in self.top_jobs],
+            "top_models": [as_api(model) for model in self.top_models],
             "rollouts": [_rollout_api(r) for r in self.rollouts],
             "unmeasured_rollouts": self.unmeasured_rollouts,
             "rollouts_outside_range": self.outside.as_api(),
@@ -260,6 +261,7 @@ def _rollout_api(row: ComponentRollout) -> dict[str, Any]:
             **(row.headline.as_api() if row.headline else {})}
 
 
+@runner_for(ComponentQuery)
 class ComponentQueryRunner:
     """Runs a :class:`ComponentQuery`; ``calculate()`` is None for an unknown component."""
 
@@ -381,7 +383,7 @@ def _measured(markers: list[RolloutMarker]) -> list[ComponentRollout]:
 # --------------------------------------------------------------------------- every component
 
 @dataclass(frozen=True)
-class ComponentsIndexQuery:
+class ComponentsIndexQuery(Query["ComponentsIndexResult"]):
     """Every component with its lost time over ``range`` (of the jobs ``jobs`` keeps; the
     rollout counts are of the rollouts whose scope can reach them)."""
 
@@ -442,6 +444,7 @@ class ComponentsIndexResult:
                                 "rollouts": r.rollouts} for r in self.rows]}
 
 
+@runner_for(ComponentsIndexQuery)
 class ComponentsIndexQueryRunner:
     def __init__(self, query: ComponentsIndexQuery) -> None:
         self.query = query

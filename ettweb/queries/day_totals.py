@@ -18,10 +18,11 @@ from ettweb.queries.base import (
     aggregating,
     category_rows,
 )
+from ettweb.queries.registry import Query, runner_for
 
 
 @dataclass(frozen=True)
-class DayTotalsQuery:
+class DayTotalsQuery(Query["DayTotalsResult"]):
     """GPU-seconds per (UTC day, category) of the jobs ``jobs`` keeps over a range: the one
     read of the per-day sums that the ungrouped trend, the lost time by component, the lost
     time over time and the headline tiles are all folded from.
@@ -50,6 +51,7 @@ class DayTotalsResult:
                                 if days.date_from <= key[0] <= days.date_to})
 
 
+@runner_for(DayTotalsQuery)
 class DayTotalsQueryRunner:
     def __init__(self, query: DayTotalsQuery) -> None:
         self.query = query

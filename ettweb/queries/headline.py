@@ -18,11 +18,12 @@ from ettweb.queries.base import (
 from ettweb.queries.day_totals import read_day_totals
 from ettweb.queries.lifecycle import LifecycleQuery
 from ettweb.queries.lost import LostByComponentQuery
+from ettweb.queries.registry import Query, runner_for
 from ettweb.queries.trend import TrendQuery, trend_of
 
 
 @dataclass(frozen=True)
-class FleetHeadlineQuery:
+class FleetHeadlineQuery(Query["FleetHeadlineResult"]):
     """The overview's tiles beyond the range's totals, of the jobs ``jobs`` keeps: the
     range's last 7 days against the 7 before, lost capacity in GPUs, failures per 1,000
     GPU-hours, and the trend's net change at ``interval``."""
@@ -63,6 +64,7 @@ class FleetHeadlineResult:
                 "trend_change_pts": self.trend_change_pts}
 
 
+@runner_for(FleetHeadlineQuery)
 class FleetHeadlineQueryRunner:
     """Composes the trend, lost-time and lifecycle runners, so a tile can never disagree
     with the chart beneath it."""

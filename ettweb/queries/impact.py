@@ -50,6 +50,7 @@ from ettweb.attribution.components import PRODUCTIVE, UNKNOWN_COMPONENT, compone
 from ettweb.components.logic import known_components
 from ettweb.deferred import send_once
 from ettweb.queries.base import aggregating, phase_components
+from ettweb.queries.registry import Query, runner_for
 from ettweb.rollouts import estimators
 from ettweb.rollouts.estimators import (
     MIN_JOBS_FOR_INTERVAL,
@@ -93,7 +94,7 @@ class WindowError(ValueError):
 
 
 @dataclass(frozen=True)
-class ImpactQuery:
+class ImpactQuery(Query["ImpactResult | None"]):
     """The impact of rollout ``rollout_id`` over windows of ``window_days`` UTC days.
 
     ``with_trend`` adds the per-day treated and control ETT% the rollout page draws.
@@ -978,6 +979,7 @@ def _info(rollout: Rollout) -> RolloutInfo:
                        link=rollout.link, simulated=rollout.simulated)
 
 
+@runner_for(ImpactQuery)
 class ImpactQueryRunner:
     """Runs an :class:`ImpactQuery`; ``calculate()`` is None for an unknown rollout.
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any
+from typing import Any, ClassVar
 
 from django.db.models import Count, DateField, F, Func, Sum
 
@@ -22,6 +22,8 @@ from ettweb.queries.base import (
     period_of,
     validated,
 )
+from ettweb.queries.exposed import as_api, hidden
+from ettweb.queries.registry import Query, runner_for
 from ettweb.rollups.models import (
     AttemptRollup,
     JobRollup,
@@ -31,7 +33,7 @@ from ettweb.rollups.models import (
 
 
 @dataclass(frozen=True)
-class LifecycleQuery:
+class LifecycleQuery(Query["LifecycleResult"]):
     """Time to start, time to recover (with its parts), failures per fleet day or week.
 
     A job's time to start counts on the day its first attempt started; a recovery and a
@@ -54,11 +56,13 @@ class LifecyclePoint:
     """One period's sub-metrics (ETT_SPEC §3.7) across the fleet: counts and sums, so the
     means of any periods folded together stay exact."""
 
+    API_PROPERTIES: ClassVar[tuple[str, ...]] = ("mean_time_to_start_s", "mean_time_to_recover_s")
+
     period: date
     jobs_started: int = 0
-    start_s_total: float = 0.0
+    start_s_total: float = field(default=0.0, metadata=hidden())
     recoveries: int = 0
-    recover_s_total: float = 0.0
+    recover_s_total: float = field(default=0.0, metadata=hidden())
     failures: int = 0
     restart_tax_gpu_s: dict[str, float] = field(default_factory=dict)
 
@@ -113,12 +117,7 @@ class LifecycleResult:
     def as_api(self) -> dict[str, Any]:
         return {"failures": self.failures, "recoveries": self.recoveries,
                 "restart_tax_gpu_s": self.restart_tax_gpu_s, "categories": self.categories,
-                "points": [{"period": p.period.isoformat(), "jobs_started": p.jobs_started,
-                            "mean_time_to_start_s": p.mean_time_to_start_s,
-                            "recoveries": p.recoveries,
-                            "mean_time_to_recover_s": p.mean_time_to_recover_s,
-                            "failures": p.failures, "restart_tax_gpu_s": p.restart_tax_gpu_s}
-                           for p in self.points]}
+                "points": [as_api(point) for point in self.points]}
 
 
 class _EpochDay(Func):
@@ -128,6 +127,7 @@ class _EpochDay(Func):
     output_field = DateField()
 
 
+@runner_for(LifecycleQuery)
 class LifecycleQueryRunner:
     """Sums per period in Postgres: a 180-day fleet holds tens of thousands of attempts and
     recoveries, and reading them row by row (each recovery's JSON parts decoded in Python)

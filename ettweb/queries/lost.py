@@ -20,10 +20,12 @@ from ettweb.queries.base import (
     validated,
 )
 from ettweb.queries.day_totals import DayTotalsResult, read_day_totals
+from ettweb.queries.exposed import as_api
+from ettweb.queries.registry import Query, runner_for
 
 
 @dataclass(frozen=True)
-class LostByComponentQuery:
+class LostByComponentQuery(Query["LostByComponentResult"]):
     """Lost GPU-seconds per owning component over a range (map read at query time)."""
 
     range: DateRange
@@ -53,10 +55,10 @@ class LostByComponentResult:
 
     def as_api(self) -> dict[str, Any]:
         return {"lost_gpu_s": sum(c.gpu_s for c in self.components),
-                "components": [{"component": c.component, "gpu_s": c.gpu_s,
-                                "categories": c.categories} for c in self.components]}
+                "components": [as_api(c) for c in self.components]}
 
 
+@runner_for(LostByComponentQuery)
 class LostByComponentQueryRunner:
     def __init__(self, query: LostByComponentQuery) -> None:
         self.query = query
@@ -83,7 +85,7 @@ def lost_by_component_of(totals: DayTotalsResult,
 
 
 @dataclass(frozen=True)
-class LostTrendQuery:
+class LostTrendQuery(Query["LostTrendResult"]):
     """Lost GPU-seconds per owning component per day or week: the stacked chart of where the
     fleet's time went over the range."""
 
@@ -106,6 +108,7 @@ class LostTrendResult:
                 "components": self.components, "gpu_s": self.gpu_s}
 
 
+@runner_for(LostTrendQuery)
 class LostTrendQueryRunner:
     def __init__(self, query: LostTrendQuery) -> None:
         self.query = query

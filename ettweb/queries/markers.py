@@ -21,6 +21,7 @@ from django.db.models import F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.expressions import OrderBy
 
 from ettweb.queries.base import ANY_JOB, DateRange, JobFilter
+from ettweb.queries.registry import Query, runner_for
 from ettweb.rollouts.logic import http_link
 from ettweb.rollouts.models import ImpactSummary, Rollout
 from ettweb.rollouts.scope import ScopeError, parse_scope
@@ -51,7 +52,7 @@ def reaching(rows: QuerySet[Rollout], jobs: JobFilter) -> QuerySet[Rollout]:
 
 
 @dataclass(frozen=True)
-class RolloutMarkersQuery:
+class RolloutMarkersQuery(Query["RolloutMarkersResult"]):
     """Rollouts deployed inside ``range`` (UTC days, inclusive), optionally of one component,
     and of those that can reach the jobs ``jobs`` keeps."""
 
@@ -112,6 +113,7 @@ def marker_api(marker: RolloutMarker) -> dict[str, Any]:
             "link": marker.link}
 
 
+@runner_for(RolloutMarkersQuery)
 class RolloutMarkersQueryRunner:
     def __init__(self, query: RolloutMarkersQuery) -> None:
         self.query = query
@@ -129,7 +131,7 @@ class RolloutMarkersQueryRunner:
 # --------------------------------------------------------------------------- the list
 
 @dataclass(frozen=True)
-class RolloutListQuery:
+class RolloutListQuery(Query["RolloutListResult"]):
     """The rollouts list: newest first, of one component (or any), deployed on or after
     ``date_from`` and on or before ``date_to`` (UTC days, either open), that can reach the
     jobs ``jobs`` keeps (see :func:`reaching`). At most ``limit`` rows; ``total`` counts all."""
@@ -225,6 +227,7 @@ class RolloutListResult:
     total: int
 
 
+@runner_for(RolloutListQuery)
 class RolloutListQueryRunner:
     def __init__(self, query: RolloutListQuery) -> None:
         self.query = query

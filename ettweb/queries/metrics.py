@@ -22,6 +22,7 @@ from collector.schema import FAILED_STATUSES
 from ettweb.attribution.components import PRODUCTIVE, component_of
 from ettweb.queries.base import aggregating, phase_components
 from ettweb.queries.collectors import CollectorsQuery, CollectorsQueryRunner
+from ettweb.queries.registry import Query, runner_for
 from ettweb.rollups.models import AttemptRollup, DirtyJob, JobRollup, LabelDayRollup
 
 #: The label value of a job that never said its team or cluster.
@@ -29,7 +30,7 @@ NONE: Final = "(none)"
 
 
 @dataclass(frozen=True)
-class FleetTotalsQuery:
+class FleetTotalsQuery(Query["FleetTotalsResult"]):
     """Every day's rollups summed, per team and cluster (lost time per component too), with
     the pipeline's own health: pending rollup refreshes and the collectors."""
 
@@ -84,6 +85,7 @@ def _lost_by_label_and_category() -> list[tuple[str, str, str, float]]:
                 for team, cluster, category, gpu_s in cursor.fetchall()]
 
 
+@runner_for(FleetTotalsQuery)
 class FleetTotalsQueryRunner:
     def __init__(self, query: FleetTotalsQuery) -> None:
         self.query = query

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from django.db.models import F, Sum
 
@@ -15,6 +15,8 @@ from ettweb.queries.base import (
     aggregating,
     pct,
 )
+from ettweb.queries.exposed import as_api
+from ettweb.queries.registry import Query, runner_for
 from ettweb.rollups.models import (
     JobDayRollup,
     JobRollup,
@@ -22,7 +24,7 @@ from ettweb.rollups.models import (
 
 
 @dataclass(frozen=True)
-class TopJobsQuery:
+class TopJobsQuery(Query["TopJobsResult"]):
     """Jobs that lost the most GPU-hours inside the range."""
 
     range: DateRange
@@ -36,6 +38,8 @@ class TopJobsQuery:
 
 @dataclass(frozen=True)
 class TopJob:
+    API_PROPERTIES: ClassVar[tuple[str, ...]] = ("ett_pct",)
+
     job: str
     lost_gpu_s: float
     wall_gpu_s: float
@@ -60,12 +64,10 @@ class TopJobsResult:
     jobs: list[TopJob]
 
     def as_api(self) -> dict[str, Any]:
-        return {"jobs": [{"job": j.job, "lost_gpu_s": j.lost_gpu_s, "wall_gpu_s": j.wall_gpu_s,
-                          "ett_pct": j.ett_pct, "gpus": j.gpus, "status": j.status,
-                          "model": j.model, "team": j.team, "cluster": j.cluster}
-                         for j in self.jobs]}
+        return {"jobs": [as_api(job) for job in self.jobs]}
 
 
+@runner_for(TopJobsQuery)
 class TopJobsQueryRunner:
     def __init__(self, query: TopJobsQuery) -> None:
         self.query = query

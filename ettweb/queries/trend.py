@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from django.db.models import FloatField, Q, Sum
 from django.db.models.functions import Cast
@@ -28,10 +28,12 @@ from ettweb.queries.base import (
     validated,
 )
 from ettweb.queries.day_totals import DayTotalsResult, read_day_totals
+from ettweb.queries.exposed import as_api
+from ettweb.queries.registry import Query, runner_for
 
 
 @dataclass(frozen=True)
-class TrendQuery:
+class TrendQuery(Query["TrendResult"]):
     """Fleet or group ETT% (GPU-weighted) per day or week over a range, of the jobs
     ``jobs`` keeps."""
 
@@ -55,6 +57,8 @@ class TrendQuery:
 @dataclass(frozen=True)
 class TrendPoint:
     """One group's GPU-seconds in one period; ``ett_pct`` = productive / wall."""
+
+    API_PROPERTIES: ClassVar[tuple[str, ...]] = ("ett_pct",)
 
     period: date
     group: str
@@ -122,9 +126,7 @@ class TrendResult:
         return {"groups": self.groups, "wall_gpu_s": self.wall_gpu_s,
                 "productive_gpu_s": self.productive_gpu_s, "ett_pct": self.ett_pct,
                 "net_change_pts": self.net_change_pts,
-                "points": [{"period": p.period.isoformat(), "group": p.group,
-                            "wall_gpu_s": p.wall_gpu_s, "productive_gpu_s": p.productive_gpu_s,
-                            "ett_pct": p.ett_pct} for p in self.points]}
+                "points": [as_api(point) for point in self.points]}
 
 
 #: The label-sum field each grouping reads (``gpus`` holds the bucket label already).
@@ -138,6 +140,7 @@ def _group_label(group_by: Grouping, value: Any) -> str:
     return str(value) if value else "(none)"
 
 
+@runner_for(TrendQuery)
 class TrendQueryRunner:
     def __init__(self, query: TrendQuery) -> None:
         self.query = query

@@ -36,6 +36,7 @@ from ettweb.queries.markers import (
     RolloutMarkersQueryRunner,
     stored_headlines,
 )
+from ettweb.queries.registry import Query, runner_for
 from ettweb.queries.top_jobs import TopJob, TopJobsQuery, TopJobsQueryRunner
 from ettweb.queries.trend import trend_of
 from ettweb.rollouts.logic import iso_utc
@@ -107,7 +108,7 @@ class IsoWeek:
 
 
 @dataclass(frozen=True)
-class WeeklyReportQuery:
+class WeeklyReportQuery(Query["WeeklyReportResult"]):
     """One week's report; ``components`` are the subscriber's, listed before the rest."""
 
     week: IsoWeek
@@ -250,7 +251,7 @@ class WeeklyReportResult:
 
 
 @dataclass(frozen=True)
-class FleetSummaryQuery:
+class FleetSummaryQuery(Query["FleetSummaryResult"]):
     """The fleet over any UTC days: what a report shows for a week, and what
     ``/api/v1/fleet/summary`` answers for the same days."""
 
@@ -280,6 +281,7 @@ class FleetSummaryResult:
                               "wall_gpu_s": j.wall_gpu_s} for j in self.top_jobs]}
 
 
+@runner_for(FleetSummaryQuery)
 class FleetSummaryQueryRunner:
     def __init__(self, query: FleetSummaryQuery) -> None:
         self.query = query
@@ -374,6 +376,7 @@ def report_history(week: IsoWeek, weeks: int = HISTORY_WEEKS,
     return _history(span, DayTotalsQueryRunner(DayTotalsQuery(span)).calculate())
 
 
+@runner_for(WeeklyReportQuery)
 class WeeklyReportQueryRunner:
     def __init__(self, query: WeeklyReportQuery) -> None:
         self.query = query

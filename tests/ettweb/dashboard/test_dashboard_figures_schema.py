@@ -17,7 +17,7 @@ from ettweb.attribution.engine import Segment
 from ettweb.dashboard import figures
 from ettweb.dashboard.jobfigures import category_timeline
 from ettweb.queries.base import DateRange
-from ettweb.queries.job import TimelineRow
+from ettweb.queries.job_detail import TimelineRow
 from ettweb.queries.markers import RolloutMarker
 
 DAYS = [date(2026, 3, d) for d in (2, 3, 4)]

@@ -23,7 +23,7 @@ from ettweb.colours import colour_of
 from ettweb.dashboard.figures import unit_for
 from ettweb.dashboard.jobfigures import MAX_LANE_ATTEMPTS, OPEN_ATTEMPTS, rank_lanes
 from ettweb.ingest.logic import ingest_lines
-from ettweb.queries.job import LaneRow
+from ettweb.queries.job_detail import LaneRow
 from ettweb.rollups.logic import load_events, refresh_jobs
 from ettweb.rollups.models import AttemptTimeline, AttributionChunk, JobRollup
 from tests.ettweb.attribution.attribution_events import Timeline, worked_example

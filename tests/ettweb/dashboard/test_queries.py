@@ -209,7 +209,7 @@ def test_many_groups_fold_into_the_largest_and_one_other_line() -> None:
 
 
 def test_a_recovery_lists_its_parts_largest_first_and_none_empty() -> None:
-    from ettweb.queries.job import RecoveryRow
+    from ettweb.queries.job_detail import RecoveryRow
 
     row = RecoveryRow(1, 30.0, {"restart_gap": 5.0, "compile": 20.0, "failure": 0.0,
                                 "checkpoint_load": 5.0})

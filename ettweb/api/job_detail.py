@@ -7,7 +7,7 @@ logged-in session.
 
 A job whose events are stored but whose rollup is not (yet) is a 202 with
 ``"status": "computing"``, what is known of it and a ``Retry-After`` header: a GET never
-writes, so the worker computes it (``ettweb.queries.job``), and the same request a few
+writes, so the worker computes it (``ettweb.queries.job_detail``), and the same request a few
 seconds later gets the 200.
 
 Job ids are free text and may hold ``/``: the path parameter takes the rest of the path,
@@ -119,7 +119,8 @@ class JobComputingOut(Schema):
 @router.get("/jobs/{path:job}",
             response={200: JobDetailOut, 202: JobComputingOut, 401: JobErrorOut,
                       404: JobErrorOut},
-            summary="One job's page: headline, attempts, recoveries, lost time, timeline, lanes")
+            summary="One job's page: headline, attempts, recoveries, lost time, timeline, lanes",
+            operation_id="ettweb_api_job_job_detail")
 def job_detail(request: HttpRequest, response: HttpResponse,
                job: str) -> dict[str, Any] | Status[dict[str, Any]]:
     """Everything the job page shows, read from the job's stored rollups (never its

@@ -22,6 +22,7 @@ from typing import Any, Final
 from ettweb.deferred import send_once
 from ettweb.ingest.models import Event, Job, QuarantinedEvent
 from ettweb.queries.base import by_component, phase_components, quarantined_lines
+from ettweb.queries.registry import Query, runner_for
 from ettweb.rollups.chunked import chunk_index, chunk_lanes, chunk_s
 from ettweb.rollups.logic import rollup_outdated
 from ettweb.rollups.models import JobRollup
@@ -55,7 +56,7 @@ class JobMeta:
 
 
 @dataclass(frozen=True)
-class JobQuery:
+class JobQuery(Query["JobResult | JobComputing | None"]):
     """One job's numbers; ``components`` overrides the edited phase→component map.
 
     ``lanes_at`` (epoch seconds) picks the chunk of the timeline whose per-rank lanes are
@@ -293,6 +294,7 @@ def _computing(job: str, rollup: JobRollup | None) -> JobComputing | None:
     return JobComputing(job, events, JobMeta(model, team, cluster), last)
 
 
+@runner_for(JobQuery)
 class JobQueryRunner:
     """Runs a :class:`JobQuery`; ``calculate()`` is ``None`` for a job with no stored events,
     and :class:`JobComputing` for one whose rollup the worker has yet to compute."""

@@ -30,6 +30,7 @@ from ettweb.queries.base import (
     validated,
 )
 from ettweb.queries.choices import FilterChoicesQuery, FilterChoicesQueryRunner
+from ettweb.queries.registry import Query, runner_for
 from ettweb.rollups.models import JobLostRollup, JobRollup
 
 #: Sort keys (a leading ``-`` sorts descending) and the column each orders by.
@@ -41,7 +42,7 @@ MAX_PAGE_SIZE: Final = 200
 
 
 @dataclass(frozen=True)
-class JobsQuery:
+class JobsQuery(Query["JobsResult"]):
     """One page of jobs matching the filters; ``range`` keeps jobs whose window overlaps it."""
 
     range: DateRange | None = None
@@ -136,6 +137,7 @@ class JobsResult:
                 "jobs": [row.as_api() for row in self.rows]}
 
 
+@runner_for(JobsQuery)
 class JobsQueryRunner:
     def __init__(self, query: JobsQuery) -> None:
         self.query = query
