@@ -59,7 +59,6 @@ from ettweb.rollouts.estimators import (
     as_pair,
     interval,
 )
-from ettweb.rollouts.logic import iso_utc
 from ettweb.rollouts.models import BootstrapDraws, Rollout
 from ettweb.rollouts.scope import Scope
 from ettweb.rollups.models import (
@@ -69,6 +68,7 @@ from ettweb.rollups.models import (
     JobRollup,
     LabelDayRollup,
 )
+from ettweb.text import iso_utc
 
 DEFAULT_WINDOW_DAYS: Final = 14
 MIN_WINDOW_DAYS: Final = 1

@@ -21,9 +21,9 @@ from django.db.models import F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.expressions import OrderBy
 
 from ettweb.queries.base import ANY_JOB, DateRange, JobFilter
-from ettweb.rollouts.logic import http_link
 from ettweb.rollouts.models import ImpactSummary, Rollout
 from ettweb.rollouts.scope import ScopeError, parse_scope
+from ettweb.text import http_link
 
 if TYPE_CHECKING:
     from ettweb.queries.impact import ImpactResult
