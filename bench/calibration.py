@@ -1,7 +1,7 @@
 """``python -m bench.calibration``: are the rollout verdicts right as often as they claim?
 
 On the simulated fleet of ``bench.rollouts`` (20,000 jobs over 180 days, seed 0), with the
-estimators the impact query runs (:mod:`ettweb.rollouts.estimators`):
+estimators the impact query runs (:mod:`ettweb.estimators`):
 
 1. **False positives.** Placebo rollouts (random moments, random scopes drawn from the
    fleet's real models, teams and clusters, a quarter fleet-wide, random components) on the
@@ -45,9 +45,9 @@ from typing import Any, Final
 
 import numpy as np
 
+from ettweb import estimators
 from ettweb.changes.detect import PENALTY, Shift, find_shifts
-from ettweb.rollouts import estimators
-from ettweb.rollouts.estimators import Group, Stratified
+from ettweb.estimators import Group, Stratified
 from ettweb.simulate.days import COMPONENTS, FleetDays, fleet_days
 from ettweb.simulate.fleet import FleetPlan, PlannedRollout, rollout_schedule
 from ettweb.simulate.series import SeriesKey, day_sums, lost_shares

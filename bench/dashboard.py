@@ -1166,11 +1166,11 @@ COLD_WINDOWS: Final = (21, 45)
 def warm_as_beat_does() -> dict[str, Any]:
     """Run beat's warm pass (``ett.warm_rollout_impacts``) once, then forget this process's
     own draws: the measured requests find them where a web server would, in the table."""
-    from ettweb.queries import impact
+    from ettweb.queries.impact import draws as impact_draws
     from ettweb.rollouts.warm import WARM_WINDOWS, warm_impacts
 
     stats = warm_impacts()
-    impact._DRAWS.clear()
+    impact_draws._DRAWS.clear()
     _say(f"warm pass (as beat runs it): {stats.impacts} impacts in {stats.seconds:.1f} s")
     return {"impacts": stats.impacts, "seconds": round(stats.seconds, 1),
             "windows": list(WARM_WINDOWS)}
@@ -1182,7 +1182,7 @@ def cold_impacts() -> dict[str, Any]:
     written and this process's emptied before each request, so every one draws afresh.
     Reported beside the pages, not part of their target: it is the first request's price
     for a window the page does not link to."""
-    from ettweb.queries import impact
+    from ettweb.queries.impact import draws as impact_draws
     from ettweb.rollouts.models import Rollout
     from ettweb.rollouts.warm import WARM_WINDOWS
 
@@ -1190,12 +1190,12 @@ def cold_impacts() -> dict[str, Any]:
         raise RuntimeError(f"cold windows {COLD_WINDOWS} overlap the warmed {WARM_WINDOWS}")
     client, _, token = _bench_client()
     samples: list[float] = []
-    stored = impact._stored_draws  # a request never stores draws: hiding them is enough
-    impact._stored_draws = lambda key: None
+    stored = impact_draws._stored_draws  # a request never stores draws: hiding them is enough
+    impact_draws._stored_draws = lambda key: None
     try:
         for rollout_id in Rollout.objects.order_by("id").values_list("id", flat=True):
             for window in COLD_WINDOWS:
-                impact._DRAWS.clear()
+                impact_draws._DRAWS.clear()
                 url = f"/api/v1/rollouts/{rollout_id}/impact?window={window}"
                 began = time.perf_counter()
                 response = client.get(url, HTTP_AUTHORIZATION=f"Bearer {token}")
@@ -1203,7 +1203,7 @@ def cold_impacts() -> dict[str, Any]:
                 if response.status_code != 200:
                     raise RuntimeError(f"{url}: HTTP {response.status_code}")
     finally:
-        impact._stored_draws = stored
+        impact_draws._stored_draws = stored
     row = {"windows": list(COLD_WINDOWS), "requests": len(samples),
            "p50_ms": round(percentile(samples, 50), 1),
            "p95_ms": round(percentile(samples, 95), 1)}

@@ -22,9 +22,9 @@ from django.db.models.expressions import OrderBy
 
 from ettweb.queries.base import ANY_JOB, DateRange, JobFilter
 from ettweb.queries.registry import Query, runner_for
-from ettweb.rollouts.logic import http_link
 from ettweb.rollouts.models import ImpactSummary, Rollout
 from ettweb.rollouts.scope import ScopeError, parse_scope
+from ettweb.text import http_link
 
 if TYPE_CHECKING:
     from ettweb.queries.impact import ImpactResult

@@ -39,7 +39,7 @@ from ettweb.queries.markers import (
 from ettweb.queries.registry import Query, runner_for
 from ettweb.queries.top_jobs import TopJob, TopJobsQuery, TopJobsQueryRunner
 from ettweb.queries.trend import trend_of
-from ettweb.rollouts.logic import iso_utc
+from ettweb.text import iso_utc
 
 _WEEK = re.compile(r"^(\d{4})-W(\d{2})$")
 TOP_JOBS: Final = 5

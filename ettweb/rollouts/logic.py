@@ -10,11 +10,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 from ettweb.rollouts.models import Rollout
 from ettweb.rollouts.scope import Scope, ScopeError, parse_scope
-from ettweb.text import unstorable
+from ettweb.text import http_link, iso_utc, unstorable
 
 MAX_NAME_CHARS: Final = 200
 MAX_NOTES_CHARS: Final = 10_000
@@ -97,22 +96,6 @@ def _notes(value: Any) -> str:
     return value.strip()
 
 
-def http_link(url: str) -> str:
-    """``url`` if it is an absolute http(s) URL with a host, else ``""``.
-
-    Why so strict: a link is rendered as ``href`` on pages and in hover text; anything else
-    (``javascript:``, ``data:``, a scheme-relative ``//host``) could run script or leave the
-    product's pages unexpectedly. Stored links pass it on the way in (``clean_rollout``) and
-    again on the way out (``queries.markers``), for rows written before or around the checks.
-    """
-    text = url.strip()
-    try:
-        parts = urlsplit(text)
-    except ValueError:
-        return ""
-    return text if parts.scheme.lower() in ("http", "https") and parts.netloc else ""
-
-
 def _link(value: Any) -> str:
     """Empty, or an http(s) URL (:func:`http_link`), at most ``MAX_LINK_CHARS``."""
     if value is None or value == "":
@@ -185,8 +168,3 @@ def as_json(rollout: Rollout) -> dict[str, Any]:
         "created_at": iso_utc(rollout.created_at), "simulated": rollout.simulated,
     }
 
-
-def iso_utc(moment: datetime) -> str:
-    """``2026-10-12T09:30:00Z``: UTC with a Z, seconds kept, microseconds only if present."""
-    text = moment.astimezone(UTC).replace(tzinfo=None).isoformat()
-    return f"{text}Z"

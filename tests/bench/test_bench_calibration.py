@@ -10,7 +10,7 @@ import pytest
 
 from bench import calibration
 from ettweb.changes.detect import Shift, find_shifts
-from ettweb.rollouts.estimators import Group
+from ettweb.estimators import Group
 from ettweb.simulate.days import fleet_days
 from ettweb.simulate.fleet import FleetPlan, rollout_schedule
 from ettweb.simulate.truth import Counterfactual, counterfactual

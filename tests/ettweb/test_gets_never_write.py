@@ -47,7 +47,7 @@ from ettweb.changes.models import Change
 from ettweb.ingest.logic import ingest_lines
 from ettweb.ingest.models import CollectorHealth
 from ettweb.ingest.tasks import ingest_batch
-from ettweb.queries import impact
+from ettweb.queries.impact import draws as impact_draws
 from ettweb.reports.models import Subscription
 from ettweb.reports.tokens import make_token
 from ettweb.rollouts.models import BootstrapDraws, Rollout
@@ -158,7 +158,7 @@ def site() -> Site:
     undrawn = Rollout.objects.create(name="async checkpoint", component="checkpointing",
                                      at=at, scope={"teams": ["feed"]})
     Rollout.objects.create(name="gang scheduling", component="scheduler", at=at)
-    impact._DRAWS.clear()  # this process computed the warm pass's draws: forget them
+    impact_draws._DRAWS.clear()  # this process computed the warm pass's draws: forget them
 
     ingest_lines([json.dumps({"v": 1, "id": f"unrolled-{i}", **e})
                   for i, e in enumerate(worked_example("unrolled"))])  # no refresh ran

@@ -21,8 +21,8 @@ from ettweb.dashboard.figures import (
 )
 from ettweb.queries import DateRange, RolloutMarker, RolloutMarkersQuery, calculate
 from ettweb.queries.markers import INVALID_SCOPE
-from ettweb.rollouts.logic import http_link
 from ettweb.rollouts.models import Rollout
+from ettweb.text import http_link
 
 MAR1 = datetime(2026, 3, 1, tzinfo=UTC)
 MONTH_S = 31 * 86400.0

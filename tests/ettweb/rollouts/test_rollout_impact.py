@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ettweb.estimators import Group, bootstrap
 from ettweb.ingest.tasks import ingest_batch
 from ettweb.queries import ImpactQuery, WindowError, calculate
 from ettweb.queries.impact import (
     ImpactResult,
     rollout_windows,
 )
-from ettweb.rollouts.estimators import Group, bootstrap
 from ettweb.rollouts.models import Rollout
 from tests.conftest import mark, span
 
@@ -259,20 +259,21 @@ def test_vectorized_bootstrap_equals_a_plain_loop() -> None:
 
 
 def test_verdict_reads_the_deciding_interval() -> None:
-    from ettweb.queries.impact import GroupImpact, _verdict
+    from ettweb.queries.impact import GroupImpact
+    from ettweb.queries.impact.verdicts import verdict_of
 
     def group(ci: tuple[float, float] | None, jobs: int = 9) -> GroupImpact:
         return GroupImpact(jobs, jobs, 80.0, 82.0, 2.0, 0.025, ci)
 
-    assert _verdict(group((0.5, 3.0)), None, None)[0] == "improved"  # fleet: treated decides
-    assert _verdict(group((-3.0, -0.1)), None, None)[0] == "regressed"
-    assert _verdict(group((-1.0, 3.0)), None, None)[0] == "inconclusive"
+    assert verdict_of(group((0.5, 3.0)), None, None)[0] == "improved"  # fleet: treated decides
+    assert verdict_of(group((-3.0, -0.1)), None, None)[0] == "regressed"
+    assert verdict_of(group((-1.0, 3.0)), None, None)[0] == "inconclusive"
     # With a control, the DiD interval decides, even against a clear treated interval.
-    verdict, reason = _verdict(group((0.5, 3.0)), group((0.0, 1.0)), (-0.5, 2.0))
+    verdict, reason = verdict_of(group((0.5, 3.0)), group((0.0, 1.0)), (-0.5, 2.0))
     assert verdict == "inconclusive" and reason.startswith("the difference-in-differences")
-    verdict, reason = _verdict(group((0.5, 3.0)), group(None, 3), None)
+    verdict, reason = verdict_of(group((0.5, 3.0)), group(None, 3), None)
     assert verdict == "improved" and "control has too few jobs" in reason
-    verdict, reason = _verdict(group(None, 4), None, None)
+    verdict, reason = verdict_of(group(None, 4), None, None)
     assert verdict == "inconclusive" and reason.startswith("too few jobs: 4 treated")
 
 
@@ -290,8 +291,8 @@ def test_kept_draws_are_exactly_a_fresh_bootstrap_and_follow_any_changed_sum(
     """The draws kept by digest equal a bootstrap run from scratch with the same seed
     (treated first, then control, from one generator); a changed sum is a new bootstrap;
     another process (memory emptied) reads the stored draws instead of drawing again."""
-    from ettweb.queries import impact
-    from ettweb.queries.impact import group_draws
+    from ettweb.queries.impact import draws
+    from ettweb.queries.impact.draws import group_draws
     from ettweb.rollouts.models import BootstrapDraws
 
     def group(seed: int, jobs: int) -> Group:
@@ -313,15 +314,15 @@ def test_kept_draws_are_exactly_a_fresh_bootstrap_and_follow_any_changed_sum(
     assert again.treated is not None and first.treated is not None
     assert np.array_equal(again.treated, first.treated)  # treated draws come first
     few = _group(treated.values[:4])
-    none = impact.Draws(None, None, None)
+    none = draws.Draws(None, None, None)
     assert group_draws(99, few, None, keep=True) == (none, False)  # under 5 jobs
     assert BootstrapDraws.objects.count() == 3
 
     def no_bootstrap(*args: object, **kwargs: object) -> None:
         raise AssertionError("drew again instead of reading the stored draws")
 
-    monkeypatch.setattr(impact, "_DRAWS", type(impact._DRAWS)())
-    monkeypatch.setattr(impact, "compute_draws", no_bootstrap)
+    monkeypatch.setattr(draws, "_DRAWS", type(draws._DRAWS)())
+    monkeypatch.setattr(draws, "compute_draws", no_bootstrap)
     stored, unkept = group_draws(99, treated, control)  # a read, in another process
     assert not unkept
     assert stored.treated is not None and stored.control is not None
@@ -336,8 +337,8 @@ def test_a_read_draws_in_memory_and_leaves_the_keeping_to_the_worker() -> None:
     """Without ``keep`` (any GET) missing draws are drawn in memory, stored nowhere, and
     reported unkept until the worker stored them; stored draws not marked used for a day
     are reported too, and only the worker marks them. The numbers are the same draws."""
-    from ettweb.queries import impact
-    from ettweb.queries.impact import group_draws
+    from ettweb.queries.impact import draws
+    from ettweb.queries.impact.draws import group_draws
     from ettweb.rollouts.models import BootstrapDraws
 
     values = np.random.default_rng(3).uniform(1, 10, size=(14, 6))
@@ -353,10 +354,10 @@ def test_a_read_draws_in_memory_and_leaves_the_keeping_to_the_worker() -> None:
     assert group_draws(7, treated, control)[1] is False
     two_days_ago = datetime.now(UTC) - timedelta(days=2)
     BootstrapDraws.objects.update(used_at=two_days_ago)
-    impact._DRAWS.clear()  # another process
+    draws._DRAWS.clear()  # another process
     assert group_draws(7, treated, control)[1] is True
     assert BootstrapDraws.objects.get().used_at == two_days_ago  # a read marks nothing
-    impact._DRAWS.clear()
+    draws._DRAWS.clear()
     assert group_draws(7, treated, control, keep=True)[1] is False
     assert BootstrapDraws.objects.get().used_at > two_days_ago
 
@@ -364,7 +365,7 @@ def test_a_read_draws_in_memory_and_leaves_the_keeping_to_the_worker() -> None:
 def test_the_draws_digest_ignores_summation_order_but_not_a_change() -> None:
     """Sums a few bits apart (rows added in another order) select the same draws; a sum
     changed in its 9th significant digit, or zero against tiny, selects others."""
-    from ettweb.queries.impact import _digest
+    from ettweb.queries.impact.draws import _digest
 
     rng = np.random.default_rng(4)
     values = rng.uniform(1e3, 1e9, size=(50, 6))

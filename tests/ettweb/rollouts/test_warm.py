@@ -14,8 +14,8 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from ettweb.queries import impact as impact_module
 from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner
+from ettweb.queries.impact import draws as impact_draws
 from ettweb.rollouts.models import BootstrapDraws, ImpactSummary
 from ettweb.rollouts.warm import WARM_WINDOWS, warm_impacts
 from ettweb.schedule import BEAT_SCHEDULE
@@ -49,8 +49,8 @@ def test_warm_pass_stores_the_standard_windows_and_later_loads_draw_nothing(
     def no_bootstrap(*args: object, **kwargs: object) -> None:
         raise AssertionError("a warmed window drew again")
 
-    monkeypatch.setattr(impact_module, "_DRAWS", type(impact_module._DRAWS)())
-    monkeypatch.setattr(impact_module, "compute_draws", no_bootstrap)
+    monkeypatch.setattr(impact_draws, "_DRAWS", type(impact_draws._DRAWS)())
+    monkeypatch.setattr(impact_draws, "compute_draws", no_bootstrap)
     for r in (first, second):
         for window in WARM_WINDOWS:
             again = ImpactQueryRunner(ImpactQuery(r.pk, window)).calculate()
@@ -76,7 +76,7 @@ def test_a_page_draws_in_memory_and_the_worker_keeps_what_it_asked_for(
     assert task.run() is True
     assert BootstrapDraws.objects.count() == 1
     assert ImpactSummary.objects.filter(rollout=r, window_days=3).exists()
-    impact_module._DRAWS.clear()  # another process: reads the stored draws
+    impact_draws._DRAWS.clear()  # another process: reads the stored draws
     assert admin_client.get(path).json() == drawn
     assert queued() == []
     assert QueuedTask(task.name, [r.pk + 1, 3]).run() is False  # a rollout deleted since
@@ -92,7 +92,7 @@ def test_draws_unused_for_a_week_are_pruned_and_read_ones_kept() -> None:
                                           used_at=datetime.now(UTC) - timedelta(days=8))
     BootstrapDraws.objects.filter(pk=row.pk).update(
         used_at=datetime.now(UTC) - timedelta(days=8))
-    impact_module._DRAWS.clear()
+    impact_draws._DRAWS.clear()
     stats = warm_impacts(windows=(2,))  # reads row again: marked used, so kept
     assert stats.pruned == 1
     assert list(BootstrapDraws.objects.values_list("pk", flat=True)) == [row.pk]

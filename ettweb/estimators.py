@@ -3,7 +3,9 @@
 Both the impact query (``ettweb.queries.impact``, fed from the rollups) and the calibration
 benchmark (``bench.calibration``, fed from the simulator through the engine) call these
 functions, so the estimator held to its false-positive rate, power and coverage is the one
-the pages show.
+the pages show. That is why it lives here, below the apps, and not in the query package:
+importing anything under ``ettweb.queries`` loads the whole query layer and Django, which
+the calibration, run without a database or settings, must not need.
 
 A group (treated or control) is one row per job of six sums over its day rows in each
 window (:data:`COLUMNS`): wall and productive GPU-seconds, and the rollout's component's
