@@ -39,7 +39,7 @@ such a fleet and times everything a person or a program can GET.
    it takes a range, the job with the most events, a mid-period rollout with its default
    window, the last complete week with its 8-week history), the same numbers computed from
    raw events: the jobs the request covers, their events loaded from the events table as
-   ``ettweb.rollups.logic.load_events`` does (200 jobs at a time), ``attribute_job`` on each
+   ``ettweb.rollups.refresh.load_events`` does (200 jobs at a time), ``attribute_job`` on each
    and the per-day split over the range. The ratio is raw ms / the stored request's server
    ms (median of 5). Each distinct scope is computed once and shared by the pages covering
    it; pages that read no event-derived numbers (the collectors, forms, the rollout list)
@@ -1038,7 +1038,7 @@ def raw_numbers(scope: RawScope) -> dict[str, Any]:
     the scope's days — what the pages show, computed the way they would be without rollups.
     """
     from ettweb.attribution.engine import attribute_job, gc_paused, per_day
-    from ettweb.rollups.logic import load_events
+    from ettweb.rollups.refresh import load_events
 
     began = time.perf_counter()
     totals: dict[str, float] = defaultdict(float)

@@ -112,8 +112,8 @@ def refresh_once(database: str) -> dict[str, float]:
     _setup_django()
     from django.db import connection
 
-    from ettweb.rollups.logic import refresh_jobs
     from ettweb.rollups.models import JobRollup
+    from ettweb.rollups.refresh import refresh_jobs
 
     connection.settings_dict["NAME"] = database
     began = time.perf_counter()
@@ -173,8 +173,8 @@ def exactness() -> dict[str, Any]:
     """The stored rollups against the engine from scratch over every stored event."""
     from ettweb.attribution.chunk_sums import day_values
     from ettweb.attribution.engine import attribute_job
-    from ettweb.rollups.logic import load_events
     from ettweb.rollups.models import DailyCategoryRollup, JobRollup
+    from ettweb.rollups.refresh import load_events
 
     expected = attribute_job(load_events([JOB])[JOB])
     row = JobRollup.objects.get(job=JOB)

@@ -134,7 +134,8 @@ def measure_rollup_cost(events: list[Event], batch_size: int = 1000, batches: in
     _setup_django()
     from collector.schema import dump_event
     from ettweb.ingest.logic import ingest_lines
-    from ettweb.rollups.logic import rebuild_all, refresh_jobs
+    from ettweb.rollups.rebuild import rebuild_all
+    from ettweb.rollups.refresh import refresh_jobs
 
     ordered = sorted(events, key=_event_time)
     split = max(0, len(ordered) - batch_size * batches)

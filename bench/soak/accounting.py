@@ -242,8 +242,8 @@ def compare_rollups(backlogs: list[Backlog]) -> dict[str, Any]:
     """Stored rollups vs a from-scratch recompute of every job (rolled back)."""
     from django.db import transaction
 
-    from ettweb.rollups.logic import rebuild_all
     from ettweb.rollups.models import DailyCategoryRollup, DirtyJob
+    from ettweb.rollups.rebuild import rebuild_all
 
     stored = _snapshot()
     dirty = DirtyJob.objects.count()

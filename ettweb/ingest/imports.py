@@ -40,8 +40,8 @@ from ettweb.attribution.engine import gc_paused
 from ettweb.ingest import retention
 from ettweb.ingest.logic import IngestResult, ingest_lines
 from ettweb.ingest.models import QuarantinedEvent
-from ettweb.rollups.logic import JOBS_PER_TRANSACTION, RefreshStats, refresh_jobs
 from ettweb.rollups.models import AttemptRollup, DailyCategoryRollup, JobRollup, RecoveryRollup
+from ettweb.rollups.refresh import JOBS_PER_TRANSACTION, RefreshStats, refresh_jobs
 
 DEFAULT_BATCH_LINES = 5000
 #: Most worker processes by default: Postgres works on the same machine's cores (over 40%

@@ -26,7 +26,7 @@ from collector.schema import EventError, dump_attrs, is_plain, parse_event
 from ettweb.ingest import partitions, retention
 from ettweb.ingest.models import BatchNonce, Event, EventId, Job, QuarantinedEvent
 from ettweb.rollups.chunked import mark_chunks
-from ettweb.rollups.logic import MARK_STALE_AFTER_S, mark_dirty
+from ettweb.rollups.marks import MARK_STALE_AFTER_S, mark_dirty
 
 BIGINT_MAX = 2**63 - 1
 #: A quarantined line keeps this many characters (plus its full size and SHA-256).

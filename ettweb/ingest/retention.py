@@ -79,7 +79,7 @@ def drop_expired(now: float | None = None, days: int | None = None) -> Dropped:
     again before the drop takes its lock, nothing is dropped this time (the next run will).
     """
     from ettweb.rollups import chunked
-    from ettweb.rollups.logic import refresh_jobs
+    from ettweb.rollups.refresh import refresh_jobs
 
     keep_days = settings.ETT_EVENT_RETENTION_DAYS if days is None else days
     cutoff = float(partitions.day_of(time.time() if now is None else now)

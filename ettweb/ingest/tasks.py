@@ -43,7 +43,8 @@ from ettweb.ingest.logic import (
 )
 from ettweb.ingest.models import CollectorHealth
 from ettweb.retry import waits_for_database
-from ettweb.rollups.logic import refresh_delay_s, refresh_jobs
+from ettweb.rollups.marks import refresh_delay_s
+from ettweb.rollups.refresh import refresh_jobs
 from ettweb.rollups.tasks import refresh_rollups
 
 logger = logging.getLogger(__name__)

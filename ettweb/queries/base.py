@@ -278,7 +278,7 @@ def category_rows(query_range: DateRange, jobs: JobFilter = ANY_JOB) -> Any:
     Every job kept: the fleet's day sums (``FleetDayRollup``, ~16 rows a day). A filter:
     the label sums (``LabelDayRollup``) of the label combinations it keeps, which also carry
     ``model``, ``team``, ``cluster`` and ``gpus`` (the bucket) to group by. Both are exactly
-    the day rows' sums (``ettweb.rollups.logic`` keeps them so), a few rows a day where the
+    the day rows' sums (``ettweb.rollups.day_sums`` keeps them so), a few rows a day where the
     day rows hold one per job and category.
     """
     if jobs.is_any:

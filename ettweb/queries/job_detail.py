@@ -24,7 +24,7 @@ from ettweb.ingest.models import Event, Job, QuarantinedEvent
 from ettweb.queries.base import by_component, phase_components, quarantined_lines
 from ettweb.queries.registry import Query, runner_for
 from ettweb.rollups.chunked import chunk_index, chunk_lanes, chunk_s
-from ettweb.rollups.logic import rollup_outdated
+from ettweb.rollups.marks import rollup_outdated
 from ettweb.rollups.models import JobRollup
 
 Piece = tuple[str, float, float]  # (category or state, start, end), epoch seconds

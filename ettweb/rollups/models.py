@@ -72,7 +72,7 @@ class JobRollup(models.Model):
         ordering = ["job"]
         indexes = [models.Index(fields=["window_start"], name="jobrollup_start"),
                    # The labels every filter names: the filters' choices are an index-only
-                   # scan (6 ms at 20,000 jobs, against 61 ms reading the wide rows).
+                   # scan, not a read of the wide rows.
                    models.Index(fields=["model", "team", "cluster"], name="jobrollup_labels")]
 
     def __str__(self) -> str:
@@ -177,10 +177,10 @@ class FleetDayRollup(models.Model):
     """The whole fleet's seconds and GPU-seconds in one category on one UTC day: the sum of
     every job's :class:`DailyCategoryRollup` rows of that day and category.
 
-    Why: an unfiltered fleet page or report over 180 days read and grouped ~450,000 day rows
-    (20,000 jobs); these ~16 rows a day answer the same sums. Kept exact (see
-    :class:`ExactSumField`) by ``ettweb.rollups.logic`` in the transaction that writes the
-    day rows; ``rollups.logic.fleet_days_drift`` compares it with a fresh sum.
+    Why: an unfiltered fleet page or report over months would otherwise read and group every
+    job's day rows; one row per category a day answers the same sums. Kept exact (see
+    :class:`ExactSumField`) by ``ettweb.rollups.day_sums`` in the transaction that writes the
+    day rows; ``rollups.audit.day_sum_drift`` compares it with a fresh sum.
     """
 
     day = models.DateField()
@@ -200,10 +200,9 @@ class LabelDayRollup(models.Model):
     """Seconds and GPU-seconds per UTC day and category of the jobs sharing one model, team,
     cluster and GPU-size bucket (a job's labels and GPUs are those of its rollup).
 
-    Why: a filtered or grouped fleet page over 180 days read and joined every job's day rows
-    (~450,000 at fleet scale, 270 ms of SQL for a grouping by size); these sums hold the
-    same numbers in one row per label combination a day. Kept exact like
-    :class:`FleetDayRollup`; a job whose labels change moves all its sums at once.
+    Why: a filtered or grouped fleet page would otherwise read and join every job's day
+    rows; these sums hold the same numbers in one row per label combination a day. Kept
+    exact like :class:`FleetDayRollup`; a job whose labels change moves all its sums at once.
     """
 
     day = models.DateField()
@@ -229,9 +228,9 @@ class JobDayRollup(models.Model):
     categories).
 
     Why: rollout impact sums each job's wall and productive time over two windows of up to
-    90 days, and the top jobs rank jobs by lost time over a range; both read ~9 category
-    rows per job-day from :class:`DailyCategoryRollup` (439,841 rows for two 90-day windows
-    of the bench's 180-day fleet) where one row per job-day holds what they need (49,295).
+    90 days, and the top jobs rank jobs by lost time over a range; both would read a row
+    per category and job-day from :class:`DailyCategoryRollup` where one row per job-day
+    holds what they need.
     """
 
     job = models.ForeignKey(JobRollup, to_field="job", db_column="job", on_delete=models.CASCADE,
@@ -303,9 +302,8 @@ class RecoveryPartRollup(models.Model):
     """One recovery's GPU-seconds in one category (its ``by_category_gpu``, one row per
     non-zero category): the restart tax the fleet page stacks per day.
 
-    Why a table beside the JSON: summing 11,000 recoveries' JSON parts per load cost
-    ~100 ms of Postgres time at fleet scale (each value parsed from text); these narrow
-    rows sum in a fraction of it.
+    Why a table beside the JSON: summing every recovery's JSON parts on each load parses
+    each value from text; these narrow rows sum far faster.
     """
 
     job = models.ForeignKey(JobRollup, to_field="job", db_column="job", on_delete=models.CASCADE,
@@ -327,12 +325,13 @@ class RecoveryPartRollup(models.Model):
 class DirtyJob(models.Model):
     """A job whose stored events changed since its rollups were last computed.
 
-    Why a table rather than refreshing inside every ingest task: a job's refresh re-reads all
-    its events, so refreshing per batch costs O(job size) per batch — quadratic over a long
-    job. Ingestion marks the job here in the transaction that stores its events; one
-    ``ett.refresh_rollups`` task per newly marked job runs a moment later, and every batch
-    that arrives meanwhile only finds the mark already set. A refresh deletes the mark
-    before it reads the events, so a batch committing during the refresh marks the job anew.
+    Why a table rather than refreshing inside every ingest task: a refresh re-reads every
+    event of the chunk a batch lands in, so refreshing per batch would read a chunk's events
+    again for each of its batches — quadratic in the chunk. Ingestion marks the job here in
+    the transaction that stores its events; one ``ett.refresh_rollups`` task per newly
+    marked job runs a moment later, and every batch that arrives meanwhile only finds the
+    mark already set. A refresh deletes the mark before it reads the events, so a batch
+    committing during the refresh marks the job anew.
     """
 
     job = models.CharField(max_length=200, primary_key=True)
@@ -346,13 +345,14 @@ class DirtyJob(models.Model):
 class AttributionChunk(models.Model):
     """One occupied chunk of a job's timeline, as ``ettweb.attribution.chunk_sweep`` keeps it.
 
-    Why: a refresh used to re-read and re-attribute a whole job (4.4M events and 73 s for a
-    1,024-rank job three days old). Each chunk keeps its attribution and what the next chunk
-    needs, so a refresh recomputes only the chunks new events touch (or whose inputs they
-    changed) and sums the rest. ``summary`` and ``state`` are read at every refresh of the
-    job (small); ``carry`` (spans still open at the chunk's end), ``segments`` (the swept
-    pieces, for recoveries), ``timelines`` (the category timeline's pieces) and ``lanes``
-    (what each rank did, the job page's per-rank detail) only when needed.
+    Why: re-reading and re-attributing a whole job would make a refresh cost what the job
+    has lived, days of every rank's events for a large job. Each chunk keeps its
+    attribution and what the next chunk needs, so a refresh recomputes only the chunks new
+    events touch (or whose inputs they changed) and sums the rest. ``summary`` and ``state``
+    are read at every refresh of the job (small); ``carry`` (spans still open at the chunk's
+    end), ``segments`` (the swept pieces, for recoveries), ``timelines`` (the category
+    timeline's pieces) and ``lanes`` (what each rank did, the job page's per-rank detail)
+    only when needed.
     ``final``: the raw events of the chunk were dropped by retention, so it is never
     recomputed again.
     """

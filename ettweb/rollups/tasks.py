@@ -1,6 +1,6 @@
 """Rollup refresh tasks: scheduled by ingestion for the jobs it marked dirty, asked for by a
-page that found a job's rollup outdated, plus a beat safety net. The logic (claiming marks,
-recomputing, writing) lives in rollups.logic."""
+page that found a job's rollup outdated, plus a beat safety net. The work itself lives
+beside them: ``marks`` (claiming marks), ``refresh`` (recomputing), ``writers`` (storing)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import time
 from celery import shared_task
 
 from ettweb.retry import waits_for_database
-from ettweb.rollups.logic import MARK_STALE_AFTER_S, outdated_jobs, refresh_jobs, stale_marks
+from ettweb.rollups.marks import MARK_STALE_AFTER_S, outdated_jobs, stale_marks
+from ettweb.rollups.refresh import refresh_jobs
 
 
 @shared_task(name="ett.refresh_rollups")

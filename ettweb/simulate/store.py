@@ -21,8 +21,9 @@ from ettweb.ingest.imports import ImportSummary, import_lines, refresh_imported
 from ettweb.ingest.models import Event, EventId, Job, QuarantinedEvent
 from ettweb.queries import DateRange, TrendQuery, calculate
 from ettweb.rollouts.models import Rollout
-from ettweb.rollups.logic import RefreshStats, remove_jobs
 from ettweb.rollups.models import DirtyJob
+from ettweb.rollups.refresh import RefreshStats
+from ettweb.rollups.removal import remove_jobs
 from ettweb.simulate.fleet import FleetPlan, PlannedRollout, fleet_events, recorded
 
 #: The import's ``source``: quarantined lines of a simulation carry it.

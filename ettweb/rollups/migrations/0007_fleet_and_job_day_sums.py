@@ -1,8 +1,8 @@
 """The fleet's per-day category sums and each job's per-day wall/productive sums.
 
-Filled here from the day rows, which hold the same numbers: no refresh needed. The SQL is
-the one ``ettweb.rollups.logic`` runs after a rebuild (copied: a migration must not change
-when the app's code does).
+Filled here from the day rows, which hold the same numbers: no refresh needed. The sums
+are the ones ``ettweb.rollups.audit`` checks the tables against (copied: a migration must
+not change when the app's code does).
 """
 
 import django.db.models.deletion

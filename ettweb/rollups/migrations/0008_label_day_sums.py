@@ -1,6 +1,6 @@
 """Per day and category sums of the jobs sharing one model, team, cluster and GPU-size
-bucket, filled here from the day rows (the SQL ``ettweb.rollups.logic`` runs after a
-rebuild, with the buckets of ``ettweb.rollups.buckets`` frozen as they are today)."""
+bucket, filled here from the day rows (the sums ``ettweb.rollups.audit`` checks the table
+against, with the buckets of ``ettweb.rollups.buckets`` frozen as they are today)."""
 
 from django.db import migrations, models
 

@@ -26,8 +26,8 @@ from typing import Any, Final
 
 from ettweb.ingest.tasks import ingest_batch
 from ettweb.queries import DateRange
-from ettweb.rollups.logic import remove_jobs
 from ettweb.rollups.models import JobRollup
+from ettweb.rollups.removal import remove_jobs
 from tests.conftest import mark, span
 
 H: Final = 3600.0

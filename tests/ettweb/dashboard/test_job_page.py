@@ -24,8 +24,8 @@ from ettweb.dashboard.figures import unit_for
 from ettweb.dashboard.jobfigures import MAX_LANE_ATTEMPTS, OPEN_ATTEMPTS, rank_lanes
 from ettweb.ingest.logic import ingest_lines
 from ettweb.queries.job_detail import LaneRow
-from ettweb.rollups.logic import load_events, refresh_jobs
 from ettweb.rollups.models import AttemptTimeline, AttributionChunk, JobRollup
+from ettweb.rollups.refresh import load_events, refresh_jobs
 from tests.ettweb.attribution.attribution_events import Timeline, worked_example
 from tests.ettweb.attribution.rank_events import ranked_job, staggered_job
 from tests.ettweb.charts import figure_ids, figure_of, traces_of

@@ -10,7 +10,7 @@ import pytest
 from collector.schema import parse_event
 from ettweb.ingest.logic import IngestResult, ingest_lines
 from ettweb.ingest.models import Event, Job, QuarantinedEvent
-from ettweb.rollups.logic import load_events
+from ettweb.rollups.refresh import load_events
 
 LineFactory = Callable[..., str]
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 def test_valid_events_are_stored_as_normalized_schema(worked_example_lines: list[str]) -> None:
     result = ingest_lines(worked_example_lines, source="node-1")
     assert result == IngestResult(stored=len(worked_example_lines), duplicates=0, rejected=0)
-    # read back the way the engine reads them (rollups.logic.load_events)
+    # read back the way the engine reads them (rollups.refresh.load_events)
     stored = {event["id"]: event for event in load_events(["j1"])["j1"]}
     for line in worked_example_lines:
         expected = parse_event(line)

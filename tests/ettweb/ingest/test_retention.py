@@ -18,8 +18,9 @@ from ettweb.ingest import partitions
 from ettweb.ingest.logic import ingest_lines
 from ettweb.ingest.models import Event, EventHorizon, EventId, QuarantinedEvent
 from ettweb.ingest.retention import drop_expired
-from ettweb.rollups.logic import rebuild_all, refresh_jobs
 from ettweb.rollups.models import AttributionChunk, DailyCategoryRollup, JobRollup
+from ettweb.rollups.rebuild import rebuild_all
+from ettweb.rollups.refresh import refresh_jobs
 from ettweb.schedule import BEAT_SCHEDULE
 from tests.ettweb.rollups.rollup_fleet import EPOCH, FleetBuilder
 

@@ -9,7 +9,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from ettweb.ingest.logic import ingest_lines
-from ettweb.rollups.logic import refresh_jobs
+from ettweb.rollups.refresh import refresh_jobs
 
 pytestmark = pytest.mark.django_db
 

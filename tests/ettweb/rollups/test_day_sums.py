@@ -16,14 +16,8 @@ import pytest
 from rollup_fleet import EPOCH, FleetBuilder, fleet, in_lockstep
 
 from ettweb.ingest.logic import ingest_lines
+from ettweb.rollups.audit import SumDrift, day_sum_drift
 from ettweb.rollups.buckets import bucket_sql, gpu_bucket
-from ettweb.rollups.logic import (
-    SumDrift,
-    day_sum_drift,
-    rebuild_all,
-    refresh_jobs,
-    remove_jobs,
-)
 from ettweb.rollups.models import (
     DailyCategoryRollup,
     FleetDayRollup,
@@ -31,6 +25,9 @@ from ettweb.rollups.models import (
     JobRollup,
     LabelDayRollup,
 )
+from ettweb.rollups.rebuild import rebuild_all
+from ettweb.rollups.refresh import refresh_jobs
+from ettweb.rollups.removal import remove_jobs
 
 HOUR = 3600.0
 

@@ -10,8 +10,9 @@ from django.db import connections, transaction
 from rollup_fleet import fleet
 
 from ettweb.ingest.logic import ingest_lines
-from ettweb.rollups.logic import mark_dirty, refresh_jobs, stale_marks
+from ettweb.rollups.marks import mark_dirty, stale_marks
 from ettweb.rollups.models import DirtyJob, JobRollup
+from ettweb.rollups.refresh import refresh_jobs
 
 
 @pytest.mark.django_db
@@ -105,21 +106,21 @@ def test_a_batch_committing_after_the_refresh_claimed_the_mark_marks_the_job_aga
     errors: list[BaseException] = []
 
     def refresh_that_stalls() -> None:
-        import ettweb.rollups.logic as logic
+        import ettweb.rollups.refresh as refresh
 
-        real = logic._refresh_job
+        real = refresh._refresh_job
         try:
             def load_after_batch(*args: object) -> object:
                 claimed.set()
                 assert release.wait(timeout=30)
                 return real(*args)  # type: ignore[arg-type]
 
-            logic._refresh_job = load_after_batch  # type: ignore[assignment]
+            refresh._refresh_job = load_after_batch  # type: ignore[assignment]
             refresh_jobs(["job-000"], only_marked=True)
         except BaseException as exc:
             errors.append(exc)
         finally:
-            logic._refresh_job = real
+            refresh._refresh_job = real
             connections.close_all()
 
     refresher = threading.Thread(target=refresh_that_stalls)
@@ -145,28 +146,28 @@ def test_the_refresh_wait_stretches_with_the_waiting_jobs_events(
     refreshes read a chunk of 100,000 events each, at 20 us an event, is 6 s of refreshing,
     so each waits 24 s, not 5 s. A job's refresh reads one chunk, not the job: a job of 4M
     events in 400 chunks costs as much as one of 10,000 in one."""
-    from ettweb.rollups import logic
+    from ettweb.rollups import marks
 
-    monkeypatch.setattr(logic, "_seconds_per_event", 20e-6)
-    assert logic.refresh_delay_s(5.0) == 5.0  # nothing waits: the debounce alone
+    monkeypatch.setattr(marks, "_seconds_per_event", 20e-6)
+    assert marks.refresh_delay_s(5.0) == 5.0  # nothing waits: the debounce alone
     for job in ("a", "b", "c", "idle"):
         JobRollup.objects.create(job=job, events=100_000, chunks=1)
     mark_dirty(["a", "b", "c"], now=100.0, stale_after_s=60.0)
-    assert logic.refresh_delay_s(5.0) == pytest.approx(3 * 100_000 * 20e-6 / 0.25)
+    assert marks.refresh_delay_s(5.0) == pytest.approx(3 * 100_000 * 20e-6 / 0.25)
     JobRollup.objects.filter(job__in=["a", "b", "c"]).update(events=4_000_000, chunks=400)
-    assert logic.refresh_delay_s(1.0) == pytest.approx(3 * 10_000 * 20e-6 / 0.25)
-    assert logic.refresh_delay_s(30.0) == 30.0  # never shorter than the debounce
-    monkeypatch.setattr(logic, "_seconds_per_event", 1e-3)
-    assert logic.refresh_delay_s(5.0) == logic.MAX_REFRESH_DELAY_S < logic.MARK_STALE_AFTER_S
+    assert marks.refresh_delay_s(1.0) == pytest.approx(3 * 10_000 * 20e-6 / 0.25)
+    assert marks.refresh_delay_s(30.0) == 30.0  # never shorter than the debounce
+    monkeypatch.setattr(marks, "_seconds_per_event", 1e-3)
+    assert marks.refresh_delay_s(5.0) == marks.MAX_REFRESH_DELAY_S < marks.MARK_STALE_AFTER_S
 
 
 def test_the_cost_estimate_follows_measured_refreshes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ettweb.rollups import logic
-    from ettweb.rollups.logic import RefreshStats
+    from ettweb.rollups import marks
+    from ettweb.rollups.refresh import RefreshStats
 
-    monkeypatch.setattr(logic, "_seconds_per_event", 20e-6)
+    monkeypatch.setattr(marks, "_seconds_per_event", 20e-6)
     for _ in range(30):
-        logic._note_cost(RefreshStats(jobs=1, events=10_000, elapsed_s=1.0))  # 100 us/event
-    assert logic._seconds_per_event == pytest.approx(100e-6, rel=0.01)
-    logic._note_cost(RefreshStats(jobs=1, events=10, elapsed_s=5.0))  # too small to judge
-    assert logic._seconds_per_event == pytest.approx(100e-6, rel=0.01)
+        marks.note_cost(RefreshStats(jobs=1, events=10_000, elapsed_s=1.0))  # 100 us/event
+    assert marks._seconds_per_event == pytest.approx(100e-6, rel=0.01)
+    marks.note_cost(RefreshStats(jobs=1, events=10, elapsed_s=5.0))  # too small to judge
+    assert marks._seconds_per_event == pytest.approx(100e-6, rel=0.01)

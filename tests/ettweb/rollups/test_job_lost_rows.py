@@ -7,8 +7,9 @@ import pytest
 
 from ettweb.ingest.logic import ingest_lines
 from ettweb.ingest.models import Event
-from ettweb.rollups.logic import rebuild_all, refresh_jobs
 from ettweb.rollups.models import JobLostRollup, JobRollup
+from ettweb.rollups.rebuild import rebuild_all
+from ettweb.rollups.refresh import refresh_jobs
 
 
 def _rows() -> dict[tuple[str, str], float]:

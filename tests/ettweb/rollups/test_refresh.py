@@ -14,8 +14,9 @@ from rollup_fleet import EPOCH, FleetBuilder, fleet, in_lockstep
 from collector.schema import dump_event
 from ettweb.attribution.engine import attribute_job
 from ettweb.ingest.logic import ingest_lines
-from ettweb.rollups.logic import load_events, rebuild_all, refresh_jobs
 from ettweb.rollups.models import AttemptRollup, DailyCategoryRollup, JobRollup, RecoveryRollup
+from ettweb.rollups.rebuild import rebuild_all
+from ettweb.rollups.refresh import load_events, refresh_jobs
 
 HOUR = 3600.0
 DAY = 86400.0
@@ -241,13 +242,13 @@ def test_concurrent_refreshes_of_one_job_are_safe_and_end_exact() -> None:
 def test_a_slow_refresh_never_overwrites_a_newer_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """Worker A reads the job's events, then stalls; meanwhile a batch commits and worker B
     refreshes. Without the per-job lock A would write its stale numbers last."""
-    import ettweb.rollups.logic as logic
+    import ettweb.rollups.refresh as refresh
 
     builder = fleet(seed=9, jobs=1)
     lines = builder.lines()
     ingest_lines(lines[:-10])
     loaded = threading.Event()
-    real = logic._refresh_job
+    real = refresh._refresh_job
 
     def slow_attribute(*args: Any) -> Any:
         rows = real(*args)  # the job's chunks read and attributed, nothing written yet
@@ -256,7 +257,7 @@ def test_a_slow_refresh_never_overwrites_a_newer_one(monkeypatch: pytest.MonkeyP
             threading.Event().wait(1.0)  # B gets every chance to finish first
         return rows
 
-    monkeypatch.setattr(logic, "_refresh_job", slow_attribute)
+    monkeypatch.setattr(refresh, "_refresh_job", slow_attribute)
     errors: list[BaseException] = []
 
     def run_slow() -> None:

@@ -15,19 +15,16 @@ from ettweb.attribution.engine import attribute_job
 from ettweb.attribution.lanes import LANE_TARGET, category_timeline, job_lanes
 from ettweb.ingest.logic import ingest_lines
 from ettweb.rollups import chunked
-from ettweb.rollups.logic import (
-    TIMELINE_COLUMNS,
-    _copy_columns,
-    load_events,
-    rebuild_all,
-    refresh_jobs,
-)
+from ettweb.rollups.copying import copy_columns
+from ettweb.rollups.job_rows import TIMELINE_COLUMNS
 from ettweb.rollups.models import (
     AttemptRollup,
     AttemptTimeline,
     AttributionChunk,
     JobRollup,
 )
+from ettweb.rollups.rebuild import rebuild_all
+from ettweb.rollups.refresh import load_events, refresh_jobs
 from tests.ettweb.attribution.attribution_events import Timeline, worked_example
 from tests.ettweb.attribution.rank_events import ranked_job
 
@@ -177,7 +174,7 @@ def test_rebuild_all_stores_the_same_drawing_as_the_refresh() -> None:
 
 
 def test_the_timeline_rows_are_written_in_the_tables_column_order() -> None:
-    assert _copy_columns(AttemptTimeline) == list(TIMELINE_COLUMNS)
+    assert copy_columns(AttemptTimeline) == list(TIMELINE_COLUMNS)
 
 
 def test_a_job_with_no_events_left_loses_its_drawing() -> None:

@@ -33,7 +33,7 @@ from ettweb.ingest.imports import (
     read_lines,
     refresh_imported,
 )
-from ettweb.rollups.logic import RefreshStats
+from ettweb.rollups.refresh import RefreshStats
 
 EXIT_UNREADABLE = 2
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from ettweb.rollups.logic import rebuild_all
+from ettweb.rollups.rebuild import rebuild_all
 
 
 class Command(BaseCommand):

@@ -1,0 +1,199 @@
+"""Write a job's per-day rows, and keep the sums of those rows equal to them.
+
+Only the day rows whose numbers changed are written, so a late batch rewrites exactly the
+days it touches (``DailyCategoryRollup.written_at`` shows which). Pages read the sums
+(:class:`FleetDayRollup` per day, :class:`LabelDayRollup` per label, :class:`JobDayRollup`
+per job-day) rather than the rows, so each written row's change is added to them in the same
+transaction: no reader ever sees the tables disagree. ``ettweb.rollups.audit`` checks them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from datetime import date
+from typing import Any, Final
+
+from django.db import connection
+from django.utils import timezone
+
+from ettweb.attribution.components import PRODUCTIVE
+from ettweb.rollups.buckets import gpu_bucket
+from ettweb.rollups.copying import copy_rows
+from ettweb.rollups.job_rows import DayKey, DayValues
+from ettweb.rollups.models import (
+    DailyCategoryRollup,
+    FleetDayRollup,
+    JobDayRollup,
+    JobRollup,
+    LabelDayRollup,
+)
+
+#: Two day values closer than this (relative) are "unchanged": a recompute may redistribute
+#: float rounding across a long segment without any event touching that day.
+SAME_REL_TOL = 1e-9
+
+#: A job's (model, team, cluster, GPU-size bucket): the key of its label sums.
+Labels = tuple[str, str, str, str]
+
+#: One change to the label sums: (day, category, model, team, cluster, GPU bucket,
+#: seconds, GPU-seconds, +1 or -1).
+_LabelChange = tuple[date, str, str, str, str, str, float, float, int]
+
+#: The key columns of each sum table and their SQL types, in lock (key) order.
+_FLEET_KEY: Final = (("day", "date"), ("category", "text"))
+_LABEL_KEY: Final = (*_FLEET_KEY, ("model", "text"), ("team", "text"), ("cluster", "text"),
+                     ("gpus", "text"))
+
+
+def job_labels(job_ids: Sequence[str]) -> dict[str, Labels]:
+    """The jobs' label keys as their rollups hold them now (jobs without one left out)."""
+    return {job: (model, team, cluster, gpu_bucket(gpus)) for job, model, team, cluster, gpus
+            in JobRollup.objects.filter(job__in=list(job_ids))
+            .values_list("job", "model", "team", "cluster", "gpus")}
+
+
+def write_days(wanted: dict[str, dict[DayKey, DayValues]],
+               labels_before: Mapping[str, Labels] | None = None,
+               ) -> tuple[int, int, set[date]]:
+    """Write only the day rows whose numbers changed; returns (written, deleted, days).
+
+    The fleet's day sums and the label sums get each written row's new value and lose its
+    old one, and the touched job-days are summed again, in the caller's transaction. A job
+    wanted with no days loses all its rows (and their share of the sums).
+    ``labels_before`` holds the jobs' label keys before this refresh rewrote their rollups
+    (default: unchanged); a job whose key changed moves every one of its rows from the old
+    key's sums to the new one's.
+    """
+    if not wanted:
+        return 0, 0, set()
+    labels = job_labels(list(wanted))
+    before = labels if labels_before is None else labels_before
+    stored: dict[tuple[str, date, str], tuple[int, DayValues]] = {
+        (str(job), day, category): (pk, (seconds, gpu_seconds))
+        for pk, job, day, category, seconds, gpu_seconds in DailyCategoryRollup.objects
+        .filter(job_id__in=list(wanted))
+        .values_list("id", "job_id", "day", "category", "seconds", "gpu_seconds")
+    }
+    moved = {job for job in wanted if job in before and before[job] != labels.get(job)}
+    label_changes = _moved_label_changes(stored, wanted, moved, before, labels)
+    now = timezone.now()
+    inserts: list[tuple[date, str, str, float, float, Any]] = []  # copy_columns order
+    updates: list[tuple[float, float, Any, int]] = []
+    changes: list[tuple[str, date, str, float, float, int]] = []
+    touched: set[tuple[str, date]] = set()
+    for job, values in wanted.items():
+        for (day, category), new in values.items():
+            old = stored.pop((job, day, category), None)
+            if old is None:
+                inserts.append((day, job, category, new[0], new[1], now))
+            elif not _same(old[1], new):
+                updates.append((new[0], new[1], now, old[0]))
+                changes.append((job, day, category, old[1][0], old[1][1], -1))
+            else:
+                continue
+            changes.append((job, day, category, new[0], new[1], 1))
+            touched.add((job, day))
+    for (job, day, category), (_, (seconds, gpu_seconds)) in stored.items():
+        changes.append((job, day, category, seconds, gpu_seconds, -1))
+        touched.add((job, day))
+    label_changes += [(day, category, *labels[job], s, g, sign)
+                      for job, day, category, s, g, sign in changes
+                      if job not in moved and job in labels]
+    raw = connection.connection
+    assert raw is not None
+    with raw.cursor() as copy_cursor:
+        copy_rows(copy_cursor, DailyCategoryRollup, inserts)
+    with connection.cursor() as cursor:
+        if updates:
+            cursor.executemany(
+                f"UPDATE {DailyCategoryRollup._meta.db_table} SET seconds = %s, "
+                "gpu_seconds = %s, written_at = %s WHERE id = %s", updates)
+        if stored:
+            cursor.execute(f"DELETE FROM {DailyCategoryRollup._meta.db_table} "
+                           "WHERE id = ANY(%s)", [[pk for pk, _ in stored.values()]])
+        _change_sums(cursor, FleetDayRollup._meta.db_table, _FLEET_KEY,
+                     [change[1:] for change in changes])
+        _change_sums(cursor, LabelDayRollup._meta.db_table, _LABEL_KEY, label_changes)
+        _rewrite_job_days(cursor, wanted, touched)
+    return len(inserts) + len(updates), len(stored), {day for _, day in touched}
+
+
+def _same(a: DayValues, b: DayValues) -> bool:
+    return all(abs(x - y) <= SAME_REL_TOL * max(1.0, abs(x), abs(y))
+               for x, y in zip(a, b, strict=True))
+
+
+def _moved_label_changes(stored: Mapping[tuple[str, date, str], tuple[int, DayValues]],
+                         wanted: Mapping[str, Mapping[DayKey, DayValues]], moved: set[str],
+                         before: Mapping[str, Labels],
+                         labels: Mapping[str, Labels]) -> list[_LabelChange]:
+    """For jobs whose label key changed: every stored row out of the old key's sums, every
+    wanted row into the new key's."""
+    changes: list[_LabelChange] = []
+    for (job, day, category), (_, (seconds, gpu_seconds)) in stored.items():
+        if job in moved:
+            changes.append((day, category, *before[job], seconds, gpu_seconds, -1))
+    for job in moved:
+        if job in labels:
+            changes += [(day, category, *labels[job], seconds, gpu_seconds, 1)
+                        for (day, category), (seconds, gpu_seconds) in wanted[job].items()]
+    return changes
+
+
+def _change_sums(cursor: Any, table: str, key: Sequence[tuple[str, str]],
+                 changes: Sequence[tuple[Any, ...]]) -> None:
+    """Add ``changes`` (key values in ``key`` order, then seconds, GPU-seconds, +1 or -1)
+    to a sum table in one statement, cells in key order.
+
+    Exact: each value enters as ``float8::numeric``, the same conversion the backfill and
+    ``audit.day_sum_drift`` apply to the stored rows. Key order: concurrent refreshes that
+    share cells (today's, above all) lock them in the same order, so never deadlock; the
+    locks last from here to the commit that follows. A cell that reaches exactly zero (its
+    last row gone) is deleted.
+    """
+    if not changes:
+        return
+    columns = [list(column) for column in zip(*changes, strict=True)]
+    names = ", ".join(name for name, _ in key)
+    arrays = ", ".join(f"%s::{kind}[]" for _, kind in key)
+    cursor.execute(
+        f"INSERT INTO {table} AS f ({names}, seconds, gpu_seconds) "
+        f"SELECT {names}, SUM(sign * s::numeric), SUM(sign * g::numeric) "
+        f"FROM unnest({arrays}, %s::float8[], %s::float8[], %s::int[]) "
+        f"AS c({names}, s, g, sign) GROUP BY {names} ORDER BY {names} "
+        f"ON CONFLICT ({names}) DO UPDATE SET seconds = f.seconds + EXCLUDED.seconds, "
+        f"gpu_seconds = f.gpu_seconds + EXCLUDED.gpu_seconds", columns)
+    cursor.execute(
+        f"DELETE FROM {table} f USING unnest({arrays}) AS c({names}) "
+        f"WHERE ({', '.join(f'f.{name}' for name, _ in key)}) = "
+        f"({', '.join(f'c.{name}' for name, _ in key)}) "
+        f"AND f.seconds = 0 AND f.gpu_seconds = 0", columns[:len(key)])
+
+
+def _rewrite_job_days(cursor: Any, wanted: Mapping[str, Mapping[DayKey, DayValues]],
+                      touched: set[tuple[str, date]]) -> None:
+    """Replace the job-day sums of the ``touched`` (job, day) pairs from the wanted rows
+    (``math.fsum``: the same sum whatever order the categories come in)."""
+    if not touched:
+        return
+    pairs = sorted(touched)
+    cursor.execute(
+        f"DELETE FROM {JobDayRollup._meta.db_table} d USING unnest(%s::text[], %s::date[]) "
+        "AS t(job, day) WHERE d.job = t.job AND d.day = t.day",
+        [[job for job, _ in pairs], [day for _, day in pairs]])
+    walls: dict[tuple[str, date], list[float]] = defaultdict(list)
+    productive: dict[tuple[str, date], float] = defaultdict(float)
+    for job in {job for job, _ in pairs}:
+        for (day, category), (_, gpu_seconds) in wanted.get(job, {}).items():
+            if (job, day) in touched:
+                walls[(job, day)].append(gpu_seconds)
+                if category == PRODUCTIVE:
+                    productive[(job, day)] += gpu_seconds
+    rows = [(job, day, math.fsum(walls[(job, day)]), productive[(job, day)])
+            for job, day in pairs if (job, day) in walls]
+    raw = connection.connection
+    assert raw is not None
+    with raw.cursor() as copy_cursor:
+        copy_rows(copy_cursor, JobDayRollup, rows)

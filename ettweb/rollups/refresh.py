@@ -1,0 +1,267 @@
+"""Refresh: bring a job's rollups up to date with its stored events, exactly.
+
+Attribution is not additive: one late event can change a piece of timeline hours away (an
+attempt window grows, a train span's high-water mark moves). So the refresh keeps each
+job's attribution in chunks (``ettweb.attribution.chunk_*``, stored by ``rollups.chunked``)
+that know what they depend on, recomputes the chunks new events land in and those whose
+inputs they changed, and sums the chunks into the job's rows: the numbers always equal the
+offline report's, and a refresh costs what the new events cost, not what the job has lived.
+Storing the rows is ``rollups.writers``'s job.
+
+Concurrency: every refresh takes ``pg_advisory_xact_lock(hashtext(job))`` for its jobs (in
+hash order, so two workers never deadlock) and only then reads the job's events. The events
+of a batch commit before its refresh starts, so whichever refresh runs last sees every
+committed event and leaves the rollup exact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date
+from typing import Final
+
+from django.db import connection, transaction
+
+from ettweb.attribution import chunk_refresh, chunk_summary, chunk_sums, chunk_sweep
+from ettweb.attribution.engine import Event, Segment
+from ettweb.attribution.lanes import Timeline
+from ettweb.rollups import chunked
+from ettweb.rollups.chunked import as_event, select_events
+from ettweb.rollups.job_rows import JobRows, job_rows
+from ettweb.rollups.marks import claim_marks, note_cost
+from ettweb.rollups.writers import write_jobs
+
+#: Jobs refreshed per transaction: bounds memory and lock time for very large batches.
+JOBS_PER_TRANSACTION = 200
+
+#: The events of a list of jobs (see :func:`load_events` for why this form).
+_OF_JOBS: Final = "WHERE job = ANY(ARRAY(SELECT unnest(%s::text[])))"
+
+
+@dataclass(frozen=True)
+class RefreshStats:
+    """What a refresh did: jobs and events attributed, day rows written and deleted."""
+
+    jobs: int = 0
+    events: int = 0
+    day_rows_written: int = 0
+    day_rows_deleted: int = 0
+    days_written: tuple[date, ...] = ()
+    elapsed_s: float = 0.0
+
+    def merged(self, other: RefreshStats) -> RefreshStats:
+        """Both refreshes' counts together (the elapsed time left at zero)."""
+        return RefreshStats(
+            jobs=self.jobs + other.jobs, events=self.events + other.events,
+            day_rows_written=self.day_rows_written + other.day_rows_written,
+            day_rows_deleted=self.day_rows_deleted + other.day_rows_deleted,
+            days_written=tuple(sorted(set(self.days_written) | set(other.days_written))))
+
+    def timed(self, began: float) -> RefreshStats:
+        """These counts, with the time since ``began`` (a ``time.perf_counter()`` reading)."""
+        return dataclasses.replace(self, elapsed_s=time.perf_counter() - began)
+
+
+def refresh_jobs(job_ids: Iterable[str], *, only_marked: bool = False,
+                 whole: bool = False) -> RefreshStats:
+    """Bring the rollups of ``job_ids`` up to date with their stored events (exactly).
+
+    Recomputes the chunks ingestion marked (and what they change, ``attribution.chunk_refresh``);
+    ``whole`` recomputes every chunk from the events instead: for events that changed
+    outside ingestion (deleted by hand, restored from a backup). A job with no stored
+    events left loses its rollups. Safe to call concurrently for the same jobs from
+    several workers; the last one to run leaves the exact numbers. ``only_marked`` skips
+    jobs without a dirty mark (another refresh already took it): what the
+    ``ett.refresh_rollups`` task wants. Every refresh clears the marks it covers.
+    """
+    began = time.perf_counter()
+    ordered = sorted(set(job_ids))
+    total = RefreshStats()
+    for at in range(0, len(ordered), JOBS_PER_TRANSACTION):
+        batch = ordered[at:at + JOBS_PER_TRANSACTION]
+        total = total.merged(refresh_batch(batch, only_marked=only_marked, whole=whole))
+    stats = total.timed(began)
+    note_cost(stats)
+    return stats
+
+
+def load_events(job_ids: Sequence[str]) -> dict[str, list[Event]]:
+    """The stored events of ``job_ids``, grouped by job (raw SQL: no model instances).
+
+    The ids go through ``ARRAY(SELECT unnest(…))`` so the planner does not estimate each of
+    them against every partition's statistics: with a literal list, planning costs more than
+    running the query (same index scans, same rows either way).
+    """
+    grouped: dict[str, list[Event]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(select_events(_OF_JOBS),
+                       [list(job_ids)])
+        for row in cursor.fetchall():
+            grouped.setdefault(row[1], []).append(as_event(row))
+    return grouped
+
+
+def lock_jobs(job_ids: Sequence[str]) -> None:
+    """Serialize refreshes of the same job across workers until this transaction ends.
+
+    Locks are taken in hash order: two workers holding overlapping sets never deadlock.
+    One statement for all of them, not a round trip per job (an import refreshes thousands):
+    a volatile function in the select list is evaluated after the ORDER BY sort.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(h) FROM (SELECT DISTINCT hashtext(j) AS h "
+                       "FROM unnest(%s::text[]) AS j) AS keys ORDER BY h", [list(job_ids)])
+
+
+def refresh_batch(job_ids: list[str], *, only_marked: bool = False,
+                  whole: bool = False) -> RefreshStats:
+    """Refresh one transaction's worth of jobs (:func:`refresh_jobs` cuts them): lock them,
+    claim their marks, recompute their dirty chunks and store the summed rows. ``whole``
+    drops every chunk that is not final and recomputes the jobs from their events."""
+    with transaction.atomic():
+        lock_jobs(job_ids)
+        marked = claim_marks(job_ids)
+        if only_marked:
+            job_ids = [job for job in job_ids if job in marked]
+        if not job_ids:
+            return RefreshStats()
+        size = chunked.chunk_s()
+        if whole:  # final chunks stay: their events are gone (retention)
+            chunked.delete_chunks(job_ids, keep_final=True)
+        dirty = chunked.claim_chunks(job_ids)
+        stored, resized = chunked.stored_states(job_ids, size)
+        fresh = [job for job in job_ids if whole or job not in stored]
+        if resized:
+            chunked.delete_chunks(sorted(resized))
+        loaded = _load_fresh(fresh, size)
+        if loaded is None:  # too many events to hold: find their chunks, read them one by one
+            for job, found in chunked.home_chunks(fresh, size).items():
+                dirty[job] = dirty.get(job, set()) | found
+            loaded = {}
+        for job, by_fine in loaded.items():
+            dirty[job] = dirty.get(job, set()) | set(by_fine)
+        plans = _plan(job_ids, dirty, stored, size, loaded)
+        prefetched = chunked.prefetch_home(
+            ((job, k, following) for job, placed in plans.items() if job not in loaded
+             for k, following in _dirty_ranges(placed)), size, chunk_refresh.CACHED_EVENTS)
+        writer = chunked.ChunkWriter(size)
+        kept = _KeptSegments()
+        done = {job: _refresh_job(job, plans[job], stored.get(job, {}), size, writer,
+                                  prefetched, loaded.get(job), kept) for job in job_ids}
+        writer.flush()
+        timelines = chunked.read_timelines([job for job, d in done.items() if d.skeleton])
+        rows = [_summed(job, d, timelines.get(job, {}), size, kept)
+                for job, d in done.items() if d.skeleton is not None]
+        gone = [job for job, d in done.items() if d.skeleton is None]
+        events = sum(d.events_read for d in done.values())
+        written, deleted, days = write_jobs(rows, gone)
+    return RefreshStats(jobs=len(rows), events=events, day_rows_written=written,
+                        day_rows_deleted=deleted, days_written=tuple(sorted(days)))
+
+
+def _load_fresh(job_ids: Sequence[str], size: float,
+                ) -> dict[str, dict[int, list[Event]]] | None:
+    """Every event of jobs with no chunks yet (new jobs, a whole recompute) grouped by
+    fine chunk, in one query; ``None`` when they are more than ``CACHED_EVENTS`` (then
+    read chunk by chunk, in bounded memory). Why: finding, counting and reading a small
+    new job's chunks one query each would probe every daily partition three times per job,
+    which dominates an import of many small jobs."""
+    if not job_ids:
+        return {}
+    loaded: dict[str, dict[int, list[Event]]] = {job: {} for job in job_ids}
+    with connection.cursor() as cursor:
+        cursor.execute(select_events(f"{_OF_JOBS} LIMIT %s"),
+                       [list(job_ids), chunk_refresh.CACHED_EVENTS + 1])
+        rows = cursor.fetchall()
+    if len(rows) > chunk_refresh.CACHED_EVENTS:
+        return None
+    for row in rows:
+        event = as_event(row)
+        fine = chunk_summary.chunk_of(chunk_summary.home_time(event), size)
+        loaded[event["job"]].setdefault(fine, []).append(event)
+    return loaded
+
+
+def _plan(job_ids: Sequence[str], dirty: Mapping[str, set[int]],
+          stored: Mapping[str, dict[int, chunk_sweep.ChunkState]], size: float,
+          loaded: Mapping[str, dict[int, list[Event]]]) -> dict[str, chunk_refresh.Plan]:
+    """Place every job's dirty fine chunks in chunks, with one count query for all (none
+    for the jobs whose events are ``loaded``)."""
+    unplaced = {job: chunk_refresh.unplaced(dirty.get(job, set()), stored.get(job, {}), size)
+                for job in job_ids if job not in loaded}
+    counts = chunked.count_home({job: f for job, f in unplaced.items() if f}, size)
+    for job, by_fine in loaded.items():
+        counts[job] = {fine: len(events) for fine, events in by_fine.items()}
+    return {job: chunk_refresh.plan(dirty.get(job, set()), stored.get(job, {}), counts.get(job, {}),
+                             size) for job in job_ids}
+
+
+def _dirty_ranges(placed: chunk_refresh.Plan) -> list[tuple[int, int | None]]:
+    """The (first fine chunk, next chunk's) of the chunks a plan reads again."""
+    following = chunk_refresh.followers(placed.chunks)
+    return [(k, following[k]) for k in sorted(placed.dirty)]
+
+
+def _refresh_job(job: str, placed: chunk_refresh.Plan, stored: dict[int, chunk_sweep.ChunkState],
+                 size: float, writer: chunked.ChunkWriter,
+                 prefetched: dict[tuple[str, int, int | None], list[Event]] | None = None,
+                 loaded: dict[int, list[Event]] | None = None,
+                 kept: _KeptSegments | None = None) -> chunk_refresh.Refreshed:
+    """Recompute one job's changed chunks and queue them for ``writer``. ``prefetched``:
+    the dirty chunks' home events, read for the whole transaction at once (``None``: too
+    many, read each); ``loaded``: all the job's events by fine chunk (a new job's)."""
+    planned = set(_dirty_ranges(placed))
+
+    def read_home(k: int, following: int | None) -> list[Event]:
+        if loaded is not None:
+            return chunk_summary.home_of(loaded, k, following)
+        if prefetched is not None and (k, following) in planned:
+            return prefetched.get((job, k, following), [])
+        return chunked.read_home(job, k, following, size)
+
+    def write(state: chunk_sweep.ChunkState) -> None:
+        if kept is not None:
+            kept.add(job, state)
+        writer.add(job, state)
+
+    done = chunk_refresh.refresh_planned(placed, stored, read_home,
+                                  lambda k: chunked.read_carry(job, k), size, write=write)
+    writer.delete(job, done.deleted)
+    return done
+
+
+class _KeptSegments:
+    """The segments of the chunks a refresh recomputed, kept for its recoveries while they
+    are few (``LIMIT`` in all), so a refresh of many new jobs does not read them back from
+    the chunks one query a job."""
+
+    LIMIT: Final = 50_000
+
+    def __init__(self) -> None:
+        self.segments: dict[tuple[str, int], list[Segment]] = {}
+        self.count = 0
+
+    def add(self, job: str, state: chunk_sweep.ChunkState) -> None:
+        segments = state.segments or []
+        if self.count + len(segments) <= self.LIMIT:
+            self.segments[(job, state.chunk)] = segments
+            self.count += len(segments)
+
+    def read(self, job: str, ks: Sequence[int]) -> dict[int, list[Segment]]:
+        found = {k: self.segments[(job, k)] for k in ks if (job, k) in self.segments}
+        missing = [k for k in ks if k not in found]
+        return {**found, **chunked.read_segments(job, missing)} if missing else found
+
+
+def _summed(job: str, done: chunk_refresh.Refreshed, timelines: dict[int, list[Timeline]],
+            size: float, kept: _KeptSegments) -> JobRows:
+    """One refreshed job's rows, summed from its chunks (written by now)."""
+    assert done.skeleton is not None
+    assembled = chunk_sums.assemble(job, done.skeleton, done.states,
+                                lambda ks: kept.read(job, ks), size)
+    timeline = chunk_sums.job_timeline(done.skeleton, timelines)
+    return job_rows(assembled.attribution, assembled.days, timeline,
+                    events=done.skeleton.events, chunk_count=len(done.states))
