@@ -45,7 +45,8 @@ from typing import Any, Protocol
 from collector.auth import health_body, sign_batch
 from collector.config import AgentConfig
 from collector.health import HealthStats, MetricsServer, prometheus_text
-from collector.spool import dropped_events, is_sealed, read_records
+from collector.spool import dropped_events, is_sealed
+from collector.spool_reader import read_records
 from collector.verdict import REJECTED, VerdictWatcher, check_credential
 
 log = logging.getLogger("ett.collector")

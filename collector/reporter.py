@@ -29,7 +29,7 @@ from types import FrameType, TracebackType
 from typing import Any, ParamSpec, TypeVar
 
 from collector.schema import EventError, dump_event, validate_event
-from collector.spool import DEFAULT_SEGMENT_BYTES, FSYNC_POLICIES, SegmentWriter
+from collector.spool_writer import DEFAULT_SEGMENT_BYTES, FSYNC_POLICIES, SegmentWriter
 
 log = logging.getLogger("ett.reporter")
 
