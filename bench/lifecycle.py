@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from collector.spool import read_records
+from collector.spool_reader import read_records
 from trainer import compile_store, launch
 from trainer.config import DEVICES, OPTIMIZATIONS, resolve_device
 

@@ -3,6 +3,7 @@
 Imports neither Django nor torch: it runs on training nodes.
 """
 
-from collector.reporter import PhaseSpan, Reporter, TrainTracker, attempt_from_env, traced
+from collector.reporter import Reporter, attempt_from_env
+from collector.spans import PhaseSpan, TrainTracker, traced
 
 __all__ = ["PhaseSpan", "Reporter", "TrainTracker", "attempt_from_env", "traced"]

@@ -6,35 +6,31 @@ appends queued events to a local spool file that the collector agent ships. Noth
 the caller on I/O or raises into the training loop: a full queue or an invalid event is counted
 (and logged once per kind), never thrown. The design follows OpenTelemetry's BatchProcessor
 (bounded queue, background flush, ``shutdown(timeout)``, fork-safe) but spools to disk, because
-the product must not lose events.
+the product must not lose events. Phase and training spans are ``collector.spans``'s; what
+happens at fork, exit and SIGTERM is ``collector.live_reporters``'s.
 """
 
 from __future__ import annotations
 
-import atexit
 import collections
-import contextlib
-import functools
 import itertools
 import logging
 import os
-import signal
 import socket
 import threading
 import time
-import weakref
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import FrameType, TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
+from collector import live_reporters
 from collector.schema import EventError, dump_event, validate_event
-from collector.spool import DEFAULT_SEGMENT_BYTES, FSYNC_POLICIES, SegmentWriter
+from collector.spans import PhaseSpan, TrainTracker, traced
+from collector.spool_writer import DEFAULT_SEGMENT_BYTES, FSYNC_POLICIES, SegmentWriter
+
+__all__ = ["ATTEMPT_ENV_VARS", "DEFAULT_SPOOL_DIR", "PhaseSpan", "Reporter", "TrainTracker",
+           "attempt_from_env", "traced"]
 
 log = logging.getLogger("ett.reporter")
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 #: Environment variables a launcher sets; the first one present gives the attempt number.
 ATTEMPT_ENV_VARS = ("ETT_ATTEMPT", "TORCHELASTIC_RESTART_COUNT")
@@ -123,9 +119,9 @@ class Reporter:
         self._heartbeat_stop = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
         self._start_pipeline()
-        _live_reporters.add(self)
+        live_reporters.register(self)
         if install_signal_handlers:
-            _flush_on_sigterm()
+            live_reporters.flush_on_sigterm()
 
     # ---------------------------------------------------------------- pipeline
     def _start_pipeline(self) -> None:
@@ -327,121 +323,8 @@ class Reporter:
         return self._writer.path
 
 
-class PhaseSpan(contextlib.ContextDecorator):
-    """A span of one phase: ``with reporter.phase("compile"):`` or ``@reporter.phase("eval")``."""
-
-    def __init__(self, reporter: Reporter, name: str, blocking: bool,
-                 attrs: dict[str, Any]) -> None:
-        self.reporter, self.name, self.blocking, self.attrs = reporter, name, blocking, attrs
-        self.start: float | None = None
-
-    def _recreate_cm(self) -> PhaseSpan:
-        # As a decorator one instance wraps every call: give each call its own start time,
-        # or recursive and concurrent calls would overwrite each other's.
-        return PhaseSpan(self.reporter, self.name, self.blocking, self.attrs)
-
-    def __enter__(self) -> PhaseSpan:
-        self.start = time.time()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        start = self.start if self.start is not None else time.time()
-        attrs = dict(self.attrs)
-        if exc_type is not None:
-            attrs["error"] = exc_type.__name__
-        fields: dict[str, Any] = {"blocking": self.blocking}
-        if attrs:
-            fields["attrs"] = attrs
-        self.reporter.span(self.name, start, _now_after(start), **fields)
-
-
-class TrainTracker:
-    """Turns per-step progress into ``train`` spans with step ranges (ETT_SPEC §2).
-
-    A slice is closed and a new one opened once ``train_slice_s`` has passed, so a crash loses
-    at most one slice. Call :meth:`pause` around non-training work inside the loop (a checkpoint
-    save, an eval) so that time is not counted as training.
-    """
-
-    def __init__(self, reporter: Reporter, start_step: int) -> None:
-        self.reporter = reporter
-        self.step = start_step
-        reporter.last_step = start_step
-        self._slice_start_step = start_step
-        self._slice_start: float | None = time.time()
-
-    def advance(self, step: int) -> None:
-        """Record that global step ``step`` is complete (``step`` = steps done so far).
-
-        After :meth:`pause` without :meth:`resume`, the new slice opens now and still starts
-        at the last recorded step, so step ranges stay contiguous (the time of that first
-        step is not known; call :meth:`resume` when training restarts to keep it). A step
-        below the last one is an in-process rollback: the open slice is closed and a new one
-        starts at ``step``.
-        """
-        now = time.time()
-        if step < self.step:
-            self._close_slice(now)
-            self._slice_start, self._slice_start_step = now, step
-        elif self._slice_start is None:
-            self._slice_start, self._slice_start_step = now, self.step
-        self.step = step
-        self.reporter.last_step = step
-        if now - self._slice_start >= self.reporter.train_slice_s:
-            self._close_slice(now)
-            self._slice_start, self._slice_start_step = now, step
-
-    def _close_slice(self, now: float) -> None:
-        if self._slice_start is None:
-            return
-        self.reporter.span("train", self._slice_start, max(now, self._slice_start),
-                           step_start=self._slice_start_step, step_end=self.step)
-        self._slice_start = None
-
-    def pause(self) -> None:
-        """Close the open slice; the next :meth:`advance` or :meth:`resume` opens a new one.
-
-        A slice in which no step completed is dropped, not reported: a pause that comes
-        inside the first step (``torch.compile`` compiles the model when the first batch
-        runs) would otherwise report the moments before compiling as training, and the job's
-        time to start (ETT_SPEC §3.7: to its first train span) would end before the compile
-        it waits on. Training is counted from the slice in which a step completes."""
-        if self._slice_start is not None and self.step == self._slice_start_step:
-            self._slice_start = None
-            return
-        self._close_slice(time.time())
-
-    def resume(self) -> None:
-        if self._slice_start is None:
-            self._slice_start, self._slice_start_step = time.time(), self.step
-
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
-        self.pause()
-        try:
-            yield
-        finally:
-            self.resume()
-
-    def close(self) -> None:
-        self._close_slice(time.time())
-
-    def __enter__(self) -> TrainTracker:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _now_after(start: float) -> float:
-    """The current time, never before ``start``: a wall-clock step back (NTP) must not turn
-    a real span into an invalid one (end before start)."""
-    return max(time.time(), start)
-
-
 def _fsync_policy(fsync: bool | str | None) -> str:
-    """``True``/``False`` (the old flag) mean always/never; None reads ETT_SPOOL_FSYNC."""
+    """``True``/``False`` mean always/never; None reads ETT_SPOOL_FSYNC."""
     if isinstance(fsync, bool):
         return "always" if fsync else "never"
     if fsync is None:
@@ -458,67 +341,3 @@ def _fsync_policy(fsync: bool | str | None) -> str:
 
 def _safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)[:80]
-
-
-_live_reporters: weakref.WeakSet[Reporter] = weakref.WeakSet()
-
-
-def _reinit_after_fork() -> None:
-    for reporter in list(_live_reporters):
-        reporter._after_fork_in_child()
-
-
-def _shutdown_all() -> None:
-    for reporter in list(_live_reporters):
-        reporter.shutdown(timeout=5.0)
-
-
-_sigterm_installed = False
-
-
-def _flush_on_sigterm() -> None:
-    """Install (once per process) a SIGTERM handler that flushes every live Reporter, then
-    hands the signal on: to the handler that was there before, or to the default action
-    (terminate), re-raised so the exit status still says SIGTERM.
-
-    Why: schedulers preempt with SIGTERM, and the default action skips ``atexit``, so the
-    last phase of a preempted attempt would be lost exactly where it matters. Only the main
-    thread may install handlers; elsewhere this does nothing (atexit still flushes).
-    """
-    global _sigterm_installed
-    if _sigterm_installed or threading.current_thread() is not threading.main_thread():
-        return
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        for reporter in list(_live_reporters):
-            reporter.flush(timeout=2.0)
-        if callable(previous):
-            previous(signum, frame)
-        elif previous != signal.SIG_IGN:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-
-    try:
-        signal.signal(signal.SIGTERM, handler)
-    except (ValueError, OSError):  # not the main interpreter, or an embedded runtime
-        return
-    _sigterm_installed = True
-
-
-os.register_at_fork(after_in_child=_reinit_after_fork)
-atexit.register(_shutdown_all)
-
-
-def traced(reporter: Reporter, phase: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """Decorator form for a module-level function: ``@traced(reporter, "eval")``."""
-
-    def wrap(fn: Callable[P, R]) -> Callable[P, R]:
-        @functools.wraps(fn)
-        def inner(*args: P.args, **kwargs: P.kwargs) -> R:
-            with reporter.phase(phase):
-                return fn(*args, **kwargs)
-
-        return inner
-
-    return wrap

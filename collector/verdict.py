@@ -4,11 +4,11 @@ Why a channel of its own: the broker is one-way for a training node (its broker 
 only publish), so the worker's verdict on a batch never comes back through it, and an agent
 whose credential the server rejects would go on shipping batches the worker quarantines
 (keeping a sample of their lines): with a verdict, the agent holds its spool instead
-(``collector.agent``). With ``--server-url`` the agent asks ``POST /api/v1/collectors/self``, signed
-with its credential as a batch is (``collector.auth.check_body``, one header per field), at
-start and after each health report. The server answers 200 when it accepts the credential,
-401 or 403 with its reason when it does not, and 401 with ``"verdict": "unverified"`` when
-it could not judge this request (a node clock far off, a replayed check).
+(``collector.agent``). With ``--server-url`` the agent asks ``POST /api/v1/collectors/self``,
+signed with its credential as a batch is (``collector.auth.check_body``, one header per
+field), at start and after each health report. The server answers 200 when it accepts the
+credential, 401 or 403 with its reason when it does not, and 401 with ``"verdict":
+"unverified"`` when it could not judge this request (a node clock far off, a replayed check).
 
 A verdict is logged when it changes, not at every check: an ERROR when the credential is
 rejected, an INFO when it is accepted (again), a WARNING when the server cannot be heard.
@@ -27,10 +27,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from collector.auth import CHECK_HEADERS, CHECK_PATH, check_body, sign_batch
+
+if TYPE_CHECKING:
+    from collector.config import AgentConfig
 
 log = logging.getLogger("ett.collector")
 
@@ -162,3 +165,21 @@ class VerdictWatcher:
         else:
             log.info("the server accepts credential %r%s", self.collector_id,
                      " again" if previous is not None else "")
+
+
+def watch_credential(config: AgentConfig) -> VerdictWatcher | None:
+    """Start watching the server's verdict on this agent's credential (checking once now),
+    or say why this agent cannot: None when unsigned (there is no credential to judge) or
+    without ``--server-url`` (nothing to ask)."""
+    if config.collector_id is None or config.collector_secret is None:
+        return None
+    if config.server_url is None:
+        log.warning("no --server-url (ETT_SERVER_URL): this agent cannot hear whether the "
+                    "server accepts credential %r, and a rejected one would quarantine "
+                    "every batch it sends; set it to the dashboard's address (e.g. "
+                    "http://web:8000)", config.collector_id)
+        return None
+    collector_id, secret, url = config.collector_id, config.collector_secret, config.server_url
+    source = config.source
+    return VerdictWatcher(lambda: check_credential(url, collector_id, secret, source),
+                          collector_id).start()

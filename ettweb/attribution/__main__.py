@@ -10,10 +10,11 @@ Input decisions, documented here because the spec leaves them open:
 * With several files, line numbers restart at 1 in each file and every rejection also names
   its ``file``; with one file the entries are exactly ``{"line", "reason"}`` as in §5.
 * ``-`` reads standard input.
-* Files are read with the spool's reader (``collector.spool.read_records``), so Reporter spool
-  segments work as they are: checksums are verified (a corrupted record is a rejection with
-  its reason). A last line without its newline is read like any other line (the report is a
-  snapshot; in a sealed segment such a tail is a torn record and rejected as one).
+* Files are read with the spool's reader (``collector.spool_reader.read_records``), so
+  Reporter spool segments work as they are: checksums are verified (a corrupted record is a
+  rejection with its reason). A last line without its newline is read like any other line
+  (the report is a snapshot; in a sealed segment such a tail is a torn record and rejected
+  as one).
 * Each job entry carries two keys beyond §5 (extra keys leave §5's shape intact):
   ``recoveries`` (one ``{"attempt", "start", "end", "by_category"}`` per value of
   ``time_to_recover_s``: the restart tax by category) and ``anomalies`` (counts of
@@ -29,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, BinaryIO
 
 from collector.schema import EventError, parse_event
-from collector.spool import read_records
+from collector.spool_reader import read_records
 
 from .components import DEFAULT_PHASE_COMPONENTS
 from .engine import Event, FleetAttribution, JobAttribution, attribute, gc_paused

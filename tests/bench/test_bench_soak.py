@@ -21,7 +21,8 @@ import pytest
 from bench.soak.aoftrace import fates
 from bench.soak.chaos import damage_unread, plan
 from bench.soak.rig import rabbitmq_reachable
-from collector.spool import SegmentWriter, read_records
+from collector.spool_reader import read_records
+from collector.spool_writer import SegmentWriter
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 280

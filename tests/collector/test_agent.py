@@ -20,9 +20,10 @@ import pytest
 from collector_brokers import BrokerQueue, PrivateRedis
 
 from collector import Reporter
-from collector.agent import Agent, FileCursor, ShipState
+from collector.agent import Agent
 from collector.config import STATE_FILE_NAME, AgentConfig
 from collector.schema import parse_event
+from collector.ship_state import FileCursor, ShipState
 
 LineFactory = Callable[..., str]
 REPO = Path(__file__).resolve().parents[2]

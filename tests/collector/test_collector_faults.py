@@ -24,7 +24,7 @@ from collector.agent import Agent
 from collector.auth import constant_time_equal, expected_signature, health_body
 from collector.config import STATE_FILE_NAME, AgentConfig
 from collector.schema import parse_event
-from collector.spool import read_records
+from collector.spool_reader import read_records
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "f" * 64

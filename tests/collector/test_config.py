@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from collector.__main__ import main
-from collector.agent import publish_route, transport_options
 from collector.config import STATE_FILE_NAME, ConfigError, config_from_args
+from collector.publisher import publish_route, transport_options
 
 REPO = Path(__file__).resolve().parents[2]
 ENV_SETTINGS = ("CELERY_BROKER_URL", "CELERY_BROKER_PASSWORD_FILE", "ETT_SPOOL_DIR",

@@ -21,7 +21,9 @@ from collector.agent import Agent
 from collector.config import STATE_FILE_NAME, AgentConfig
 from collector.health import HealthStats
 from collector.schema import dump_event, parse_event
-from collector.spool import SegmentWriter, dropped_events, read_records
+from collector.spool import dropped_events
+from collector.spool_reader import read_records
+from collector.spool_writer import SegmentWriter
 
 EMITTED = 400
 

@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from collector.schema import EventError, parse_event
-from collector.spool import SegmentWriter, frame, read_records
+from collector.spool import frame
+from collector.spool_reader import read_records
+from collector.spool_writer import SegmentWriter
 
 Damage = Callable[[bytearray, list[int]], None]
 
@@ -298,9 +300,9 @@ def test_a_long_stretch_of_unverified_lines_is_resolved_in_bounded_pieces(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Plain lines appended to a segment are held until resolved; a bound keeps a big plain
     tail from being held whole, and what straddles a piece's edge is still read right."""
-    import collector.spool
+    import collector.spool_reader
 
-    monkeypatch.setattr(collector.spool, "_MAX_RUN_BYTES", 1000)
+    monkeypatch.setattr(collector.spool_reader, "_MAX_RUN_BYTES", 1000)
     path = segment(tmp_path, 1)
     os.chmod(path, 0o644)
     plain = [event(100 + i) for i in range(40)]

@@ -11,14 +11,9 @@ from pathlib import Path
 import pytest
 
 from collector.schema import EventError, parse_event
-from collector.spool import (
-    SegmentWriter,
-    dropped_events,
-    frame,
-    is_sealed,
-    read_records,
-    spool_bytes,
-)
+from collector.spool import dropped_events, frame, is_sealed, spool_bytes
+from collector.spool_reader import read_records
+from collector.spool_writer import SegmentWriter
 
 
 def event(i: int) -> str:

@@ -28,7 +28,8 @@ from collector.agent import Agent
 from collector.config import STATE_FILE_NAME, AgentConfig
 from collector.health import MetricsServer
 from collector.schema import parse_event
-from collector.spool import frame, is_sealed, read_records
+from collector.spool import frame, is_sealed
+from collector.spool_reader import read_records
 from collector.verdict import (
     OK,
     REJECTED,

@@ -37,8 +37,8 @@ from django.db import connection
 from django.test import Client, override_settings
 from kombu import Connection, Exchange, Producer, Queue
 
-from collector.agent import CeleryPublisher
 from collector.config import config_from_args
+from collector.publisher import CeleryPublisher
 from ettweb.ingest.credentials import new_credential
 from ettweb.ingest.models import CollectorHealth, Event, QuarantinedEvent
 from ettweb.settings.env import database_url
