@@ -7,7 +7,7 @@ refresh uses them: this one (fine chunks, each chunk's summary, the job's skelet
 :mod:`.chunk_sweep` (one chunk's attribution and what is kept of it), :mod:`.chunk_refresh`
 (which chunks a refresh recomputes) and :mod:`.chunk_sums` (the job's numbers summed from
 its chunks). Pure Python, no Django: the rollup refresh keeps the pieces in Postgres
-(``ettweb.rollups.chunked``), the property tests in a dict.
+(``ettweb.rollups.chunk_store``), the property tests in a dict.
 
 **Fine chunks.** A job's timeline is cut into *fine chunks* at multiples of ``chunk_s`` (a
 quarter hour by default; it divides a UTC day). An event's *home* fine chunk holds its start

@@ -25,7 +25,7 @@ from psycopg.types.json import Jsonb
 from collector.schema import EventError, dump_attrs, is_plain, parse_event
 from ettweb.ingest import partitions, retention
 from ettweb.ingest.models import BatchNonce, Event, EventId, Job, QuarantinedEvent
-from ettweb.rollups.chunked import mark_chunks
+from ettweb.rollups.chunk_store import mark_chunks
 from ettweb.rollups.marks import MARK_STALE_AFTER_S, mark_dirty
 
 BIGINT_MAX = 2**63 - 1
@@ -393,7 +393,7 @@ def ingest_lines(lines: Iterable[Any], source: str = "", *, nonce: Nonce | None 
 
 def _store_and_mark(batch: _Sorted, source: str, nonce: Nonce | None) -> IngestResult:
     """One transaction: claim the nonce, store the batch, mark its jobs' rollups dirty and
-    the chunks its events land in (the refresh recomputes those, ``rollups.chunked``)."""
+    the chunks its events land in (the refresh recomputes those, ``rollups.chunk_store``)."""
     with transaction.atomic():
         if nonce is not None:
             claim_nonce(nonce)

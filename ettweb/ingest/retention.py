@@ -78,21 +78,21 @@ def drop_expired(now: float | None = None, days: int | None = None) -> Dropped:
     Jobs with chunks still marked in that range are refreshed first; if a batch marks one
     again before the drop takes its lock, nothing is dropped this time (the next run will).
     """
-    from ettweb.rollups import chunked
+    from ettweb.rollups import chunk_store
     from ettweb.rollups.refresh import refresh_jobs
 
     keep_days = settings.ETT_EVENT_RETENTION_DAYS if days is None else days
     cutoff = float(partitions.day_of(time.time() if now is None else now)
                    - keep_days * partitions.DAY_S)
-    size = chunked.chunk_s()
-    refresh_jobs(chunked.jobs_marked_before(cutoff, size))
+    size = chunk_store.chunk_s()
+    refresh_jobs(chunk_store.jobs_marked_before(cutoff, size))
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [LOCK_KEY])
-        if chunked.jobs_marked_before(cutoff, size):
+        if chunk_store.jobs_marked_before(cutoff, size):
             return Dropped(before=horizon(), skipped="chunks before the cutoff were marked "
                            "again while the drop waited; the next run drops them")
-        finalized = chunked.finalize_before(cutoff)
+        finalized = chunk_store.finalize_before(cutoff)
         names = [partitions.partition_name(day) for day in sorted(partitions.existing_days())
                  if day + partitions.DAY_S <= cutoff]
         events = _drop(names, cutoff)

@@ -23,7 +23,7 @@ from ettweb.deferred import send_once
 from ettweb.ingest.models import Event, Job, QuarantinedEvent
 from ettweb.queries.base import by_component, phase_components, quarantined_lines
 from ettweb.queries.registry import Query, runner_for
-from ettweb.rollups.chunked import chunk_index, chunk_lanes, chunk_s
+from ettweb.rollups.chunk_store import chunk_index, chunk_lanes, chunk_s
 from ettweb.rollups.marks import rollup_outdated
 from ettweb.rollups.models import JobRollup
 

@@ -4,7 +4,7 @@ The dashboard and reports read these tables instead of re-attributing every even
 request. How they stay equal to what the engine says about the stored events:
 
 - ``marks``: which jobs wait for a refresh (ingestion marks them) and how long it waits;
-- ``refresh``: recompute a job's changed chunks and sum them into its rows (``chunked``
+- ``refresh``: recompute a job's changed chunks and sum them into its rows (``chunk_store``
   stores the chunks, ``job_rows`` turns the sum into rows);
 - ``writers``: store those rows; ``day_sums`` writes the day rows that changed and keeps
   the pages' day sums with them; ``copying`` is the COPY both use;

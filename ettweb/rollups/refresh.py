@@ -2,7 +2,7 @@
 
 Attribution is not additive: one late event can change a piece of timeline hours away (an
 attempt window grows, a train span's high-water mark moves). So the refresh keeps each
-job's attribution in chunks (``ettweb.attribution.chunk_*``, stored by ``rollups.chunked``)
+job's attribution in chunks (``ettweb.attribution.chunk_*``, stored by ``rollups.chunk_store``)
 that know what they depend on, recomputes the chunks new events land in and those whose
 inputs they changed, and sums the chunks into the job's rows: the numbers always equal the
 offline report's, and a refresh costs what the new events cost, not what the job has lived.
@@ -28,8 +28,8 @@ from django.db import connection, transaction
 from ettweb.attribution import chunk_refresh, chunk_summary, chunk_sums, chunk_sweep
 from ettweb.attribution.engine import Event, Segment
 from ettweb.attribution.lanes import Timeline
-from ettweb.rollups import chunked
-from ettweb.rollups.chunked import as_event, select_events
+from ettweb.rollups import chunk_store
+from ettweb.rollups.chunk_store import as_event, select_events
 from ettweb.rollups.job_rows import JobRows, job_rows
 from ettweb.rollups.marks import claim_marks, note_cost
 from ettweb.rollups.writers import write_jobs
@@ -128,31 +128,31 @@ def refresh_batch(job_ids: list[str], *, only_marked: bool = False,
             job_ids = [job for job in job_ids if job in marked]
         if not job_ids:
             return RefreshStats()
-        size = chunked.chunk_s()
+        size = chunk_store.chunk_s()
         if whole:  # final chunks stay: their events are gone (retention)
-            chunked.delete_chunks(job_ids, keep_final=True)
-        dirty = chunked.claim_chunks(job_ids)
-        stored, resized = chunked.stored_states(job_ids, size)
+            chunk_store.delete_chunks(job_ids, keep_final=True)
+        dirty = chunk_store.claim_chunks(job_ids)
+        stored, resized = chunk_store.stored_states(job_ids, size)
         fresh = [job for job in job_ids if whole or job not in stored]
         if resized:
-            chunked.delete_chunks(sorted(resized))
+            chunk_store.delete_chunks(sorted(resized))
         loaded = _load_fresh(fresh, size)
         if loaded is None:  # too many events to hold: find their chunks, read them one by one
-            for job, found in chunked.home_chunks(fresh, size).items():
+            for job, found in chunk_store.home_chunks(fresh, size).items():
                 dirty[job] = dirty.get(job, set()) | found
             loaded = {}
         for job, by_fine in loaded.items():
             dirty[job] = dirty.get(job, set()) | set(by_fine)
         plans = _plan(job_ids, dirty, stored, size, loaded)
-        prefetched = chunked.prefetch_home(
+        prefetched = chunk_store.prefetch_home(
             ((job, k, following) for job, placed in plans.items() if job not in loaded
              for k, following in _dirty_ranges(placed)), size, chunk_refresh.CACHED_EVENTS)
-        writer = chunked.ChunkWriter(size)
+        writer = chunk_store.ChunkWriter(size)
         kept = _KeptSegments()
         done = {job: _refresh_job(job, plans[job], stored.get(job, {}), size, writer,
                                   prefetched, loaded.get(job), kept) for job in job_ids}
         writer.flush()
-        timelines = chunked.read_timelines([job for job, d in done.items() if d.skeleton])
+        timelines = chunk_store.read_timelines([job for job, d in done.items() if d.skeleton])
         rows = [_summed(job, d, timelines.get(job, {}), size, kept)
                 for job, d in done.items() if d.skeleton is not None]
         gone = [job for job, d in done.items() if d.skeleton is None]
@@ -192,7 +192,7 @@ def _plan(job_ids: Sequence[str], dirty: Mapping[str, set[int]],
     for the jobs whose events are ``loaded``)."""
     unplaced = {job: chunk_refresh.unplaced(dirty.get(job, set()), stored.get(job, {}), size)
                 for job in job_ids if job not in loaded}
-    counts = chunked.count_home({job: f for job, f in unplaced.items() if f}, size)
+    counts = chunk_store.count_home({job: f for job, f in unplaced.items() if f}, size)
     for job, by_fine in loaded.items():
         counts[job] = {fine: len(events) for fine, events in by_fine.items()}
     return {job: chunk_refresh.plan(dirty.get(job, set()), stored.get(job, {}), counts.get(job, {}),
@@ -206,7 +206,7 @@ def _dirty_ranges(placed: chunk_refresh.Plan) -> list[tuple[int, int | None]]:
 
 
 def _refresh_job(job: str, placed: chunk_refresh.Plan, stored: dict[int, chunk_sweep.ChunkState],
-                 size: float, writer: chunked.ChunkWriter,
+                 size: float, writer: chunk_store.ChunkWriter,
                  prefetched: dict[tuple[str, int, int | None], list[Event]] | None = None,
                  loaded: dict[int, list[Event]] | None = None,
                  kept: _KeptSegments | None = None) -> chunk_refresh.Refreshed:
@@ -220,7 +220,7 @@ def _refresh_job(job: str, placed: chunk_refresh.Plan, stored: dict[int, chunk_s
             return chunk_summary.home_of(loaded, k, following)
         if prefetched is not None and (k, following) in planned:
             return prefetched.get((job, k, following), [])
-        return chunked.read_home(job, k, following, size)
+        return chunk_store.read_home(job, k, following, size)
 
     def write(state: chunk_sweep.ChunkState) -> None:
         if kept is not None:
@@ -228,7 +228,7 @@ def _refresh_job(job: str, placed: chunk_refresh.Plan, stored: dict[int, chunk_s
         writer.add(job, state)
 
     done = chunk_refresh.refresh_planned(placed, stored, read_home,
-                                  lambda k: chunked.read_carry(job, k), size, write=write)
+                                  lambda k: chunk_store.read_carry(job, k), size, write=write)
     writer.delete(job, done.deleted)
     return done
 
@@ -253,7 +253,7 @@ class _KeptSegments:
     def read(self, job: str, ks: Sequence[int]) -> dict[int, list[Segment]]:
         found = {k: self.segments[(job, k)] for k in ks if (job, k) in self.segments}
         missing = [k for k in ks if k not in found]
-        return {**found, **chunked.read_segments(job, missing)} if missing else found
+        return {**found, **chunk_store.read_segments(job, missing)} if missing else found
 
 
 def _summed(job: str, done: chunk_refresh.Refreshed, timelines: dict[int, list[Timeline]],

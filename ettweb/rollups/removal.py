@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from django.db import transaction
 
-from ettweb.rollups import chunked
+from ettweb.rollups import chunk_store
 from ettweb.rollups.day_sums import write_days
 from ettweb.rollups.models import DirtyChunk, JobRollup
 from ettweb.rollups.refresh import JOBS_PER_TRANSACTION, lock_jobs
@@ -28,6 +28,6 @@ def remove_jobs(job_ids: Iterable[str]) -> int:
             write_days({job: {} for job in batch})
             removed += JobRollup.objects.filter(job__in=batch).delete()[1].get(
                 JobRollup._meta.label, 0)
-            chunked.delete_chunks(batch)
+            chunk_store.delete_chunks(batch)
             DirtyChunk.objects.filter(job__in=batch).delete()
     return removed

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import connection
 
-from ettweb.rollups import chunked
+from ettweb.rollups import chunk_store
 from ettweb.rollups.copying import copy_columns, copy_rows, json_cells, model_values
 from ettweb.rollups.day_sums import job_labels, write_days
 from ettweb.rollups.job_rows import JobRows, lost_rows, part_rows
@@ -57,7 +57,7 @@ def write_jobs(rows: Sequence[JobRows], gone: Sequence[str]) -> tuple[int, int, 
     written = write_days({**{job: {} for job in gone}, **{r.job.job: r.days for r in rows}},
                          labels_before)
     JobRollup.objects.filter(job__in=gone).delete()
-    chunked.delete_chunks(gone)
+    chunk_store.delete_chunks(gone)
     return written
 
 

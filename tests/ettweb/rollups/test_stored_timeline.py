@@ -14,7 +14,7 @@ from ettweb.attribution import chunk_refresh
 from ettweb.attribution.engine import attribute_job
 from ettweb.attribution.lanes import LANE_TARGET, category_timeline, job_lanes
 from ettweb.ingest.logic import ingest_lines
-from ettweb.rollups import chunked
+from ettweb.rollups import chunk_store
 from ettweb.rollups.copying import copy_columns
 from ettweb.rollups.job_rows import TIMELINE_COLUMNS
 from ettweb.rollups.models import (
@@ -38,7 +38,8 @@ def _store(timeline: Timeline) -> None:
 def _lanes(job: str) -> list[tuple[Any, ...]]:
     """Every stored lane of the job, chunk by chunk: (attempt, ranks, count, bin, runs)."""
     return [(attempt, ranks, count, bin_s, [tuple(r) for r in runs])
-            for k, lanes in sorted(chunked.chunk_lanes(job, chunked.chunk_index(job)).items())
+            for k, lanes in sorted(
+                chunk_store.chunk_lanes(job, chunk_store.chunk_index(job)).items())
             for attempt, _, ranks, count, bin_s, runs in lanes]
 
 
@@ -68,7 +69,7 @@ def _engine(job: str) -> dict[str, Any]:
 
 def test_the_stored_drawing_equals_the_engines() -> None:
     _store(worked_example())
-    assert chunked.chunk_index("j1") == [1]  # 1000-1113 s: one chunk of 900 s
+    assert chunk_store.chunk_index("j1") == [1]  # 1000-1113 s: one chunk of 900 s
     assert _stored("j1") == _engine("j1")
     stored = _stored("j1")
     assert stored["repeated"] == {0: 0, 1: 80}  # §3 worked example: attempt 1 redoes 80
@@ -100,7 +101,7 @@ def test_a_small_job_is_one_chunk_a_day() -> None:
     """Three hours of a one-rank job: 180 events, one chunk (one read, one row); its
     lanes cover the whole attempt, as the engine's do."""
     _store(_three_hours("small"))
-    assert chunked.chunk_index("small") == [0]
+    assert chunk_store.chunk_index("small") == [0]
     assert _stored("small") == _engine("small")
 
 
@@ -110,8 +111,8 @@ def test_a_large_job_keeps_lanes_per_quarter_hour_and_one_bounded_timeline(
     lanes, each over its own quarter hour; the timeline is one row, the engine's."""
     monkeypatch.setattr(chunk_refresh, "GROUP_EVENTS", 10)
     _store(_three_hours("long"))
-    assert chunked.chunk_index("long") == list(range(12))
-    stored = chunked.chunk_lanes("long", range(12))
+    assert chunk_store.chunk_index("long") == list(range(12))
+    stored = chunk_store.chunk_lanes("long", range(12))
     for k in range(12):
         lanes = stored[k]
         assert len(lanes) == 1
