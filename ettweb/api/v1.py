@@ -27,10 +27,10 @@ from ninja.security import HttpBearer, SessionAuth
 from pydantic import ConfigDict
 
 from ettweb.access.roles import can_edit_component, can_record_rollouts, refusal
+from ettweb.access.tokens import user_for_token
 from ettweb.api.changes import ChangeOut
 from ettweb.api.fleet import FilterParams, ScopeOut, VerdictsOut
 from ettweb.api.parameters import refuse_unknown_parameters
-from ettweb.api.tokens import user_for_token
 from ettweb.components.logic import known_components
 from ettweb.queries import (
     CollectorsQuery,
