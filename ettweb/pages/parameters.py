@@ -3,7 +3,7 @@
 Why: a form reads the fields it has and ignores the rest, so ``/fleet/?teem=ads`` showed the
 whole fleet under a URL that reads as team ``ads``'s. A page names what it takes by its
 forms (their fields are its inputs) and a few plain names (``moved`` after a redirect);
-``tests/ettweb/test_parameters.py`` checks that every page says, so a page added later cannot
+``tests/ettweb/test_filter_walk.py`` checks that every page says, so a page added later cannot
 forget. A value its form refuses is a 400 too, naming the parameter and what it takes.
 """
 
