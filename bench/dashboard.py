@@ -1096,7 +1096,7 @@ def _bench_client() -> tuple[Any, Any, str]:
     from django.contrib.auth.models import User
     from django.test import Client
 
-    from ettweb.api.tokens import issue_token
+    from ettweb.access.tokens import issue_token
 
     user, _ = User.objects.get_or_create(username=BENCH_USER,
                                          defaults={"is_staff": True, "is_superuser": True})

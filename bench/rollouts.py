@@ -102,7 +102,7 @@ def measure_serving(repeats: int) -> dict[str, dict[str, float]]:
     from django.contrib.auth.models import User
     from django.test import Client
 
-    from ettweb.api.tokens import issue_token
+    from ettweb.access.tokens import issue_token
     from ettweb.components.logic import known_components
     from ettweb.rollouts.models import Rollout
 

@@ -12,11 +12,11 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, include, path
 
-from ettweb.api.tokens import session_or_token
+from ettweb.access.tokens import session_or_token
 from ettweb.api.v1 import api
-from ettweb.dashboard.parameters import takes
 from ettweb.dashboard.views import favicon, healthz
 from ettweb.metrics.views import metrics
+from ettweb.pages.parameters import takes
 
 #: django-ninja's schema and Swagger pages (``/api/v1/openapi.json``, ``/api/v1/docs``).
 API_DOCS = frozenset({"openapi-json", "openapi-view"})
@@ -30,7 +30,7 @@ def _docs_need_login(
     Why: the schema holds no data, but it maps every endpoint and field for whoever asks, and
     the rule is "every URL needs a login". A reader of the docs is a dashboard user or a
     program holding an API token (a client generator fetching ``openapi.json``), so both are
-    let in (:func:`ettweb.api.tokens.session_or_token`). The same as ``NinjaAPI(docs_decorator=
+    let in (:func:`ettweb.access.tokens.session_or_token`). The same as ``NinjaAPI(docs_decorator=
     ...)``, applied here so the API module stays about the API.
     """
     patterns, app_name, namespace = urls

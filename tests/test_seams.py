@@ -1,7 +1,9 @@
 """The seams the architecture rests on, checked by import-linter (contracts in pyproject.toml):
 the collector's core imports neither Django, torch nor the server; the trainer reports only
 through the collector; the attribution engine imports no Django; the query layer imports no
-page, API or e-mail code. Indirect imports count: a seam broken two modules away fails too."""
+page, API or e-mail code; no feature's pages import another's, and the pieces they share
+(ettweb.pages) import none of them. Indirect imports count: a seam broken two modules away
+fails too."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ def test_every_import_contract_is_kept() -> None:
                           timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "0 broken" in proc.stdout
-    assert proc.stdout.count(" KEPT") == 4
+    assert proc.stdout.count(" KEPT") == 5
+    assert "Pages flow one way: no feature imports another's pages KEPT" in proc.stdout
 
 
 def test_a_contract_breaks_on_a_forbidden_import(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from ninja.errors import HttpError
 from ninja.security import HttpBearer, SessionAuth
 
 from ettweb.access.roles import can_record_rollouts, refusal
-from ettweb.api.tokens import user_for_token
+from ettweb.access.tokens import user_for_token
 
 
 class BearerToken(HttpBearer):

@@ -17,7 +17,7 @@ from django.http import HttpRequest, HttpResponseBase
 from ninja.operation import Operation
 from ninja.params.models import QueryModel
 
-from ettweb.dashboard.parameters import unknown_reason
+from ettweb.pages.parameters import unknown_reason
 
 Run = Callable[..., HttpResponseBase]
 

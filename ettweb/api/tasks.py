@@ -1,5 +1,5 @@
 """API tasks: what a request with a token asks the worker to record (the logic is
-``ettweb.api.tokens``)."""
+``ettweb.access.tokens``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import datetime
 
 from celery import shared_task
 
-from ettweb.api.tokens import record_use
+from ettweb.access.tokens import record_use
 from ettweb.retry import waits_for_database
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from django import forms
 
-from ettweb.dashboard.forms import day_field, label_field
+from ettweb.pages.fields import day_field, label_field
 from ettweb.queries import ChangesQuery, FilterChoicesQuery, calculate
 from ettweb.queries.components import component_names
 

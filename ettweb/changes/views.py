@@ -16,8 +16,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from ettweb.changes.forms import ChangesFilterForm
-from ettweb.dashboard.forms import bad_parameters
-from ettweb.dashboard.parameters import takes
+from ettweb.pages.parameters import bad_parameters, takes
 from ettweb.queries import DetectedChange, FilterChoicesQuery, calculate
 from ettweb.queries.changes import LIST_LIMIT, MATCH_DAYS
 from ettweb.queries.components import component_names

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django import forms
 
 from ettweb.components.models import Component
-from ettweb.dashboard.forms import FleetFilterForm
+from ettweb.pages.forms import FleetFilterForm
 
 MAX_OWNER_TEAM_CHARS = 200
 

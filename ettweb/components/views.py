@@ -12,13 +12,14 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
 from ettweb.access.roles import can_edit_component, require
-from ettweb.changes.figures import mark_changes
+from ettweb.colours import colour_of
 from ettweb.components import phase_map
 from ettweb.components.forms import ComponentFilterForm, OwnerTeamForm
-from ettweb.dashboard import figures
-from ettweb.dashboard.exports import csv_response
-from ettweb.dashboard.forms import ExportForm, bad_parameters
-from ettweb.dashboard.parameters import takes
+from ettweb.pages import figures, fleet_figures, rollout_lanes, trend_figures
+from ettweb.pages.change_markers import mark_changes
+from ettweb.pages.csv_tables import csv_response
+from ettweb.pages.forms import ExportForm
+from ettweb.pages.parameters import bad_parameters, takes
 from ettweb.queries import (
     ChangesQuery,
     ComponentQuery,
@@ -80,11 +81,11 @@ def index(request: HttpRequest) -> HttpResponse:
         return _index_csv(result, data["range"])
     chart = ""
     if result.periods and result.shares:
-        chart = figures.to_fragment(figures.lost_share_lines(
+        chart = figures.to_fragment(fleet_figures.lost_share_lines(
             result.periods, result.shares, data["interval"]), "components-share")
     context = {**_page_context(form), "result": result, "chart": chart,
                "interval": data["interval"],
-               "rows": [(row, figures.colour_of(row.name)) for row in result.rows],
+               "rows": [(row, colour_of(row.name)) for row in result.rows],
                "csv": _csv_links(form, INDEX_TABLES)}
     return render(request, "components/index.html", context)
 
@@ -129,10 +130,10 @@ def _detail_page(request: HttpRequest, name: str) -> HttpResponse:
         "owner_form": OwnerTeamForm(initial={"owner_team": result.owner_team}),
         "charts": _charts(result, data["interval"], labels, changes, data["range"]),
         "changes": changes,
-        "rollout_rows": [(r, figures.rollout_url(r.marker.id)) for r in result.rollouts],
+        "rollout_rows": [(r, rollout_lanes.rollout_url(r.marker.id)) for r in result.rollouts],
         "window_days": DEFAULT_WINDOW_DAYS, "csv": _csv_links(form, DETAIL_TABLES),
-        "all_rollouts_url": figures.rollouts_list_url(name, data["range"].date_from,
-                                                      data["range"].date_to, labels),
+        "all_rollouts_url": rollout_lanes.rollouts_list_url(name, data["range"].date_from,
+                                                            data["range"].date_to, labels),
         "outside_url": _covering_link(form, result.outside),
     }
     return render(request, "components/detail.html", context)
@@ -239,15 +240,16 @@ def _charts(result: ComponentResult, interval: str, filters: dict[str, str],
             changes: list[DetectedChange], days: DateRange) -> dict[str, str]:
     """Lost GPU-hours and lost share per period, each with the component's rollout lane (a
     cluster's link keeps the page's model, team and cluster); the share chart marks the
-    detected changes of its lost share (ettweb.changes.figures)."""
+    detected changes of its lost share (ettweb.pages.change_markers)."""
     if not result.points:
         return {}
     lost = [(p.period, p.lost_gpu_hours) for p in result.points]
-    share = figures.component_share_chart([(p.period, p.lost_share_pts) for p in result.points],
-                                          result.name, interval, result.markers, filters, days)
+    shares = [(p.period, p.lost_share_pts) for p in result.points]
+    share = trend_figures.component_share_chart(shares, result.name, interval, result.markers,
+                                                filters, days)
     mark_changes(share, changes)
     return {
-        "lost": figures.to_fragment(figures.component_lost_chart(
+        "lost": figures.to_fragment(trend_figures.component_lost_chart(
             lost, result.name, interval, result.markers, filters, days), "component-lost"),
         "share": figures.to_fragment(share, "component-share"),
     }

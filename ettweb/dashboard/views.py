@@ -23,19 +23,18 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from kombu import Connection
 
-from ettweb.changes.figures import mark_changes
-from ettweb.dashboard import figures, jobfigures
-from ettweb.dashboard.exports import csv_response
+from ettweb.dashboard import job_page_figures
 from ettweb.dashboard.forms import (
     JOBS_LIST_PARAMS,
     CollectorsFilterForm,
-    ExportForm,
-    FleetFilterForm,
     JobPageForm,
     JobsFilterForm,
-    bad_parameters,
 )
-from ettweb.dashboard.parameters import takes
+from ettweb.pages import figures, fleet_figures, trend_figures
+from ettweb.pages.change_markers import mark_changes
+from ettweb.pages.csv_tables import csv_response
+from ettweb.pages.forms import ExportForm, FleetFilterForm
+from ettweb.pages.parameters import bad_parameters, takes
 from ettweb.queries import (
     HOUR_S,
     ChangesQuery,
@@ -85,7 +84,7 @@ def jobs(request: HttpRequest) -> HttpResponse:
     chart = ""
     if result.lost_by_component_gpu_s:
         hours = {c: s / HOUR_S for c, s in result.lost_by_component_gpu_s.items()}
-        chart = figures.to_fragment(figures.lost_gpu_hours_bar(hours), "fleet-lost")
+        chart = figures.to_fragment(fleet_figures.lost_gpu_hours_bar(hours), "fleet-lost")
     sort = form.cleaned_data.get("sort") or "-lost_gpu_hours"
     return render(request, "dashboard/jobs.html", {
         "form": form, "fleet": result, "chart": chart, "sort": sort, "columns": JOB_LIST_COLUMNS,
@@ -147,9 +146,9 @@ def job_detail(request: HttpRequest, job: str) -> HttpResponse:
         header, rows = result.table(table)
         return csv_response(f"ett-job-{table}.csv", header, rows)
     return render(request, "dashboard/job.html", {
-        "result": result, "h": result.headline, "charts": jobfigures.page_charts(result),
+        "result": result, "h": result.headline, "charts": job_page_figures.page_charts(result),
         "anomalies": sorted(result.headline.anomalies.items()),
-        "lost_chart": figures.to_fragment(figures.lost_gpu_hours_bar(
+        "lost_chart": figures.to_fragment(fleet_figures.lost_gpu_hours_bar(
             {c: s / HOUR_S for c, s in result.lost_by_component_gpu_s.items() if s > 0}),
             "lost-by-component"),
         "lost_rows": _lost_rows(result),
@@ -215,7 +214,7 @@ def _fleet_context(form: FleetFilterForm) -> dict[str, Any]:
     charts = _fleet_charts(trend, lost.components, lifecycle, interval, markers, jobs, days,
                            _overlay(earlier, days), changes)
     if over_time.components:
-        charts["lost_over_time"] = figures.to_fragment(figures.lost_over_time_stacked(
+        charts["lost_over_time"] = figures.to_fragment(fleet_figures.lost_over_time_stacked(
             over_time.periods, {c: [v / HOUR_S for v in values]
                                 for c, values in over_time.gpu_s.items()},
             interval), "lost-over-time")
@@ -267,26 +266,26 @@ def _blank(value: float | None) -> float | str:
 
 def _trend_chart(trend: TrendResult, interval: str, markers: list[RolloutMarker],
                  jobs: JobFilter, days: DateRange,
-                 previous: figures.PreviousPeriod | None = None,
+                 previous: trend_figures.PreviousPeriod | None = None,
                  changes: list[DetectedChange] | None = None) -> str:
     """The ETT% trend, one line per group, the previous period dashed when asked for; a
     cluster of rollout markers links to the rollouts list with the page's filter; the
-    detected changes of the range marked (ettweb.changes.figures)."""
+    detected changes of the range marked (ettweb.pages.change_markers)."""
     labels = {name: value for name, value in jobs.params().items() if name in LABELS}
-    fig = figures.ett_trend(_series(trend), interval, markers, previous, labels, days=days,
-                            reference=trend.ett_pct)
+    fig = trend_figures.ett_trend(_series(trend), interval, markers, previous, labels,
+                                  days=days, reference=trend.ett_pct)
     mark_changes(fig, changes or [])
     return figures.to_fragment(fig, "ett-trend")
 
 
-def _overlay(earlier: TrendQuery | None, days: DateRange) -> figures.PreviousPeriod | None:
+def _overlay(earlier: TrendQuery | None, days: DateRange) -> trend_figures.PreviousPeriod | None:
     """The previous period's trend (the query layer's shifted query), as the figure draws
     it onto ``days``; None when not asked for or before the first day."""
     if earlier is None:
         return None
-    return figures.PreviousPeriod(_series(calculate(earlier)), earlier.range.date_from,
-                                  earlier.range.date_to,
-                                  figures.overlay_shift(days.days, earlier.interval))
+    return trend_figures.PreviousPeriod(_series(calculate(earlier)), earlier.range.date_from,
+                                        earlier.range.date_to,
+                                        trend_figures.overlay_shift(days.days, earlier.interval))
 
 
 #: Groups the trend draws as lines of their own; the rest become one "other" line.
@@ -302,7 +301,7 @@ def _series(trend: TrendResult) -> dict[str, list[tuple[date, float]]]:
 
 def _fleet_charts(trend: TrendResult, components: Any, lifecycle: LifecycleResult,
                   interval: str, markers: list[RolloutMarker], jobs: JobFilter,
-                  days: DateRange, previous: figures.PreviousPeriod | None,
+                  days: DateRange, previous: trend_figures.PreviousPeriod | None,
                   changes: list[DetectedChange] | None = None) -> dict[str, str]:
     """The overview's figures as HTML fragments (empty when there is nothing to draw)."""
     charts: dict[str, str] = {}
@@ -310,15 +309,15 @@ def _fleet_charts(trend: TrendResult, components: Any, lifecycle: LifecycleResul
         charts["trend"] = _trend_chart(trend, interval, markers, jobs, days, previous, changes)
     if components:
         hours = {c.component: c.gpu_hours for c in components}
-        charts["lost"] = figures.to_fragment(figures.lost_gpu_hours_bar(hours),
+        charts["lost"] = figures.to_fragment(fleet_figures.lost_gpu_hours_bar(hours),
                                              "lost-by-component")
     points = lifecycle.points
     if lifecycle.categories:
         tax = [{k: v / HOUR_S for k, v in p.restart_tax_gpu_s.items()} for p in points]
-        charts["tax"] = figures.to_fragment(figures.restart_tax_stacked(
+        charts["tax"] = figures.to_fragment(fleet_figures.restart_tax_stacked(
             [p.period for p in points], tax, lifecycle.categories, interval), "restart-tax")
     if points:
-        charts["lifecycle"] = figures.to_fragment(figures.lifecycle_chart(
+        charts["lifecycle"] = figures.to_fragment(fleet_figures.lifecycle_chart(
             [p.period for p in points], [p.mean_time_to_start_s for p in points],
             [p.mean_time_to_recover_s for p in points], [p.failures for p in points],
             interval), "lifecycle")

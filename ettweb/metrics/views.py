@@ -7,9 +7,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from ettweb.api.tokens import user_for_token
-from ettweb.dashboard.parameters import takes
+from ettweb.access.tokens import user_for_token
 from ettweb.metrics.exposition import render
+from ettweb.pages.parameters import takes
 from ettweb.queries import FleetTotalsQuery, calculate
 
 UNAUTHORIZED = ("missing or invalid bearer token: scrape with an API token "

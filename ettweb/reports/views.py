@@ -21,8 +21,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
 from ettweb.access.roles import is_admin, require
-from ettweb.dashboard.forms import bad_parameters
-from ettweb.dashboard.parameters import takes
+from ettweb.pages.parameters import bad_parameters, takes
 from ettweb.queries import IsoWeek
 from ettweb.queries.weekly import report_history
 from ettweb.reports.chart import trend_png

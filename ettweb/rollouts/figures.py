@@ -16,13 +16,9 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from ettweb.dashboard.figures import (
-    DAY_MS,
-    MARGIN,
-    base_layout,
-    fitted_percent_range,
-    percent_scale_menu,
-)
+from ettweb.pages.figures import MARGIN, base_layout
+from ettweb.pages.time_axis import DAY_MS
+from ettweb.pages.trend_figures import fitted_percent_range, percent_scale_menu
 from ettweb.queries.impact import ComponentShift, ImpactResult, TrendDay
 
 Figure = dict[str, Any]

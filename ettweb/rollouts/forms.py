@@ -12,7 +12,8 @@ from urllib.parse import urlencode
 from django import forms
 
 from ettweb.components.logic import known_components
-from ettweb.dashboard.forms import LabelFilterForm, day_field
+from ettweb.pages.fields import day_field
+from ettweb.pages.forms import LabelFilterForm
 from ettweb.queries import RolloutListQuery
 from ettweb.queries.impact import DEFAULT_WINDOW_DAYS, MAX_WINDOW_DAYS, MIN_WINDOW_DAYS
 from ettweb.queries.markers import LIST_SORTS, LIST_VERDICTS

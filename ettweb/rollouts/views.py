@@ -16,10 +16,10 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from ettweb.access.roles import can_edit_component, can_edit_rollout, can_record_rollouts, require
 from ettweb.components.logic import known_components
-from ettweb.dashboard.exports import csv_response
-from ettweb.dashboard.figures import to_fragment
-from ettweb.dashboard.forms import ExportForm, bad_parameters
-from ettweb.dashboard.parameters import takes
+from ettweb.pages.csv_tables import csv_response
+from ettweb.pages.figures import to_fragment
+from ettweb.pages.forms import ExportForm
+from ettweb.pages.parameters import bad_parameters, takes
 from ettweb.queries import FilterChoicesQuery, ImpactQuery, RolloutListResult, calculate
 from ettweb.queries.impact import ImpactResult
 from ettweb.queries.markers import LIST_LIMIT, LIST_WINDOW_DAYS, RolloutRow

@@ -68,6 +68,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "ettweb.ingest",
     "ettweb.rollups",
+    "ettweb.pages",
     "ettweb.dashboard",
     "ettweb.components",
     "ettweb.rollouts",

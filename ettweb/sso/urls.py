@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from ettweb.dashboard.parameters import takes
+from ettweb.pages.parameters import takes
 from ettweb.sso.views import SsoCallbackView, SsoLoginView
 
 app_name = "sso"

@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from ettweb.api.tokens import issue_token
+from ettweb.access.tokens import issue_token
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from ettweb.access.roles import set_role
-from ettweb.api.tokens import issue_token
+from ettweb.access.tokens import issue_token
 
 pytestmark = pytest.mark.django_db
 HTML = {"HTTP_ACCEPT": "text/html,application/xhtml+xml,*/*;q=0.8"}

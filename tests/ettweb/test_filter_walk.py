@@ -21,10 +21,10 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from ettweb.api.tokens import issue_token
+from ettweb.access.tokens import issue_token
 from ettweb.api.v1 import api
 from ettweb.changes.models import Change
-from ettweb.dashboard.parameters import TAKES
+from ettweb.pages.parameters import TAKES
 from tests.ettweb.dashboard import scoped_fleet
 from tests.ettweb.dashboard.scoped_fleet import MARCH_PARAMS
 

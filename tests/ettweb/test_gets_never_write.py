@@ -41,8 +41,8 @@ from django.utils import timezone
 from django.utils.regex_helper import normalize
 
 from ettweb.access.roles import ADMIN, VIEWER, set_role
+from ettweb.access.tokens import issue_token
 from ettweb.api.models import ApiToken
-from ettweb.api.tokens import issue_token
 from ettweb.changes.models import Change
 from ettweb.ingest.logic import ingest_lines
 from ettweb.ingest.models import CollectorHealth

@@ -56,7 +56,7 @@ from django.utils import timezone
 from django.utils.regex_helper import normalize
 from django.views.decorators.http import require_POST
 
-from ettweb.api.tokens import issue_token
+from ettweb.access.tokens import issue_token
 from ettweb.settings import env
 from ettweb.settings.base import client_ip
 

@@ -9,7 +9,7 @@ from django.utils.html import escape
 from django.utils.safestring import mark_safe
 
 from ettweb.colours import colour_of, ink_on
-from ettweb.dashboard.templatetags.ett_format import count, small_hours
+from ettweb.pages.templatetags.ett_format import count, small_hours
 
 register = template.Library()
 
@@ -17,7 +17,7 @@ register = template.Library()
 def _hours(value: float) -> str:
     """One precision a reader can scan down a column: ``1,204`` from 100 up, ``12.5`` below,
     and significant digits where one decimal would print a bare ``0.0`` for time that was
-    spent (``0.0313``, see :func:`ettweb.dashboard.templatetags.ett_format.small_hours`)."""
+    spent (``0.0313``, see :func:`ettweb.pages.templatetags.ett_format.small_hours`)."""
     if abs(value) >= 100:
         return f"{value:,.0f}"
     if value and abs(value) < 0.05:

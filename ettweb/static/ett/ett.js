@@ -1,7 +1,7 @@
 /* The dashboard's one script (the Content-Security-Policy allows no inline script).
  *
  * - Charts: every <script type="application/json" class="ett-figure" data-target="ID">
- *   that ettweb.dashboard.figures.to_fragment writes holds {data, layout, config}; it is
+ *   that ettweb.pages.figures.to_fragment writes holds {data, layout, config}; it is
  *   drawn into the div ID with Plotly.newPlot (config responsive: charts follow the width).
  * - Rollout markers: charts named in <div data-rollout-clicks="ID,ID"> open the clicked
  *   marker's page (its customdata, a same-site path the server built).

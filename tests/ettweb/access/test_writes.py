@@ -18,7 +18,7 @@ from django.test import Client
 from django.urls import get_resolver
 
 from ettweb.access.roles import set_role
-from ettweb.api.tokens import issue_token
+from ettweb.access.tokens import issue_token
 from ettweb.attribution.components import DEFAULT_PHASE_COMPONENTS
 from ettweb.components.models import Component, PhaseMove
 from ettweb.queries.base import phase_components

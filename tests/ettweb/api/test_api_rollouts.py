@@ -16,8 +16,8 @@ from django.test import Client
 from django.utils import timezone
 
 from ettweb import deferred
+from ettweb.access.tokens import issue_token
 from ettweb.api.models import ApiToken
-from ettweb.api.tokens import issue_token
 from ettweb.rollouts.models import Rollout
 from tests.ettweb.queued import QueuedTask
 

@@ -14,8 +14,8 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ettweb.api.tokens import issue_token
-from ettweb.dashboard.templatetags.ett_format import hours, pct
+from ettweb.access.tokens import issue_token
+from ettweb.pages.templatetags.ett_format import hours, pct
 from ettweb.queries import JobFilter, LifecycleQuery, TrendQuery, calculate
 from tests.ettweb.dashboard import scoped_fleet
 from tests.ettweb.dashboard.scoped_fleet import MARCH, MARCH_PARAMS, H

@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from ettweb.api.tokens import issue_token
+from ettweb.access.tokens import issue_token
 from ettweb.attribution.engine import attribute_job
 from ettweb.ingest.logic import ingest_lines
 from ettweb.rollups.refresh import load_events, refresh_jobs

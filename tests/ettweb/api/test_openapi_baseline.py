@@ -23,7 +23,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from ettweb.api.tokens import issue_token
+from ettweb.access.tokens import issue_token
 
 BASELINE = Path(__file__).with_name("openapi_baseline.json")
 METHODS = ("get", "post", "put", "patch", "delete")

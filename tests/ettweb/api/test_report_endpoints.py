@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from ettweb.api.tokens import issue_token
+from ettweb.access.tokens import issue_token
 from ettweb.queries import IsoWeek, TrendQuery, calculate
 from tests.ettweb.rollouts.test_rollout_impact import day_job, store
 

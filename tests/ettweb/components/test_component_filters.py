@@ -14,7 +14,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from ettweb.dashboard.templatetags.ett_format import hours, pct
+from ettweb.pages.templatetags.ett_format import hours, pct
 from ettweb.queries import ComponentQuery, ComponentsIndexQuery, JobFilter, calculate
 from ettweb.rollouts.models import Rollout
 from tests.ettweb.dashboard import scoped_fleet

@@ -18,7 +18,7 @@ from django.test import Client
 
 from ettweb.access.models import ComponentOwner
 from ettweb.access.roles import set_role
-from ettweb.api.tokens import issue_token
+from ettweb.access.tokens import issue_token
 from ettweb.components.models import Component
 from ettweb.queries import (
     ComponentQuery,

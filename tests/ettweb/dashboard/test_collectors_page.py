@@ -15,7 +15,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from ettweb.api.tokens import issue_token
+from ettweb.access.tokens import issue_token
 from ettweb.ingest.models import CollectorHealth, QuarantinedEvent
 from ettweb.ingest.tasks import ingest_batch
 from ettweb.queries import CollectorsQuery, calculate

@@ -14,8 +14,9 @@ import plotly.graph_objects as go
 import pytest
 
 from ettweb.attribution.engine import Segment
-from ettweb.dashboard import figures
-from ettweb.dashboard.jobfigures import category_timeline
+from ettweb.dashboard import job_page_figures
+from ettweb.dashboard.job_page_figures import category_timeline
+from ettweb.pages import figures, fleet_figures, time_axis, trend_figures
 from ettweb.queries.base import DateRange
 from ettweb.queries.job_detail import TimelineRow
 from ettweb.queries.markers import RolloutMarker
@@ -32,39 +33,39 @@ def _marker(i: int, at: datetime, component: str = "checkpointing") -> RolloutMa
 MARKERS = [_marker(1, datetime(2026, 3, 3, 9, tzinfo=UTC)),
            _marker(2, datetime(2026, 3, 3, 10, tzinfo=UTC)),
            _marker(3, datetime(2026, 3, 4, 12, tzinfo=UTC), "pt2_compiler")]
-PREVIOUS = figures.PreviousPeriod({"all": [(d - timedelta(days=3), 60.0) for d in DAYS]},
-                                  date(2026, 2, 27), date(2026, 3, 1),
-                                  figures.overlay_shift(3, "day"))
+PREVIOUS = trend_figures.PreviousPeriod(
+    {"all": [(d - timedelta(days=3), 60.0) for d in DAYS]}, date(2026, 2, 27), date(2026, 3, 1),
+    trend_figures.overlay_shift(3, "day"))
 SEGMENTS = [Segment(0.0, 60.0, 0, 1, {"productive": 50.0, "failure": 10.0}),
             Segment(60.0, 90.0, 1, 1, {"restart_gap": 30.0})]
 
 BUILDERS: dict[str, Callable[[], figures.Figure]] = {
-    "fleet_lost_stacked": lambda: figures.fleet_lost_stacked(
+    "fleet_lost_stacked": lambda: fleet_figures.fleet_lost_stacked(
         ["j1", "j2"], [{"checkpointing": 5.0}, {"pt2_compiler": 3.0}],
         ["checkpointing", "pt2_compiler"]),
-    "phase_timeline": lambda: figures.phase_timeline(SEGMENTS, 0.0),
+    "phase_timeline": lambda: job_page_figures.phase_timeline(SEGMENTS, 0.0),
     "category_timeline": lambda: category_timeline(
         [TimelineRow(0, (("productive", 0.0, 50.0),), 0.0)], 0.0),
-    "ett_trend": lambda: figures.ett_trend({"all": [(d, 80.0) for d in DAYS]}, "day",
-                                           MARKERS, PREVIOUS, {"team": "ads"}),
-    "ett_trend_week": lambda: figures.ett_trend(
+    "ett_trend": lambda: trend_figures.ett_trend({"all": [(d, 80.0) for d in DAYS]}, "day",
+                                                 MARKERS, PREVIOUS, {"team": "ads"}),
+    "ett_trend_week": lambda: trend_figures.ett_trend(
         {"all": [(w, 80.0) for w in WEEKS]}, "week",
         days=DateRange(WEEKS[0] + timedelta(days=2), WEEKS[-1] + timedelta(days=3)),
         reference=80.0),
-    "component_lost_chart": lambda: figures.component_lost_chart(
+    "component_lost_chart": lambda: trend_figures.component_lost_chart(
         [(d, 1.0) for d in DAYS], "checkpointing", "day", MARKERS),
-    "component_share_chart": lambda: figures.component_share_chart(
+    "component_share_chart": lambda: trend_figures.component_share_chart(
         [(w, 2.0) for w in WEEKS], "checkpointing", "week", MARKERS),
-    "lost_gpu_hours_bar": lambda: figures.lost_gpu_hours_bar({"a": 1.0, "b": 2.0}),
-    "lost_share_lines": lambda: figures.lost_share_lines(
+    "lost_gpu_hours_bar": lambda: fleet_figures.lost_gpu_hours_bar({"a": 1.0, "b": 2.0}),
+    "lost_share_lines": lambda: fleet_figures.lost_share_lines(
         DAYS, {"checkpointing": [1.0, 2.0, 3.0], "pt2_compiler": [0.5, 0.4, 0.3]}, "day"),
-    "lost_over_time_stacked": lambda: figures.lost_over_time_stacked(
+    "lost_over_time_stacked": lambda: fleet_figures.lost_over_time_stacked(
         DAYS, {"checkpointing": [1.0, 2.0, 3.0]}),
-    "restart_tax_stacked": lambda: figures.restart_tax_stacked(
+    "restart_tax_stacked": lambda: fleet_figures.restart_tax_stacked(
         WEEKS, [{"checkpoint_load": 1.0}, {}], ["checkpoint_load"], "week"),
-    "lifecycle_chart": lambda: figures.lifecycle_chart(DAYS, [60.0, None, 90.0],
-                                                       [None, 120.0, None], [1, 0, 3]),
-    "lifecycle_chart_empty": lambda: figures.lifecycle_chart([], [], [], []),
+    "lifecycle_chart": lambda: fleet_figures.lifecycle_chart(DAYS, [60.0, None, 90.0],
+                                                             [None, 120.0, None], [1, 0, 3]),
+    "lifecycle_chart_empty": lambda: fleet_figures.lifecycle_chart([], [], [], []),
 }
 
 
@@ -92,15 +93,15 @@ def test_fleet_charts_name_their_traces_and_axes() -> None:
 
 def test_period_charts_draw_whole_days_and_weeks() -> None:
     lost = _validated(BUILDERS["lost_over_time_stacked"]())
-    assert lost.layout.xaxis.type == "date" and lost.layout.xaxis.dtick == figures.DAY_MS
-    assert (lost.data[0].xperiod, lost.data[0].width) == (figures.DAY_MS,
-                                                          0.8 * figures.DAY_MS)
+    assert lost.layout.xaxis.type == "date" and lost.layout.xaxis.dtick == time_axis.DAY_MS
+    assert (lost.data[0].xperiod, lost.data[0].width) == (time_axis.DAY_MS,
+                                                          0.8 * time_axis.DAY_MS)
     tax = _validated(BUILDERS["restart_tax_stacked"]())
-    assert (tax.data[0].xperiod0, tax.layout.xaxis.tick0) == (figures.MONDAY, figures.MONDAY)
+    assert (tax.data[0].xperiod0, tax.layout.xaxis.tick0) == (time_axis.MONDAY, time_axis.MONDAY)
     life = _validated(BUILDERS["lifecycle_chart"]())
     assert [t.name for t in life.data] == ["failures", "time to start", "time to recover"]
-    assert life.data[0].yaxis == "y2" and life.data[0].width == 0.8 * figures.DAY_MS
-    assert life.data[1].xperiod == figures.DAY_MS  # lines too sit mid-period
+    assert life.data[0].yaxis == "y2" and life.data[0].width == 0.8 * time_axis.DAY_MS
+    assert life.data[1].xperiod == time_axis.DAY_MS  # lines too sit mid-period
     assert (life.layout.yaxis2.overlaying, life.layout.yaxis2.tickformat) == ("y", ",d")
     assert life.layout.xaxis.range is not None
     empty = _validated(BUILDERS["lifecycle_chart_empty"]())
@@ -154,9 +155,9 @@ def test_to_fragment_embeds_the_plain_figure_with_the_page_template() -> None:
 def test_the_trend_axis_fits_the_data_around_the_ranges_band() -> None:
     """90% to 96% is a line that moves, not a flat line at the top of 0-100."""
     days = [date(2026, 3, d) for d in (2, 3, 4)]
-    fig = _validated(figures.ett_trend({"all": list(zip(days, [90.0, 93.0, 96.0],
-                                                            strict=True))},
-                                       "day", reference=93.0))
+    fig = _validated(trend_figures.ett_trend({"all": list(zip(days, [90.0, 93.0, 96.0],
+                                                                  strict=True))},
+                                             "day", reference=93.0))
     low, high = fig.layout.yaxis.range
     assert 88.5 <= low < 90 and 96 < high <= 97.5
     band = [s for s in fig.layout.shapes if s.type == "rect"]
@@ -166,7 +167,7 @@ def test_the_trend_axis_fits_the_data_around_the_ranges_band() -> None:
 
 def test_a_period_without_data_is_a_gap_not_a_straight_line() -> None:
     points = [(date(2026, 3, 2), 80.0), (date(2026, 3, 23), 90.0), (date(2026, 3, 30), 91.0)]
-    fig = _validated(figures.ett_trend({"9-64": points}, "week"))
+    fig = _validated(trend_figures.ett_trend({"9-64": points}, "week"))
     assert list(fig.data[0].y) == [80.0, None, 90.0, 91.0]
     assert fig.data[0].connectgaps is False
 
@@ -174,8 +175,8 @@ def test_a_period_without_data_is_a_gap_not_a_straight_line() -> None:
 def test_partial_weeks_are_marked_and_the_axis_outside_the_range_shaded() -> None:
     weeks = [date(2026, 3, 2), date(2026, 3, 9), date(2026, 3, 16)]  # Mondays
     days = DateRange(date(2026, 3, 5), date(2026, 3, 17))  # Thu .. the next Tuesday
-    fig = _validated(figures.ett_trend({"all": [(w, 80.0) for w in weeks]}, "week",
-                                       days=days))
+    fig = _validated(trend_figures.ett_trend({"all": [(w, 80.0) for w in weeks]}, "week",
+                                             days=days))
     assert list(fig.data[0].marker.symbol) == ["circle-open", "circle", "circle-open"]
     assert fig.data[0].customdata[0] == "week of 2026-03-02 (partial: 4 of 7 days in the range)"
     assert fig.data[0].customdata[2] == "week of 2026-03-16 (partial: 2 of 7 days in the range)"
@@ -187,10 +188,10 @@ def test_partial_weeks_are_marked_and_the_axis_outside_the_range_shaded() -> Non
 def test_a_components_weekly_share_breaks_at_gaps_and_marks_partial_weeks() -> None:
     weeks = [date(2026, 3, 2), date(2026, 3, 23)]
     days = DateRange(date(2026, 3, 4), date(2026, 3, 29))
-    fig = _validated(figures.component_share_chart(
+    fig = _validated(trend_figures.component_share_chart(
         [(w, 1.5) for w in weeks], "checkpointing", "week", days=days))
     assert list(fig.data[0].y) == [1.5, None, 1.5]
     assert list(fig.data[0].marker.symbol) == ["circle-open", "circle", "circle"]
-    lost = _validated(figures.component_lost_chart([(w, 2.0) for w in weeks], "checkpointing",
-                                                   "week", days=days))
+    lost = _validated(trend_figures.component_lost_chart(
+        [(w, 2.0) for w in weeks], "checkpointing", "week", days=days))
     assert any(s.yref == "paper" and s.type == "rect" for s in lost.layout.shapes)

@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from ettweb.components.forms import ComponentFilterForm
-from ettweb.dashboard.forms import FleetFilterForm
+from ettweb.pages.forms import FleetFilterForm
 from ettweb.rollouts.forms import RolloutListForm
 
 pytestmark = pytest.mark.django_db

@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from ettweb.dashboard.templatetags.ett_format import ago, count, ett, gpu_hours, hours
 from ettweb.ingest.tasks import ingest_batch
+from ettweb.pages.templatetags.ett_format import ago, count, ett, gpu_hours, hours
 from ettweb.reports.templatetags.report_format import (
     breakable,
     gpuh,
@@ -99,7 +99,7 @@ def test_small_fleet_pages_show_non_zero_gpu_hours(
 
 
 def test_many_recoveries_read_as_a_mean_and_a_count() -> None:
-    from ettweb.dashboard.templatetags.ett_format import duration, durations
+    from ettweb.pages.templatetags.ett_format import duration, durations
 
     assert durations([]) == "—"
     assert durations([60.0, 120.0]) == f"{duration(60.0)}, {duration(120.0)}"

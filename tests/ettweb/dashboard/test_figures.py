@@ -16,8 +16,9 @@ from matplotlib.colors import to_hex
 from ettweb import colours
 from ettweb.attribution.components import DEFAULT_PHASE_COMPONENTS, PRODUCTIVE
 from ettweb.attribution.engine import Segment
-from ettweb.dashboard import figures
+from ettweb.dashboard import job_page_figures
 from ettweb.ingest.tasks import ingest_batch
+from ettweb.pages import figures, fleet_figures
 from ettweb.queries.markers import RolloutMarker
 from ettweb.queries.weekly import HistoryWeek, IsoWeek
 from ettweb.reports.chart import trend_figure
@@ -44,7 +45,7 @@ def every_category_segments() -> list[Segment]:
 # ------------------------------------------------------------------ 1. the timeline legend
 
 def test_timeline_legend_is_horizontal_under_the_plot_with_productive_first() -> None:
-    fig = go.Figure(figures.phase_timeline(every_category_segments(), 0.0))
+    fig = go.Figure(job_page_figures.phase_timeline(every_category_segments(), 0.0))
     names = [trace.name for trace in fig.data]
     assert names[:4] == [PRODUCTIVE, "repeated_training", "failure", "restart_gap"]
     assert sorted(names) == KNOWN_CATEGORIES  # one entry each
@@ -54,8 +55,8 @@ def test_timeline_legend_is_horizontal_under_the_plot_with_productive_first() ->
     # (plotly scrolls a horizontal legend taller than half the figure by default).
     assert (legend.yref, legend.y, legend.yanchor) == ("container", 0, "bottom")
     assert legend.maxheight == 1
-    rows = -(-len(names) // figures.LEGEND_PER_ROW)
-    legend_px = rows * figures.LEGEND_ROW_PX
+    rows = -(-len(names) // job_page_figures.LEGEND_PER_ROW)
+    legend_px = rows * job_page_figures.LEGEND_ROW_PX
     # The figure grows by the legend's rows: the two attempts keep their plot height.
     assert fig.layout.height >= 120 + 40 * 2 + legend_px
     assert fig.layout.margin.b >= figures.MARGIN["b"] + legend_px
@@ -106,19 +107,19 @@ def test_colour_of_is_the_single_source() -> None:
     offenders = [str(path.relative_to(ROOT)) for path in (ROOT / "ettweb").rglob("*.py")
                  if path.name != "colours.py" and pattern.search(path.read_text())]
     assert offenders == []
-    assert figures.colour_of is colours.colour_of
+    assert fleet_figures.colour_of is colours.colour_of
 
 
 def test_dashboard_charts_use_the_fixed_colours() -> None:
-    stacked = go.Figure(figures.fleet_lost_stacked(
+    stacked = go.Figure(fleet_figures.fleet_lost_stacked(
         ["j1"], [{"checkpointing": 5.0, "pt2_compiler": 3.0}], ["checkpointing", "pt2_compiler"]))
     assert {t.name: t.marker.color for t in stacked.data} == {
         "checkpointing": colours.COMPONENT_COLOURS["checkpointing"],
         "pt2_compiler": colours.COMPONENT_COLOURS["pt2_compiler"]}
-    tax = go.Figure(figures.restart_tax_stacked([date(2026, 3, 2)], [{"checkpoint_load": 1.0}],
-                                                ["checkpoint_load"]))
+    tax = go.Figure(fleet_figures.restart_tax_stacked(
+        [date(2026, 3, 2)], [{"checkpoint_load": 1.0}], ["checkpoint_load"]))
     assert tax.data[0].marker.color == colours.CATEGORY_COLOURS["checkpoint_load"]
-    timeline = go.Figure(figures.phase_timeline(every_category_segments(), 0.0))
+    timeline = go.Figure(job_page_figures.phase_timeline(every_category_segments(), 0.0))
     assert {t.name: t.marker.color for t in timeline.data} == {
         name: colours.CATEGORY_COLOURS[name] for name in KNOWN_CATEGORIES}
 
@@ -150,13 +151,13 @@ def test_ink_is_dark_on_light_colours() -> None:
 @pytest.mark.parametrize(("largest", "step"), [(0, 1), (1, 1), (5, 1), (6, 2), (11, 5),
                                                (37, 10), (250, 50)])
 def test_the_failures_axis_ticks_whole_numbers(largest: int, step: int) -> None:
-    fig = go.Figure(figures.lifecycle_chart([date(2026, 3, 1), date(2026, 3, 2)], [60.0, None],
-                                            [None, 120.0], [largest, 0]))
+    fig = go.Figure(fleet_figures.lifecycle_chart(
+        [date(2026, 3, 1), date(2026, 3, 2)], [60.0, None], [None, 120.0], [largest, 0]))
     axis = fig.layout.yaxis2
     assert axis.tickformat == ",d"
     assert (axis.tick0, axis.dtick, axis.rangemode) == (0, step, "tozero")
     assert isinstance(axis.dtick, int) and axis.dtick >= 1
-    assert largest / axis.dtick <= figures.COUNT_TICKS - 1
+    assert largest / axis.dtick <= fleet_figures.COUNT_TICKS - 1
 
 
 @pytest.mark.django_db

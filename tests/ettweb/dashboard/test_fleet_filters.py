@@ -19,9 +19,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from ettweb.dashboard import figures
-from ettweb.dashboard.templatetags.ett_format import hours, pct
 from ettweb.ingest.tasks import ingest_batch
+from ettweb.pages import trend_figures
+from ettweb.pages.templatetags.ett_format import hours, pct
 from ettweb.queries import (
     ComponentQuery,
     ComponentsIndexQuery,
@@ -296,9 +296,9 @@ def test_the_page_links_each_tables_csv_with_its_filter(viewer: Client) -> None:
 
 
 def test_a_weekly_overlay_moves_by_whole_weeks() -> None:
-    assert figures.overlay_shift(30, "day") == timedelta(days=30)
-    assert figures.overlay_shift(30, "week") == timedelta(days=28)  # Mondays land on Mondays
-    assert figures.overlay_shift(3, "week") == timedelta(days=7)
+    assert trend_figures.overlay_shift(30, "day") == timedelta(days=30)
+    assert trend_figures.overlay_shift(30, "week") == timedelta(days=28)  # Mondays land on Mondays
+    assert trend_figures.overlay_shift(3, "week") == timedelta(days=7)
 
 
 def test_hostile_group_names_are_escaped_in_the_overlay(viewer: Client) -> None:

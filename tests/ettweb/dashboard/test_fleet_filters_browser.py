@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Browser
 from pytest_django.live_server_helper import LiveServer
 
-from ettweb.dashboard.templatetags.ett_format import hours
+from ettweb.pages.templatetags.ett_format import hours
 from ettweb.rollouts.models import Rollout
 from tests.ettweb.dashboard import scoped_fleet
 from tests.ettweb.reports.test_report_browser import shoot, watched

@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from ettweb.dashboard.templatetags.ett_format import signed_pct, signed_pts
+from ettweb.pages.templatetags.ett_format import signed_pct, signed_pts
 from tests.ettweb.charts import traces_of
 from tests.ettweb.rollouts.test_rollout_impact import day_job, store
 

@@ -13,9 +13,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from ettweb.api.tokens import issue_token
+from ettweb.access.tokens import issue_token
 from ettweb.attribution.components import component_of
-from ettweb.dashboard.exports import neutralized
+from ettweb.pages.csv_tables import neutralized
 from ettweb.queries import JobsQuery, calculate
 from ettweb.queries.base import phase_components
 from ettweb.rollups.models import JobRollup

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ettweb.dashboard import figures
-from ettweb.dashboard.figures import (
+from ettweb.pages import rollout_lanes, time_axis, trend_figures
+from ettweb.pages.rollout_lanes import (
     CLUSTER_NAMES_SHOWN,
     MAX_MARKERS_PER_LANE,
     MarkerCluster,
@@ -128,11 +128,11 @@ def test_cluster_hover_lists_ten_names_then_how_many_more() -> None:
 
 
 def test_click_targets_are_the_rollout_or_the_filtered_list() -> None:
-    assert figures.cluster_url(MarkerCluster("c", (_marker(7, MAR1),))) == "/rollouts/7/"
+    assert rollout_lanes.cluster_url(MarkerCluster("c", (_marker(7, MAR1),))) == "/rollouts/7/"
     cluster = MarkerCluster("pt2_compiler", (_marker(1, MAR1),
                                              _marker(2, MAR1 + timedelta(days=2))))
-    assert figures.cluster_url(cluster) == ("/rollouts/?component=pt2_compiler"
-                                            "&date_from=2026-03-01&date_to=2026-03-03")
+    assert rollout_lanes.cluster_url(cluster) == ("/rollouts/?component=pt2_compiler"
+                                                  "&date_from=2026-03-01&date_to=2026-03-03")
 
 
 def test_trend_draws_a_lane_per_component_above_the_plot() -> None:
@@ -141,7 +141,7 @@ def test_trend_draws_a_lane_per_component_above_the_plot() -> None:
     markers = [_marker(i, MAR1 + timedelta(seconds=rng.uniform(0, 29 * 86400)),
                        rng.choice(["checkpointing", "pt2_compiler", "<i>x</i>"]))
                for i in range(50)]
-    fig = go.Figure(figures.ett_trend(series, "day", markers))
+    fig = go.Figure(trend_figures.ett_trend(series, "day", markers))
     lanes = [t for t in fig.data if t.meta == "rollouts"]
     assert [t.name for t in lanes] == ["rollouts · &lt;i&gt;x&lt;/i&gt;",
                                        "rollouts · checkpointing", "rollouts · pt2_compiler"]
@@ -156,27 +156,27 @@ def test_trend_draws_a_lane_per_component_above_the_plot() -> None:
 
 
 def test_trend_without_markers_has_no_lanes() -> None:
-    fig = go.Figure(figures.ett_trend({"all": [(date(2026, 3, 1), 80.0)]}, "day"))
+    fig = go.Figure(trend_figures.ett_trend({"all": [(date(2026, 3, 1), 80.0)]}, "day"))
     assert [t for t in fig.data if t.meta == "rollouts"] == []
     assert "yaxis2" not in fig.layout.to_plotly_json()
 
 
 def test_markers_outside_the_data_widen_the_axis() -> None:
     late = datetime(2026, 3, 9, 12, tzinfo=UTC)
-    fig = go.Figure(figures.ett_trend({"all": [(date(2026, 3, 1), 80.0)]}, "day",
-                                      [_marker(1, late)]))
-    pad = (late - MAR1) * figures.EDGE_PAD  # the data's day starts at MAR1
+    fig = go.Figure(trend_figures.ett_trend({"all": [(date(2026, 3, 1), 80.0)]}, "day",
+                                            [_marker(1, late)]))
+    pad = (late - MAR1) * time_axis.EDGE_PAD  # the data's day starts at MAR1
     assert fig.layout.xaxis.range == (f"{MAR1 - pad:%Y-%m-%d %H:%M:%S}",
                                       f"{late + pad:%Y-%m-%d %H:%M:%S}")
 
 
 def test_periods_are_drawn_across_their_whole_day_or_week() -> None:
-    day = go.Figure(figures.ett_trend({"all": [(date(2026, 3, 2), 80.0)]}, "day"))
-    assert (day.data[0].xperiod, day.data[0].xperiodalignment) == (figures.DAY_MS, "middle")
-    week = go.Figure(figures.component_lost_chart(
+    day = go.Figure(trend_figures.ett_trend({"all": [(date(2026, 3, 2), 80.0)]}, "day"))
+    assert (day.data[0].xperiod, day.data[0].xperiodalignment) == (time_axis.DAY_MS, "middle")
+    week = go.Figure(trend_figures.component_lost_chart(
         [(date(2026, 3, 2), 1.0)], "c", "week", [_marker(1, datetime(2026, 3, 5, tzinfo=UTC))]))
     bars, lane = week.data
-    assert (bars.xperiod, bars.xperiod0) == (7 * figures.DAY_MS, figures.MONDAY)
+    assert (bars.xperiod, bars.xperiod0) == (7 * time_axis.DAY_MS, time_axis.MONDAY)
     assert lane.xperiod is None  # a rollout is drawn at its own moment
 
 

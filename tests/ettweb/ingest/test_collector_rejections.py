@@ -16,7 +16,7 @@ from django.test import Client
 from django.utils import timezone
 
 from collector.auth import health_body, sign_batch
-from ettweb.api.tokens import issue_token
+from ettweb.access.tokens import issue_token
 from ettweb.ingest.models import CollectorCredential, CollectorHealth, CollectorRejection
 from ettweb.ingest.tasks import collector_health, ingest_batch
 from ettweb.queries import CollectorsQuery, calculate

@@ -39,7 +39,7 @@ from pytest_django.live_server_helper import LiveServer
 
 from collector import Reporter
 from collector.config import STATE_FILE_NAME
-from ettweb.api.tokens import issue_token
+from ettweb.access.tokens import issue_token
 from ettweb.ingest.credentials import new_credential
 from ettweb.ingest.models import (
     CollectorCredential,

@@ -15,7 +15,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
 
-from ettweb.api.tokens import issue_token
+from ettweb.access.tokens import issue_token
 from ettweb.ingest.models import CollectorHealth
 from ettweb.ingest.tasks import ingest_batch
 from ettweb.metrics.models import CounterFloor

@@ -28,9 +28,9 @@ from django.test import Client
 from pytest_django.fixtures import Settings
 
 from ettweb.access.roles import set_role
-from ettweb.api.tokens import issue_token
+from ettweb.access.tokens import issue_token
 from ettweb.components.models import Component
-from ettweb.dashboard.templatetags.ett_format import duration
+from ettweb.pages.templatetags.ett_format import duration
 from ettweb.queries import IsoWeek, WeeklyReportQuery, calculate
 from ettweb.queries.markers import LIST_WINDOW_DAYS
 from ettweb.reports.models import SendRecord, SendStatus, Subscription

@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ettweb.api.tokens import issue_token
+from ettweb.access.tokens import issue_token
 
 
 class Command(BaseCommand):

@@ -1,4 +1,6 @@
-"""Issuing and checking API tokens (hashed at rest, compared by hash lookup).
+"""Issuing and checking API tokens (hashed at rest, compared by hash lookup): who a request
+that carries a bearer token is, for the API, the Prometheus scrape and the API's docs alike.
+The token model stays in the api app, which owns its table.
 
 Checking a token writes nothing: most requests that carry one are GETs (a dashboard, a
 Prometheus scrape), and a GET never writes. When a token was last used is still kept, for

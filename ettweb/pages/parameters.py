@@ -1,10 +1,10 @@
-"""The GET parameters a page takes: any other is a 400 naming it.
+"""The GET parameters a page takes, and the 400 it answers for any other or a bad value.
 
 Why: a form reads the fields it has and ignores the rest, so ``/fleet/?teem=ads`` showed the
 whole fleet under a URL that reads as team ``ads``'s. A page names what it takes by its
 forms (their fields are its inputs) and a few plain names (``moved`` after a redirect);
-``tests/ettweb/test_parameters.py`` checks that every page says, so a page added later cannot
-forget.
+``tests/ettweb/test_filter_walk.py`` checks that every page says, so a page added later cannot
+forget. A value its form refuses is a 400 too, naming the parameter and what it takes.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from functools import wraps
 from typing import Any, TypeVar, cast
 
 from django import forms
-from django.http import HttpRequest, HttpResponseBadRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.http.response import HttpResponseBase
 
 View = TypeVar("View", bound=Callable[..., HttpResponseBase])
@@ -58,3 +58,32 @@ def takes(*sources: type[forms.Form] | str) -> Callable[[View], View]:
         return cast(View, checked)
 
     return decorate
+
+
+def accepts(field: forms.Field) -> str:
+    """What a field takes, in words, for a refusal to say (empty when its error says it)."""
+    if isinstance(field, forms.ChoiceField):
+        choices: Iterable[tuple[Any, Any]] = field.choices  # type: ignore[assignment]
+        values = [str(value) for value, _ in choices if value != ""]
+        return f" (one of {', '.join(values)})" if values else ""
+    return ""
+
+
+def form_reason(form: forms.Form) -> str:
+    """All errors on one line, each naming its parameter and what it takes: what a 400
+    response says. Errors of the whole form (an inverted range) name their parameters in
+    their own words, so they get no label of their own."""
+    parts = []
+    for name, errors in form.errors.items():
+        text = " ".join(str(e) for e in errors)
+        if name == "__all__":
+            parts.append(text)
+        else:
+            parts.append(f"{name}: {text}{accepts(form.fields[name])}")
+    return "; ".join(parts)
+
+
+def bad_parameters(form: forms.Form) -> HttpResponse:
+    """The 400 every page answers for bad GET parameters: ``bad parameters: <reasons>``."""
+    return HttpResponseBadRequest(f"bad parameters: {form_reason(form)}",
+                                  content_type="text/plain")

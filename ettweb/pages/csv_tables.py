@@ -1,4 +1,4 @@
-"""CSV exports of the dashboard's tables, safe to open in a spreadsheet.
+"""A page's table as a CSV download (``?format=csv``), safe to open in a spreadsheet.
 
 Job names, teams and clusters come from outside. A cell that starts with ``=``, ``+``, ``-``
 or ``@`` (or a tab or carriage return) is a formula to Excel, LibreOffice and Google Sheets, so

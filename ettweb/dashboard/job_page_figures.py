@@ -1,13 +1,15 @@
 """Plotly figures of one job's page, built from its stored rows (``ettweb.queries.job_detail``).
 
-The page draws what the rollup refresh stored: each attempt's category timeline, its rank
-lanes, the lost-time waterfall and the recoveries' parts. Nothing here reads events. Every
-category keeps its one colour (``ettweb.colours``); text that reaches plotly's hover labels
-(which render HTML) is escaped, though phase names and rank sets are plain by construction.
+The page draws what the rollup refresh stored: each attempt's category timeline (the phase
+timeline, a bar per piece coloured by category), its rank lanes, the lost-time waterfall and
+the recoveries' parts. Nothing here reads events. Every category keeps its one colour
+(``ettweb.colours``); text that reaches plotly's hover labels (which render HTML) is
+escaped, though phase names and rank sets are plain by construction.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from html import escape
 from typing import Any, Final
@@ -18,13 +20,13 @@ from ettweb.attribution.components import PRODUCTIVE
 from ettweb.attribution.engine import Segment
 from ettweb.attribution.lanes import TRAIN
 from ettweb.colours import category_order, colour_of
-from ettweb.dashboard.figures import (
+from ettweb.pages.figures import (
     LAYOUT,
     MARGIN,
     Figure,
     Unit,
-    category_legend,
-    phase_timeline,
+    base_layout,
+    title,
     to_fragment,
     unit_for,
 )
@@ -35,7 +37,7 @@ MAX_DRAWN_LANES: Final = 64
 LANE_PX: Final = 22
 #: Rank sets longer than this are cut in the axis label (the hover has the whole set).
 RANKS_LABEL_CHARS: Final = 24
-#: U+2212, as the dashboard writes a negative change (``ett_format.MINUS``).
+#: U+2212, as the pages write a negative change (``ett_format.MINUS``).
 MINUS: Final = "\u2212"
 #: The wall bar of the waterfall: not a category, so not one of the category colours.
 WALL_COLOUR: Final = "#34404c"
@@ -44,6 +46,81 @@ WALL_COLOUR: Final = "#34404c"
 def unit_of(headline: JobHeadline) -> Unit:
     """One time unit for every time axis of the page: the job's wall time decides."""
     return unit_for(headline.wall_s)
+
+
+def _piece_order(category: str) -> tuple[int, str]:
+    """Repeated steps first: a restarted train span re-does old steps before new ones (§3.7)."""
+    return (0 if category == "repeated_training" else 1, category)
+
+
+def _pieces(segment: Segment) -> list[tuple[str, float, float]]:
+    """Lay a segment's shares side by side in time so each category gets its own bar."""
+    pieces, cursor = [], segment.start
+    for category, seconds in sorted(segment.shares.items(), key=lambda kv: _piece_order(kv[0])):
+        pieces.append((category, cursor, seconds))
+        cursor += seconds
+    return pieces
+
+
+def _append_merged(pieces: list[tuple[str, float, float]], row: str, start: float,
+                   seconds: float) -> None:
+    """Extend the previous bar when this piece continues it: a training span is re-opened
+    every minute, and a week-long job should not draw ten thousand touching bars."""
+    if pieces and pieces[-1][0] == row and abs(pieces[-1][1] + pieces[-1][2] - start) < 1e-9:
+        last_row, last_start, last_seconds = pieces[-1]
+        pieces[-1] = (last_row, last_start, last_seconds + seconds)
+    else:
+        pieces.append((row, start, seconds))
+
+
+#: Legend entries a row holds at the page's width (about six fit 1,100 px): the timeline
+#: grows by a row of height for every this many categories, so its plot keeps its size.
+LEGEND_PER_ROW = 5
+LEGEND_ROW_PX = 22
+
+
+def category_legend(count: int) -> tuple[dict[str, Any], int]:
+    """A horizontal legend under the plot, in trace order, and the pixels it needs.
+
+    Why: a vertical legend beside a short timeline showed five of sixteen categories and
+    scrolled, ``productive`` among the hidden ones. Anchored to the figure's bottom edge
+    (``yref="container"``) it pushes the plot up instead of overlapping the axis title, and
+    ``maxheight=1`` (the whole figure) lets it wrap onto more rows rather than scroll.
+    """
+    rows = max(1, math.ceil(count / LEGEND_PER_ROW))
+    legend = {"orientation": "h", "traceorder": "normal", "x": 0, "xanchor": "left",
+              "yref": "container", "y": 0, "yanchor": "bottom", "maxheight": 1,
+              "title": {"text": "category"}}
+    return legend, rows * LEGEND_ROW_PX + 10
+
+
+def phase_timeline(segments: Sequence[Segment], job_start: float) -> Figure:
+    """Horizontal bars per segment, one row per attempt, coloured by category.
+
+    Restart gaps show as grey bars (or blank space when a gap was not attributed). The
+    legend lists ``productive`` first (see :func:`ettweb.colours.category_order`).
+    """
+    unit = unit_for(max((s.end for s in segments), default=job_start) - job_start)
+    by_category: dict[str, list[tuple[str, float, float]]] = {}
+    for segment in segments:
+        row = f"attempt {segment.attempt}"
+        for category, start, seconds in _pieces(segment):
+            _append_merged(by_category.setdefault(category, []), row,
+                           (start - job_start) / unit.seconds, seconds / unit.seconds)
+    bars = [{"type": "bar", "name": category, "orientation": "h", "y": [p[0] for p in pieces],
+             "base": [p[1] for p in pieces], "x": [p[2] for p in pieces],
+             "marker": {"color": colour_of(category)},
+             "hovertemplate": (f"{category}<br>from %{{base:.2f}} for %{{x:.2f}} {unit.name}"
+                               "<extra>%{y}</extra>")}
+            for category, pieces in sorted(by_category.items(),
+                                           key=lambda kv: category_order(kv[0]))]
+    rows = sorted({f"attempt {s.attempt}" for s in segments}, key=lambda r: int(r.split()[1]))
+    legend, legend_px = category_legend(len(by_category))
+    return {"data": bars, "layout": base_layout(
+        margin={**MARGIN, "b": MARGIN["b"] + legend_px}, barmode="overlay",
+        height=120 + 40 * len(rows) + legend_px,
+        xaxis={"title": title(f"{unit.name} since the job started")},
+        yaxis={"categoryorder": "array", "categoryarray": rows[::-1]}, legend=legend)}
 
 
 def category_timeline(rows: Sequence[TimelineRow], job_start: float) -> Figure:
