@@ -45,7 +45,7 @@ install-browser:  ## Debian chromium for the UI tests (never `playwright install
 	@[ -x $(CHROMIUM) ] || ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium)
 
 demo: install install-trainer  ## embedded Postgres+Redis, worker, collector, a real TorchRec job, dashboard on :8000
-	$(PY) -m ettweb.demo
+	$(PY) -m ettweb.platform.demo
 
 # The browser tests' full-page screenshots (one per page: tests/ettweb/test_pages_browser.py)
 # are kept as the run's artifacts; each run starts the folder afresh, so none is stale.
@@ -70,7 +70,7 @@ bench: install install-trainer  ## run every benchmark
 	@for b in bench/*.py; do n=$$(basename $$b .py); [ $$n = __init__ ] || $(PY) -m bench.$$n; done
 
 stop:  ## stop whatever a demo left running (worker, beat, collector, web) and the embedded Postgres and Redis
-	$(PY) -m ettweb.demo --stop
+	$(PY) -m ettweb.platform.demo --stop
 
 clean: stop  ## remove the embedded servers' data, spools and checkpoints
 	rm -rf var

@@ -1,7 +1,7 @@
 """``python -m bench.calibration``: are the rollout verdicts right as often as they claim?
 
 On the simulated fleet of ``bench.rollouts`` (20,000 jobs over 180 days, seed 0), with the
-estimators the impact query runs (:mod:`ettweb.estimators`):
+estimators the impact query runs (:mod:`ettweb.statistics.estimators`):
 
 1. **False positives.** Placebo rollouts (random moments, random scopes drawn from the
    fleet's real models, teams and clusters, a quarter fleet-wide, random components) on the
@@ -18,7 +18,7 @@ estimators the impact query runs (:mod:`ettweb.estimators`):
 4. **What it would take.** For each planted rollout the days its verdict actually took to
    become conclusive (the smallest window that decides it) against the days the
    inconclusive verdict at half that window predicted: within a factor 2.
-5. **Unrecorded changes.** The level-shift detector (``ettweb.changes.detect``) on every
+5. **Unrecorded changes.** The level-shift detector (``ettweb.statistics.level_shifts``) on every
    component's daily lost share, fleet and per team: each planted step of 1 point or more
    found within 1 day; on the A/A fleet at most one change per series per 90 days.
 
@@ -45,13 +45,13 @@ from typing import Any, Final
 
 import numpy as np
 
-from ettweb import estimators
-from ettweb.changes.detect import PENALTY, Shift, find_shifts
-from ettweb.estimators import Group, Stratified
 from ettweb.simulate.days import COMPONENTS, FleetDays, fleet_days
 from ettweb.simulate.fleet import FleetPlan, PlannedRollout, rollout_schedule
 from ettweb.simulate.series import SeriesKey, day_sums, lost_shares
 from ettweb.simulate.truth import Counterfactual, counterfactual, effect_of, in_scope, windows
+from ettweb.statistics import estimators
+from ettweb.statistics.estimators import Group, Stratified
+from ettweb.statistics.level_shifts import PENALTY, Shift, find_shifts
 
 FPR_TARGET: Final = 0.05
 COVERAGE_TARGET: Final = 0.90
@@ -373,7 +373,7 @@ MIN_STEP_PTS: Final = 1.0
 STEP_DAYS: Final = 1
 #: ... and a flat series shows at most one change in any FLAT_DAYS days.
 FLAT_DAYS: Final = 90
-#: Penalties swept beside the product's (``detect.PENALTY``), to show how it was chosen.
+#: Penalties swept beside the product's (``level_shifts.PENALTY``), to show how it was chosen.
 PENALTIES: Final = (5.0, 10.0, 15.0, 25.0, 40.0, 60.0)
 #: A change on the planted fleet is explained when a stage of its component lands this
 #: close (the product matches recorded rollouts at this distance too).

@@ -261,7 +261,7 @@ def store_collectors(size: FleetSize) -> int:
 
 def _quarantine(size: FleetSize) -> int:
     """Bad lines from a third of the nodes, through the worker's ingest logic."""
-    from ettweb.ingest.logic import ingest_lines
+    from ettweb.ingest.batches import ingest_lines
 
     rejected = 0
     for k, name in enumerate(_node_names(max(3, min(300, size.jobs // 60)))):
@@ -509,7 +509,7 @@ class Catalog:
 def load_catalog(user: Any) -> Catalog:
     from django.db.models import Max, Min
 
-    from ettweb.components.logic import known_components
+    from ettweb.components.known import known_components
     from ettweb.ingest.models import CollectorHealth, Job
     from ettweb.reports.models import Subscription
     from ettweb.reports.tokens import make_token

@@ -103,7 +103,7 @@ def measure_serving(repeats: int) -> dict[str, dict[str, float]]:
     from django.test import Client
 
     from ettweb.access.tokens import issue_token
-    from ettweb.components.logic import known_components
+    from ettweb.components.known import known_components
     from ettweb.rollouts.models import Rollout
 
     user = User.objects.create_user("bench", is_staff=True)

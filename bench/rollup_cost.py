@@ -133,7 +133,7 @@ def measure_rollup_cost(events: list[Event], batch_size: int = 1000, batches: in
         raise ValueError(f"batching must be 'node' or 'time', not {batching!r}")
     _setup_django()
     from collector.schema import dump_event
-    from ettweb.ingest.logic import ingest_lines
+    from ettweb.ingest.batches import ingest_lines
     from ettweb.rollups.rebuild import rebuild_all
     from ettweb.rollups.refresh import refresh_jobs
 

@@ -15,7 +15,7 @@ from celery import Celery
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from ettweb import brokerfix
+from ettweb.platform import brokerfix
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ettweb.settings.local")
 

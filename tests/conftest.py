@@ -36,9 +36,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     database are gone: ``make test`` must not leave Postgres and Redis running. Servers that
     were running before the session (a developer's ``make demo``), that something else
     attached to meanwhile, or that another test session still uses stay up
-    (:func:`ettweb.embedded.release`)."""
+    (:func:`ettweb.platform.embedded.release`)."""
     _drain_the_web_sends()
-    from ettweb import embedded
+    from ettweb.platform import embedded
 
     if not embedded.holding():
         return
@@ -57,9 +57,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def _drain_the_web_sends() -> None:
     """Leave nothing on the test broker's default queue that pages sent for the worker
-    (``ettweb.deferred``): no worker of the tests consumes it, and a worker started later on
-    the same broker must not run tasks naming rows of a test database."""
-    if "ettweb.deferred" not in sys.modules:  # nothing was sent
+    (``ettweb.platform.deferred``): no worker of the tests consumes it, and a worker started
+    later on the same broker must not run tasks naming rows of a test database."""
+    if "ettweb.platform.deferred" not in sys.modules:  # nothing was sent
         return
     from tests.ettweb.queued import drain_queued
 
@@ -130,8 +130,8 @@ def one_gpu_job_lines(event_line: LineFactory) -> list[str]:
 def queued() -> Iterator[Callable[[], list[Any]]]:
     """What the web side sent the worker: call it for the tasks sent since the last call
     (``tests.ettweb.queued.QueuedTask``, oldest first). Starts as a fresh process would:
-    nothing remembered as sent (``ettweb.deferred``), nothing waiting on the queue."""
-    from ettweb import deferred
+    nothing remembered as sent (``ettweb.platform.deferred``), nothing waiting on the queue."""
+    from ettweb.platform import deferred
     from tests.ettweb.queued import drain_queued
 
     deferred._SENT.clear()

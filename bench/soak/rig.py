@@ -89,7 +89,7 @@ PROFILES: dict[str, Profile] = {
 }
 
 
-#: How often the soak sends the stale-rollup sweep, as ``ettweb/schedule.py``'s beat does.
+#: How often the soak sends the stale-rollup sweep, as ``ettweb/platform/schedule.py``'s beat does.
 BEAT_INTERVAL_S = 60.0
 
 

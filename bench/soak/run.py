@@ -82,8 +82,8 @@ def _start_reaper(work: Path, keep: bool) -> None:
 
 
 #: A worker that died with this traceback acked, after a Redis reconnect, a message it got
-#: on the connection before: the old channel has no connection any more (fixed: ettweb/brokerfix.py
-#: guards the ack too; recognised so a regression is named).
+#: on the connection before: the old channel has no connection any more (fixed:
+#: ettweb/platform/brokerfix.py guards the ack too; recognised so a regression is named).
 ACK_AFTER_RECONNECT = "Unrecoverable error: AttributeError(\"'NoneType' object has no " \
     "attribute 'client'\")"
 

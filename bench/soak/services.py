@@ -324,7 +324,7 @@ class PrivateRedis(Broker):
     kind = "redis"
 
     def __init__(self, root: Path) -> None:
-        from ettweb.embedded import _redis_executable
+        from ettweb.platform.embedded import _redis_executable
 
         self.executable = _redis_executable()
         self._port, self.dir = free_port(), root / "redis"

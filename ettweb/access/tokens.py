@@ -24,7 +24,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 
 from ettweb.api.models import ApiToken
-from ettweb.deferred import send_once
+from ettweb.platform.deferred import send_once
 
 #: Every token starts with this, so secret scanners and people recognise one on sight.
 TOKEN_PREFIX = "ett_"

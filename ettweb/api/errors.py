@@ -17,7 +17,7 @@ from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from ettweb.queries import WindowError
-from ettweb.rollouts.logic import RolloutInvalid, RolloutProblems
+from ettweb.rollouts.validation import RolloutInvalid, RolloutProblems
 
 
 class ErrorOut(Schema):

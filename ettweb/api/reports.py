@@ -16,7 +16,7 @@ from ninja.errors import HttpError
 from ettweb.api.changes import ChangeOut
 from ettweb.api.errors import ErrorOut
 from ettweb.api.fleet import FilterParams, ScopeOut, VerdictsOut
-from ettweb.components.logic import known_components
+from ettweb.components.known import known_components
 from ettweb.queries import FleetSummaryQuery, IsoWeek, WeeklyReportQuery, calculate
 from ettweb.queries.weekly import TOP_JOBS
 

@@ -20,11 +20,11 @@ from pydantic import ConfigDict
 from ettweb.access.roles import can_edit_component, refusal
 from ettweb.api.auth import ROLLOUT_WRITERS
 from ettweb.api.errors import ErrorOut
-from ettweb.components.logic import known_components
+from ettweb.components.known import known_components
 from ettweb.queries import ImpactQuery, calculate
 from ettweb.queries.impact import DEFAULT_WINDOW_DAYS
-from ettweb.rollouts.logic import as_json, clean_rollout, save_rollout
 from ettweb.rollouts.models import Rollout
+from ettweb.rollouts.validation import as_json, clean_rollout, save_rollout
 
 #: No tags and the operation ids these endpoints had when ``ettweb.api.v1`` held them, so
 #: clients generated from the OpenAPI document keep their names.

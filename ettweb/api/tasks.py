@@ -8,7 +8,7 @@ from datetime import datetime
 from celery import shared_task
 
 from ettweb.access.tokens import record_use
-from ettweb.retry import waits_for_database
+from ettweb.platform.retry import waits_for_database
 
 
 @shared_task(name="ett.note_token_used")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from ettweb.admin_readonly import ReadOnlyAdmin
 from ettweb.changes.models import Change
+from ettweb.platform.admin_readonly import ReadOnlyAdmin
 
 
 @admin.register(Change)

@@ -1,11 +1,11 @@
-"""Change detection's beat task (the logic is ``ettweb.changes.logic``)."""
+"""Change detection's beat task (the logic is ``ettweb.changes.detection``)."""
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from ettweb.changes.logic import detect_changes as run_detection
-from ettweb.retry import waits_for_database
+from ettweb.changes.detection import detect_changes as run_detection
+from ettweb.platform.retry import waits_for_database
 
 
 @shared_task(name="ett.detect_changes")

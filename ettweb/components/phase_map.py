@@ -21,7 +21,7 @@ from ettweb.attribution.components import (
     UNKNOWN_COMPONENT,
     component_of,
 )
-from ettweb.components.logic import known_components
+from ettweb.components.known import known_components
 from ettweb.components.models import PhaseMove
 from ettweb.queries.base import phase_components
 from ettweb.rollups.models import PhaseComponent

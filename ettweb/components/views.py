@@ -12,7 +12,6 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
 from ettweb.access.roles import can_edit_component, require
-from ettweb.colours import colour_of
 from ettweb.components import phase_map
 from ettweb.components.forms import ComponentFilterForm, OwnerTeamForm
 from ettweb.pages import figures, fleet_figures, rollout_lanes, trend_figures
@@ -20,6 +19,7 @@ from ettweb.pages.change_markers import mark_changes
 from ettweb.pages.csv_tables import csv_response
 from ettweb.pages.forms import ExportForm
 from ettweb.pages.parameters import bad_parameters, takes
+from ettweb.platform.colours import colour_of
 from ettweb.queries import (
     ChangesQuery,
     ComponentQuery,

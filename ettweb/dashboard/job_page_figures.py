@@ -3,7 +3,7 @@
 The page draws what the rollup refresh stored: each attempt's category timeline (the phase
 timeline, a bar per piece coloured by category), its rank lanes, the lost-time waterfall and
 the recoveries' parts. Nothing here reads events. Every category keeps its one colour
-(``ettweb.colours``); text that reaches plotly's hover labels (which render HTML) is
+(``ettweb.platform.colours``); text that reaches plotly's hover labels (which render HTML) is
 escaped, though phase names and rank sets are plain by construction.
 """
 
@@ -19,7 +19,6 @@ import plotly.graph_objects as go
 from ettweb.attribution.components import PRODUCTIVE
 from ettweb.attribution.engine import Segment
 from ettweb.attribution.lanes import TRAIN
-from ettweb.colours import category_order, colour_of
 from ettweb.pages.figures import (
     LAYOUT,
     MARGIN,
@@ -30,6 +29,7 @@ from ettweb.pages.figures import (
     to_fragment,
     unit_for,
 )
+from ettweb.platform.colours import category_order, colour_of
 from ettweb.queries.job_detail import JobHeadline, JobResult, LaneRow, RecoveryRow, TimelineRow
 
 #: Lanes one attempt's figure draws; the API and the stored rows keep every lane.
@@ -98,7 +98,7 @@ def phase_timeline(segments: Sequence[Segment], job_start: float) -> Figure:
     """Horizontal bars per segment, one row per attempt, coloured by category.
 
     Restart gaps show as grey bars (or blank space when a gap was not attributed). The
-    legend lists ``productive`` first (see :func:`ettweb.colours.category_order`).
+    legend lists ``productive`` first (see :func:`ettweb.platform.colours.category_order`).
     """
     unit = unit_for(max((s.end for s in segments), default=job_start) - job_start)
     by_category: dict[str, list[tuple[str, float, float]]] = {}

@@ -1,7 +1,7 @@
 """Admin registration: operators inspect raw events and the quarantine here.
 
 Events, jobs, the quarantine and collector health are view-only (see
-:mod:`ettweb.admin_readonly`); only collector credentials are managed here, and a
+:mod:`ettweb.platform.admin_readonly`); only collector credentials are managed here, and a
 collector's recorded rejection may be deleted (a retired node's, to forget it).
 """
 
@@ -13,7 +13,6 @@ from typing import Any
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
-from ettweb.admin_readonly import ReadOnlyAdmin, utc_column, utc_text
 from ettweb.ingest.models import (
     CollectorCredential,
     CollectorHealth,
@@ -22,6 +21,7 @@ from ettweb.ingest.models import (
     Job,
     QuarantinedEvent,
 )
+from ettweb.platform.admin_readonly import ReadOnlyAdmin, utc_column, utc_text
 
 
 @admin.register(Event)

@@ -3,7 +3,7 @@
 The signature format lives in ``collector.auth`` (one module for signer and verifier). Here:
 the credential lookup and the reasons a rejected batch is quarantined with. The nonce is *not*
 claimed here but in the transaction that stores the batch
-(:func:`ettweb.ingest.logic.ingest_lines`), so a batch redelivered after a crash is accepted.
+(:func:`ettweb.ingest.batches.ingest_lines`), so a batch redelivered after a crash is accepted.
 
 Age is not a reason to refuse. An authentic batch that waited in the broker — workers down
 for a redeploy, a backlog, a redelivery after a worker died — holds events the agent has
@@ -40,7 +40,7 @@ from collector.auth import (
     constant_time_equal,
     expected_signature,
 )
-from ettweb.ingest.logic import Nonce, printable
+from ettweb.ingest.batches import Nonce, printable
 from ettweb.ingest.models import (
     BatchNonce,
     CheckNonce,

@@ -38,7 +38,7 @@ from django.db import connection, connections
 
 from ettweb.attribution.engine import gc_paused
 from ettweb.ingest import retention
-from ettweb.ingest.logic import IngestResult, ingest_lines
+from ettweb.ingest.batches import IngestResult, ingest_lines
 from ettweb.ingest.models import QuarantinedEvent
 from ettweb.rollups.models import AttemptRollup, DailyCategoryRollup, JobRollup, RecoveryRollup
 from ettweb.rollups.refresh import JOBS_PER_TRANSACTION, RefreshStats, refresh_jobs

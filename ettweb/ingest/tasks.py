@@ -1,8 +1,8 @@
 """The Celery tasks the collector sends by name (``ett.ingest_batch``, ``ett.collector_health``)
 and the periodic upkeep beat runs; the logic lives in logic.py, credentials.py, partitions.py.
 
-Connection errors are retried without limit (ettweb.retry): with ``task_acks_late`` a task that
-raised would otherwise be acknowledged and its batch lost during a database outage.
+Connection errors are retried without limit (ettweb.platform.retry): with ``task_acks_late``
+a task that raised would otherwise be acknowledged and its batch lost during a database outage.
 After storing, the task schedules ``ett.refresh_rollups`` for the jobs the batch newly marked
 dirty (ettweb.rollups); batches arriving before that refresh runs share it.
 """
@@ -24,6 +24,14 @@ from django.utils import timezone
 
 from collector.auth import health_body
 from ettweb.ingest import partitions, retention
+from ettweb.ingest.batches import (
+    IngestResult,
+    Nonce,
+    ReplayedBatch,
+    claim_nonce,
+    ingest_lines,
+    reject_batch,
+)
 from ettweb.ingest.credentials import (
     BATCH,
     HEALTH_REPORT,
@@ -33,16 +41,8 @@ from ettweb.ingest.credentials import (
     record_rejection,
     verify_batch,
 )
-from ettweb.ingest.logic import (
-    IngestResult,
-    Nonce,
-    ReplayedBatch,
-    claim_nonce,
-    ingest_lines,
-    reject_batch,
-)
 from ettweb.ingest.models import CollectorHealth
-from ettweb.retry import waits_for_database
+from ettweb.platform.retry import waits_for_database
 from ettweb.rollups.marks import refresh_delay_s
 from ettweb.rollups.refresh import refresh_jobs
 from ettweb.rollups.tasks import refresh_rollups

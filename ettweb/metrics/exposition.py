@@ -5,7 +5,7 @@ Prometheus naming guide asks; labels are team, cluster and component only (never
 would make a series per job and per day of the fleet's history).
 
 A counter shows its stored floor (:class:`ettweb.metrics.models.CounterFloor`), which the
-worker raises to the current total every :data:`ettweb.schedule.BEAT_SCHEDULE`
+worker raises to the current total every :data:`ettweb.platform.schedule.BEAT_SCHEDULE`
 ``raise-counter-floors`` period (:func:`raise_floors`), never the scrape: a GET never writes,
 and a counter that showed a total no floor holds could go down on the next scrape. So the
 counters trail the rollups by up to that period, and a series appears once a pass has seen it.

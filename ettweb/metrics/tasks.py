@@ -6,8 +6,8 @@ from __future__ import annotations
 from celery import shared_task
 
 from ettweb.metrics.exposition import raise_floors
+from ettweb.platform.retry import waits_for_database
 from ettweb.queries import FleetTotalsQuery, calculate
-from ettweb.retry import waits_for_database
 
 
 @shared_task(name="ett.raise_counter_floors")

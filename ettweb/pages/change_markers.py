@@ -22,7 +22,7 @@ from urllib.parse import urlencode
 
 from django.urls import reverse
 
-from ettweb.colours import colour_of
+from ettweb.platform.colours import colour_of
 from ettweb.queries.changes import DetectedChange
 
 #: The overlaid axis the marks use (the rollout lanes take ``y2``).

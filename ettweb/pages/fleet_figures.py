@@ -8,9 +8,9 @@ from collections.abc import Mapping, Sequence
 from datetime import date
 from typing import Any
 
-from ettweb.colours import category_order, colour_of
 from ettweb.pages.figures import Figure, base_layout, hover_text, title, unit_for
 from ettweb.pages.time_axis import period_axis
+from ettweb.platform.colours import category_order, colour_of
 
 
 def fleet_lost_stacked(jobs: Sequence[str], lost: Sequence[Mapping[str, float]],

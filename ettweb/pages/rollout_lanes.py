@@ -16,9 +16,9 @@ from urllib.parse import urlencode
 
 from django.urls import reverse
 
-from ettweb.colours import colour_of, ink_on
 from ettweb.pages.figures import HOVER_CHARS, MARGIN, Figure, hover_text
 from ettweb.pages.time_axis import period_axis, plotly_time
+from ettweb.platform.colours import colour_of, ink_on
 from ettweb.queries.markers import RolloutMarker
 
 #: Most markers one lane shows across the visible range: closer rollouts merge into a cluster,

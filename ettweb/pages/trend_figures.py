@@ -15,10 +15,10 @@ from typing import Any
 
 from plotly.colors import qualitative
 
-from ettweb.colours import colour_of
 from ettweb.pages.figures import Figure, base_layout, hover_text, title
 from ettweb.pages.rollout_lanes import with_rollout_lanes
 from ettweb.pages.time_axis import partial_days, period_label, shade_outside_range
+from ettweb.platform.colours import colour_of
 from ettweb.queries.base import ALL, DateRange
 from ettweb.queries.markers import RolloutMarker
 

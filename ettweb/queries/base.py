@@ -24,6 +24,7 @@ from django.db.models import DateField, F, Max, Q, Sum
 from django.db.models.functions import Cast, Coalesce, TruncWeek
 
 from ettweb.attribution.components import DEFAULT_PHASE_COMPONENTS, component_of
+from ettweb.platform.text import unstorable
 from ettweb.rollups.buckets import GPU_BUCKET_LABELS as GPU_BUCKET_LABELS
 from ettweb.rollups.buckets import GPU_BUCKETS as GPU_BUCKETS
 from ettweb.rollups.buckets import gpu_bucket as gpu_bucket
@@ -33,7 +34,6 @@ from ettweb.rollups.models import (
     LabelDayRollup,
     PhaseComponent,
 )
-from ettweb.text import unstorable
 
 HOUR_S: Final = 3600.0
 DAY_S: Final = 86400.0

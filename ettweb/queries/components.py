@@ -19,7 +19,7 @@ from django.db.models import Count, Max, Min, Q, Sum
 
 from ettweb.access.roles import component_owners
 from ettweb.attribution.components import PRODUCTIVE, UNKNOWN_COMPONENT, component_of
-from ettweb.components.logic import known_components
+from ettweb.components.known import known_components
 from ettweb.components.models import Component
 from ettweb.queries.base import (
     ANY_JOB,

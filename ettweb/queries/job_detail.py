@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any, Final
 
-from ettweb.deferred import send_once
 from ettweb.ingest.models import Event, Job, QuarantinedEvent
+from ettweb.platform.deferred import send_once
 from ettweb.queries.base import by_component, phase_components, quarantined_lines
 from ettweb.queries.registry import Query, runner_for
 from ettweb.rollups.chunk_store import chunk_index, chunk_lanes, chunk_s

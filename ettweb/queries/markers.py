@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, Final
 from django.db.models import F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.expressions import OrderBy
 
+from ettweb.platform.text import http_link
 from ettweb.queries.base import ANY_JOB, DateRange, JobFilter
 from ettweb.queries.registry import Query, runner_for
 from ettweb.rollouts.models import ImpactSummary, Rollout
 from ettweb.rollouts.scope import ScopeError, parse_scope
-from ettweb.text import http_link
 
 if TYPE_CHECKING:
     from ettweb.queries.impact import ImpactResult

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Final
 
+from ettweb.platform.text import iso_utc
 from ettweb.queries.base import (
     ANY_JOB,
     FIRST_DAY,
@@ -39,7 +40,6 @@ from ettweb.queries.markers import (
 from ettweb.queries.registry import Query, runner_for
 from ettweb.queries.top_jobs import TopJob, TopJobsQuery, TopJobsQueryRunner
 from ettweb.queries.trend import trend_of
-from ettweb.text import iso_utc
 
 _WEEK = re.compile(r"^(\d{4})-W(\d{2})$")
 TOP_JOBS: Final = 5

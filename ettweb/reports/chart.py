@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, time
 from typing import TYPE_CHECKING, Final
 
-from ettweb.colours import colour_of, ink_on
+from ettweb.platform.colours import colour_of, ink_on
 from ettweb.queries.markers import RolloutMarker
 from ettweb.queries.weekly import HistoryWeek
 
@@ -85,7 +85,7 @@ def trend_png(history: Sequence[HistoryWeek], markers: Sequence[RolloutMarker]) 
 
 def trend_figure(history: Sequence[HistoryWeek], markers: Sequence[RolloutMarker]) -> Figure:
     """The chart of :func:`trend_png`, not yet rendered. A rollout's line and number take
-    its component's colour (:func:`ettweb.colours.colour_of`), as its marker on the
+    its component's colour (:func:`ettweb.platform.colours.colour_of`), as its marker on the
     dashboard does, so an owner spots their rollouts the same way in both.
 
     Only the first and last weeks and the highest and lowest are labelled with their ETT%

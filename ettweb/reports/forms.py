@@ -7,7 +7,7 @@ from typing import Any
 from django import forms
 
 from ettweb.access.roles import owned_components
-from ettweb.components.logic import known_components
+from ettweb.components.known import known_components
 from ettweb.queries import IsoWeek
 from ettweb.reports.models import Subscription
 from ettweb.reports.subscriptions import check_address, check_time_zone, time_zones

@@ -7,8 +7,8 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
+from ettweb.platform.retry import waits_for_database
 from ettweb.reports.sending import send_due
-from ettweb.retry import waits_for_database
 
 log = logging.getLogger(__name__)
 SMTP_BACKEND = "django.core.mail.backends.smtp.EmailBackend"

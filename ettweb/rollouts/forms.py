@@ -1,6 +1,6 @@
 """Rollout forms: the dashboard's create/edit form, the admin's form and the page's inputs.
 
-Both editing forms end in :func:`ettweb.rollouts.logic.clean_rollout`, the checks the API
+Both editing forms end in :func:`ettweb.rollouts.validation.clean_rollout`, the checks the API
 runs, so a rollout refused by the API is refused here with the same words.
 """
 
@@ -11,15 +11,15 @@ from urllib.parse import urlencode
 
 from django import forms
 
-from ettweb.components.logic import known_components
+from ettweb.components.known import known_components
 from ettweb.pages.fields import day_field
 from ettweb.pages.forms import LabelFilterForm
 from ettweb.queries import RolloutListQuery
 from ettweb.queries.impact import DEFAULT_WINDOW_DAYS, MAX_WINDOW_DAYS, MIN_WINDOW_DAYS
 from ettweb.queries.markers import LIST_SORTS, LIST_VERDICTS
-from ettweb.rollouts.logic import RolloutFields, RolloutProblems, clean_rollout
 from ettweb.rollouts.models import Rollout
 from ettweb.rollouts.scope import LIST_FIELDS
+from ettweb.rollouts.validation import RolloutFields, RolloutProblems, clean_rollout
 
 SCOPE_HELP = "comma-separated exact values; leave empty for every one"
 

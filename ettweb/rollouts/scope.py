@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ettweb.text import unstorable
+from ettweb.platform.text import unstorable
 
 LIST_FIELDS: Final = ("models", "teams", "clusters")
 PATTERN_FIELD: Final = "job_pattern"

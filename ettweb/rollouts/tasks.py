@@ -7,8 +7,8 @@ import logging
 
 from celery import shared_task
 
+from ettweb.platform.retry import waits_for_database
 from ettweb.queries.impact import WindowError
-from ettweb.retry import waits_for_database
 from ettweb.rollouts.warm import warm_impact, warm_impacts
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
 from ettweb.access.roles import can_edit_component, can_edit_rollout, can_record_rollouts, require
-from ettweb.components.logic import known_components
+from ettweb.components.known import known_components
 from ettweb.pages.csv_tables import csv_response
 from ettweb.pages.figures import to_fragment
 from ettweb.pages.forms import ExportForm
@@ -29,8 +29,8 @@ from ettweb.rollouts.forms import (
     RolloutForm,
     RolloutListForm,
 )
-from ettweb.rollouts.logic import save_rollout
 from ettweb.rollouts.models import Rollout
+from ettweb.rollouts.validation import save_rollout
 from ettweb.rollouts.warm import WARM_WINDOWS
 
 

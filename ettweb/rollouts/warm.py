@@ -5,7 +5,7 @@ Why: the interval's 2,000 draws over ~10,000 jobs take ~300 ms of CPU at fleet s
 of a rollout page's first load; the draws are stored by a digest of their inputs
 (:class:`ettweb.rollouts.models.BootstrapDraws`), so computing each rollout's standard
 windows once makes every later load of them cheap until the rollups in those windows
-change. Beat runs :func:`warm_impacts` every few minutes (``ettweb.schedule``): for a past
+change. Beat runs :func:`warm_impacts` every few minutes (``ettweb.platform.schedule``): for a past
 rollout whose windows are complete that costs one read of the rollups per window, since
 its digests do not move; a live rollout's after window grows each day and is drawn again.
 Any other window (the page takes 1-90 days) is drawn in memory on its first request, which

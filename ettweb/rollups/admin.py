@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from ettweb.admin_readonly import ReadOnlyAdmin, utc_column
+from ettweb.platform.admin_readonly import ReadOnlyAdmin, utc_column
 from ettweb.rollups.models import JobRollup, PhaseComponent
 
 

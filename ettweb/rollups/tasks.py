@@ -8,7 +8,7 @@ import time
 
 from celery import shared_task
 
-from ettweb.retry import waits_for_database
+from ettweb.platform.retry import waits_for_database
 from ettweb.rollups.marks import MARK_STALE_AFTER_S, outdated_jobs, stale_marks
 from ettweb.rollups.refresh import refresh_jobs
 

@@ -10,7 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ettweb.schedule import BEAT_SCHEDULE
+from ettweb.platform.schedule import BEAT_SCHEDULE
 from ettweb.settings import env
 
 if TYPE_CHECKING:
@@ -33,14 +33,14 @@ def embedded_defaults(database_url: str | None, broker_url: str | None, *,
     """Fill unset service URLs from the embedded servers (started only for what is unset).
 
     ``hold``: a test session's settings, whose session stops at its end the servers it
-    started (see ``ettweb.embedded.release``)."""
+    started (see ``ettweb.platform.embedded.release``)."""
     if database_url and broker_url:
         return database_url, broker_url
     import subprocess
 
     from django.core.exceptions import ImproperlyConfigured
 
-    from ettweb import embedded
+    from ettweb.platform import embedded
 
     try:
         urls = embedded.start(postgres=database_url is None, redis=broker_url is None,
@@ -91,7 +91,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
-    "ettweb.middleware.RefuseNulMiddleware",
+    "ettweb.platform.middleware.RefuseNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -102,8 +102,8 @@ MIDDLEWARE = [
     # Last, as django-axes requires: it turns a locked-out login into the lockout page.
     "axes.middleware.AxesMiddleware",
     # Inside auth: the page it draws names who is signed in.
-    "ettweb.middleware.ErrorPageMiddleware",
-    "ettweb.middleware.QueryMemoMiddleware",
+    "ettweb.platform.middleware.ErrorPageMiddleware",
+    "ettweb.queries.middleware.QueryMemoMiddleware",
 ]
 
 ROOT_URLCONF = "ettweb.urls"
@@ -283,13 +283,13 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
 # Redis: a message a killed worker held is restored after this many seconds (kombu's default
 # is an hour), by a scan each worker runs every 10 s (kombu 5.7 scans only every 10th time by
-# default: up to 100 s more); ettweb/brokerfix.py says why and what it must stay above.
+# default: up to 100 s more); ettweb/platform/brokerfix.py says why and what it must stay above.
 ETT_BROKER_VISIBILITY_TIMEOUT_S: float = env.float_("ETT_BROKER_VISIBILITY_TIMEOUT_S", 600.0,
                                                     minimum=10.0)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": ETT_BROKER_VISIBILITY_TIMEOUT_S,
                                    "unacked_restore_interval": 10,
                                    "unacked_restore_throttle": 1}
-# Periodic tasks (``celery beat``): one schedule module, ettweb/schedule.py.
+# Periodic tasks (``celery beat``): one schedule module, ettweb/platform/schedule.py.
 CELERY_BEAT_SCHEDULE = BEAT_SCHEDULE
 
 # Ingestion. A batch without a valid collector signature is quarantined, never stored; turning

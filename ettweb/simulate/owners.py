@@ -22,7 +22,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from ettweb.access.roles import OWNER, set_role
-from ettweb.components.logic import known_components
+from ettweb.components.known import known_components
 from ettweb.components.models import Component
 
 #: The team each component belongs to (``unknown`` belongs to nobody: it is where unmapped

@@ -1,6 +1,6 @@
 """A simulated fleet's daily lost share per component, for the fleet and for each team.
 
-The series change detection searches (ETT_SPEC §6.3): ``ettweb.changes.logic`` reads them
+The series change detection searches (ETT_SPEC §6.3): ``ettweb.changes.detection`` reads them
 from the rollups, the calibration (``bench.calibration``) from :class:`FleetDays`, so the
 detector is held to its targets on the numbers it sees in production. A day's share is
 100 x the component's lost GPU-seconds / the wall GPU-seconds of that day and group; NaN on

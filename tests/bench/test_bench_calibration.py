@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from bench import calibration
-from ettweb.changes.detect import Shift, find_shifts
-from ettweb.estimators import Group
 from ettweb.simulate.days import fleet_days
 from ettweb.simulate.fleet import FleetPlan, rollout_schedule
 from ettweb.simulate.truth import Counterfactual, counterfactual
+from ettweb.statistics.estimators import Group
+from ettweb.statistics.level_shifts import Shift, find_shifts
 
 PLAN = FleetPlan(seed=3, days=60, jobs=1500, end=date(2026, 6, 30))
 

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 from django.db import connection, transaction
 
-from ettweb import brokerfix
 from ettweb.ingest.models import Event, EventId, QuarantinedEvent
+from ettweb.platform import brokerfix
 from tests.ettweb.waiting import a_session_waits_on_a_lock, wait_until
 from tests.ettweb.worker_fleet import ROOT, VISIBILITY_S, PrivateRedis, Workers
 
@@ -107,7 +107,7 @@ def test_a_worker_survives_a_redis_restart_while_holding_a_message(
 DIES_WITH_THE_REPLY_UNREAD = r"""
 import os, sys, time
 from kombu import Connection, Exchange, Queue
-from ettweb import brokerfix
+from ettweb.platform import brokerfix
 brokerfix.install()
 url, name = sys.argv[1], sys.argv[2]
 with Connection(url, transport_options={"visibility_timeout": 3600}) as conn:
@@ -125,8 +125,9 @@ with Connection(url, transport_options={"visibility_timeout": 3600}) as conn:
 
 def test_a_message_popped_by_a_consumer_that_dies_is_held_not_lost(
         redis: PrivateRedis, tmp_path: Path) -> None:
-    """The delivery and the unacked record are one atomic step (ettweb/brokerfix.py point 3):
-    with kombu's BRPOP the message left Redis with the reply and died with the consumer."""
+    """The delivery and the unacked record are one atomic step (ettweb/platform/brokerfix.py
+    point 3): with kombu's BRPOP the message left Redis with the reply and died with the
+    consumer."""
     import redis as redis_py
     from kombu import Connection
 

@@ -1,4 +1,4 @@
-"""``ettweb.brokerfix`` patches private kombu internals, so kombu is pinned to the release
+"""``ettweb.platform.brokerfix`` patches private kombu internals, so kombu is pinned to the release
 series it was tested with, and a change of shape is caught by name before a worker runs on it
 (issue 27, item 8)."""
 
@@ -13,7 +13,7 @@ import kombu
 import pytest
 from kombu.transport import redis as kombu_redis
 
-from ettweb import brokerfix
+from ettweb.platform import brokerfix
 
 REPO = Path(__file__).resolve().parents[2]
 

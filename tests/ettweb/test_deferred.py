@@ -1,5 +1,5 @@
-"""``ettweb.deferred``: what a GET sends the worker goes through the real broker once per key
-and interval, and a broker that refuses costs the page nothing but a log line."""
+"""``ettweb.platform.deferred``: what a GET sends the worker goes through the real broker once
+per key and interval, and a broker that refuses costs the page nothing but a log line."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from kombu.exceptions import OperationalError
 
-from ettweb import deferred
 from ettweb.celery import app
-from ettweb.ingest.logic import ingest_lines
+from ettweb.ingest.batches import ingest_lines
+from ettweb.platform import deferred
 from tests.ettweb.attribution.attribution_events import worked_example
 from tests.ettweb.queued import QueuedTask
 

@@ -1,6 +1,6 @@
-"""`make demo` runs `python -m ettweb.demo`: here with a tiny job and --no-serve, against the test
-database and broker, so the orchestration (migrate, login, worker, collector, web, trainer, drain)
-is exercised by real processes."""
+"""`make demo` runs `python -m ettweb.platform.demo`: here with a tiny job and --no-serve,
+against the test database and broker, so the orchestration (migrate, login, worker,
+collector, web, trainer, drain) is exercised by real processes."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from ettweb import demo as demo_module
 from ettweb.access.models import ComponentOwner
 from ettweb.components.models import Component
-from ettweb.demo import Demo, parse_args
 from ettweb.ingest.models import CollectorCredential, Event, QuarantinedEvent
+from ettweb.platform import demo as demo_module
+from ettweb.platform.demo import Demo, parse_args
 from ettweb.rollouts.models import Rollout
 from ettweb.settings.env import database_url
 
@@ -149,7 +149,7 @@ def test_stop_stops_what_a_killed_demo_left_running(tmp_path: Path) -> None:
     rows = json.loads(table.read_text())
     rows.append({"name": "reused", "pid": os.getpid(), "started": "0"})  # not that process
     table.write_text(json.dumps(rows))
-    proc = subprocess.run([sys.executable, "-m", "ettweb.demo", "--stop", "--keep-servers",
+    proc = subprocess.run([sys.executable, "-m", "ettweb.platform.demo", "--stop", "--keep-servers",
                            "--var-dir", str(tmp_path)], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -166,7 +166,7 @@ def test_demo_trains_a_job_and_stores_every_event(tmp_path: Path) -> None:
                DJANGO_SETTINGS_MODULE="ettweb.settings.test")
     job = "demo-test-job"
     proc = subprocess.run(
-        [sys.executable, "-m", "ettweb.demo", "--no-serve", "--job", job, "--steps", "40",
+        [sys.executable, "-m", "ettweb.platform.demo", "--no-serve", "--job", job, "--steps", "40",
          "--fail-at-step", "25", "--restart-delay", "1", "--port", str(_free_port()),
          "--var-dir", str(tmp_path), "--trainer-arg=--checkpoint-every=20",
          "--trainer-arg=--embedding-rows=1000", "--trainer-arg=--batch-size=64"],
@@ -213,7 +213,7 @@ def test_ctrl_c_twice_stops_every_process_of_the_demo(tmp_path: Path) -> None:
                DJANGO_SETTINGS_MODULE="ettweb.settings.test")
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ettweb.demo", "--no-fleet", "--steps", "100000",
+        [sys.executable, "-m", "ettweb.platform.demo", "--no-fleet", "--steps", "100000",
          "--fail-at-step", "99999", "--port", str(port), "--var-dir", str(tmp_path),
          "--trainer-arg=--embedding-rows=1000", "--trainer-arg=--batch-size=64"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

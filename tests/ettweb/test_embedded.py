@@ -17,7 +17,7 @@ import psycopg
 import pytest
 import redis
 
-from ettweb import embedded
+from ettweb.platform import embedded
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,7 +40,7 @@ def var_root() -> Iterator[Path]:
 
 def _cli(root: Path, command: str) -> subprocess.CompletedProcess[str]:
     environ = {**os.environ, "ETT_VAR_DIR": str(root)}
-    return subprocess.run([sys.executable, "-m", "ettweb.embedded", command], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "ettweb.platform.embedded", command], cwd=REPO,
                           env=environ, capture_output=True, text=True, timeout=120)
 
 
@@ -91,7 +91,8 @@ def test_too_long_var_dir_is_refused_before_starting_anything(tmp_path: Path) ->
     assert not root.exists()
     cli = _cli(root, "start")
     assert cli.returncode == 2
-    assert cli.stderr.startswith("ettweb.embedded: ETT_VAR_DIR:") and cli.stderr.count("\n") == 1
+    assert cli.stderr.startswith("ettweb.platform.embedded: ETT_VAR_DIR:")
+    assert cli.stderr.count("\n") == 1
 
 
 # --- test sessions stop what they started (issue 14: `make test` left the servers running) ---
@@ -101,7 +102,7 @@ def test_too_long_var_dir_is_refused_before_starting_anything(tmp_path: Path) ->
 OTHER_SESSION = """
 import json, sys
 from pathlib import Path
-from ettweb import embedded
+from ettweb.platform import embedded
 root = Path(sys.argv[1])
 embedded.start(postgres=False, redis=True, root=root, hold=True)
 print("held", flush=True)

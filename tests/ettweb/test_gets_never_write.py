@@ -44,7 +44,7 @@ from ettweb.access.roles import ADMIN, VIEWER, set_role
 from ettweb.access.tokens import issue_token
 from ettweb.api.models import ApiToken
 from ettweb.changes.models import Change
-from ettweb.ingest.logic import ingest_lines
+from ettweb.ingest.batches import ingest_lines
 from ettweb.ingest.models import CollectorHealth
 from ettweb.ingest.tasks import ingest_batch
 from ettweb.queries.impact import draws as impact_draws

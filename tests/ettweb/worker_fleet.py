@@ -21,8 +21,8 @@ from celery import Celery
 from django.db import connection
 
 from collector.auth import sign_batch
-from ettweb.embedded import _redis_executable
 from ettweb.ingest.credentials import new_credential
+from ettweb.platform.embedded import _redis_executable
 from ettweb.settings.env import database_url
 
 ROOT = Path(__file__).resolve().parents[2]

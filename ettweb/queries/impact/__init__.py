@@ -26,9 +26,9 @@ The modules, in the order the runner uses them: ``result`` (the query and its re
 ``windows`` (where the windows fall), ``reading`` (the rollups read into per-job sums),
 ``draws`` (the bootstrap draws, computed once and kept), ``verdicts`` (numbers, intervals
 and verdicts from the draws), ``overlaps`` (§6.4) and ``runner`` (:class:`ImpactQueryRunner`,
-the steps in order). The arithmetic itself is :mod:`ettweb.estimators` (pure numpy), which
-the calibration benchmark holds to its false-positive rate, power and coverage. This module
-names what the rest of the product imports.
+the steps in order). The arithmetic itself is :mod:`ettweb.statistics.estimators` (pure
+numpy), which the calibration benchmark holds to its false-positive rate, power and
+coverage. This module names what the rest of the product imports.
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ from typing import Final
 
 import numpy as np
 
-from ettweb import estimators
-from ettweb.estimators import Group
 from ettweb.rollouts.models import BootstrapDraws
+from ettweb.statistics import estimators
+from ettweb.statistics.estimators import Group
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Everything comes from the rollups (job x UTC day sums, and the per-category day rows), never
 from an event scan, so an impact costs a few grouped SQL reads whatever the fleet's event
 count. What comes out is what the arithmetic needs and no more: each job's six window sums
-(:data:`~ettweb.estimators.COLUMNS`), its GPUs, whether the scope holds it,
+(:data:`~ettweb.statistics.estimators.COLUMNS`), its GPUs, whether the scope holds it,
 the treated jobs' lost time per category, and optionally the per-day trend.
 """
 
@@ -17,9 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ettweb import estimators
 from ettweb.attribution.components import PRODUCTIVE, UNKNOWN_COMPONENT
-from ettweb.estimators import Group, ratio
 from ettweb.queries.base import aggregating, phase_components
 from ettweb.queries.impact.result import TrendDay
 from ettweb.queries.impact.windows import Windows
@@ -31,6 +29,8 @@ from ettweb.rollups.models import (
     JobRollup,
     LabelDayRollup,
 )
+from ettweb.statistics import estimators
+from ettweb.statistics.estimators import Group, ratio
 
 
 @dataclass

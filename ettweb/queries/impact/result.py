@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, Final, Literal
 
-from ettweb import estimators
-from ettweb.estimators import MIN_JOBS_FOR_INTERVAL, Detectability, as_pair
+from ettweb.platform.text import iso_utc
 from ettweb.queries.impact.windows import Windows
 from ettweb.queries.registry import Query
 from ettweb.rollouts.scope import Scope
-from ettweb.text import iso_utc
+from ettweb.statistics import estimators
+from ettweb.statistics.estimators import MIN_JOBS_FOR_INTERVAL, Detectability, as_pair
 
 DEFAULT_WINDOW_DAYS: Final = 14
 MIN_WINDOW_DAYS: Final = 1

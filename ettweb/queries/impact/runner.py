@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ettweb.deferred import send_once
-from ettweb.estimators import interval
+from ettweb.platform.deferred import send_once
 from ettweb.queries.impact.draws import group_draws
 from ettweb.queries.impact.overlaps import overlapping
 from ettweb.queries.impact.reading import read_windows
@@ -27,6 +26,7 @@ from ettweb.queries.impact.verdicts import (
 from ettweb.queries.impact.windows import last_data_day, rollout_windows
 from ettweb.queries.registry import runner_for
 from ettweb.rollouts.models import Rollout
+from ettweb.statistics.estimators import interval
 
 #: The worker's task that keeps one rollout's draws at one window (``ettweb.rollouts.warm``).
 WARM_TASK: Final = "ett.warm_rollout_impact"

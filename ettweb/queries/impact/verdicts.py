@@ -16,17 +16,8 @@ from typing import Final
 
 import numpy as np
 
-from ettweb import estimators
 from ettweb.attribution.components import component_of
-from ettweb.components.logic import known_components
-from ettweb.estimators import (
-    MIN_JOBS_FOR_INTERVAL,
-    Detectability,
-    Group,
-    Stratified,
-    interval,
-    ratio,
-)
+from ettweb.components.known import known_components
 from ettweb.queries.base import phase_components
 from ettweb.queries.impact.draws import Draws
 from ettweb.queries.impact.result import (
@@ -41,6 +32,15 @@ from ettweb.queries.impact.result import (
     Verdict,
 )
 from ettweb.queries.impact.windows import Windows
+from ettweb.statistics import estimators
+from ettweb.statistics.estimators import (
+    MIN_JOBS_FOR_INTERVAL,
+    Detectability,
+    Group,
+    Stratified,
+    interval,
+    ratio,
+)
 
 
 def group_impact(group: Group, draws: np.ndarray | None) -> GroupImpact:

@@ -8,8 +8,8 @@ from django import template
 from django.utils.html import escape
 from django.utils.safestring import mark_safe
 
-from ettweb.colours import colour_of, ink_on
 from ettweb.pages.templatetags.ett_format import count, small_hours
+from ettweb.platform.colours import colour_of, ink_on
 
 register = template.Library()
 
@@ -76,5 +76,5 @@ def colour(name: str) -> str:
 
 @register.filter
 def ink(background: str) -> str:
-    """Readable text colour on ``background`` (see :func:`ettweb.colours.ink_on`)."""
+    """Readable text colour on ``background`` (see :func:`ettweb.platform.colours.ink_on`)."""
     return ink_on(background)

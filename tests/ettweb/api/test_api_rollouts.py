@@ -15,9 +15,9 @@ from django.core.management.base import CommandError
 from django.test import Client
 from django.utils import timezone
 
-from ettweb import deferred
 from ettweb.access.tokens import issue_token
 from ettweb.api.models import ApiToken
+from ettweb.platform import deferred
 from ettweb.rollouts.models import Rollout
 from tests.ettweb.queued import QueuedTask
 

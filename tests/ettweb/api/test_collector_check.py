@@ -175,7 +175,7 @@ def test_no_junk_is_a_500(client: Client, values: dict[str, str | None], source:
     assert response.status_code in (400, 401), (response.status_code, response.content[:300])
     if response.status_code == 400:
         assert "\x00" in source or all(values.values()), "a 400 before the headers are checked"
-    if "\x00" in source:  # refused before any view (ettweb.middleware.RefuseNulMiddleware)
+    if "\x00" in source:  # refused before any view (ettweb.platform.middleware.RefuseNulMiddleware)
         assert response.status_code == 400 and b"NUL" in response.content
     else:
         assert response.json()["error"]

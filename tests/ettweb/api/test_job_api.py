@@ -12,7 +12,7 @@ from django.test import Client
 
 from ettweb.access.tokens import issue_token
 from ettweb.attribution.engine import attribute_job
-from ettweb.ingest.logic import ingest_lines
+from ettweb.ingest.batches import ingest_lines
 from ettweb.rollups.refresh import load_events, refresh_jobs
 from tests.ettweb.attribution.attribution_events import Timeline, worked_example
 from tests.ettweb.attribution.rank_events import ranked_job

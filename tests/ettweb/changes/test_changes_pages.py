@@ -18,7 +18,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from ettweb.access.roles import set_role
-from ettweb.changes.logic import detect_changes
+from ettweb.changes.detection import detect_changes
 from ettweb.changes.models import Change
 from ettweb.queries import ChangesQuery, IsoWeek, calculate
 from ettweb.reports.content import ReportCache, render_for

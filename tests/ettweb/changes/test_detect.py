@@ -1,4 +1,4 @@
-"""The level-shift detector (``ettweb.changes.detect``) on synthetic daily lost shares.
+"""The level-shift detector (``ettweb.statistics.level_shifts``) on synthetic daily lost shares.
 
 No database: ETT_SPEC §6.3's two promises on series whose truth is known — a planted step of
 1 point or more found within 1 day of its day, and at most one change per 90 days of a flat
@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from ettweb.changes.detect import (
+from ettweb.statistics.level_shifts import (
     PENALTY,
     Shift,
     false_shifts,

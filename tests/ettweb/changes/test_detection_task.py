@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from django.core.management import call_command
 
-from ettweb.changes.logic import detection_range, lost_share_series
+from ettweb.changes.detection import detection_range, lost_share_series
 from ettweb.changes.models import Change
 from ettweb.changes.tasks import detect_changes
+from ettweb.platform.schedule import BEAT_SCHEDULE
 from ettweb.rollups.models import PhaseComponent
-from ettweb.schedule import BEAT_SCHEDULE
 from tests.ettweb.changes.fleet import DAYS, FIRST, STEP_DAY, _train_h, ingest_fleet
 
 pytestmark = pytest.mark.django_db
@@ -77,7 +77,7 @@ def test_only_complete_days_are_read() -> None:
     at the new level, too few to call it; eight days after, it is found."""
     two_after = detection_range(today=STEP_DAY + timedelta(days=2))
     assert two_after is not None and two_after.date_to == STEP_DAY + timedelta(days=1)
-    from ettweb.changes.logic import detect_changes as run
+    from ettweb.changes.detection import detect_changes as run
 
     assert run(today=STEP_DAY + timedelta(days=2)).changes == 0
     assert run(today=STEP_DAY + timedelta(days=8)).changes == 2
@@ -86,7 +86,7 @@ def test_only_complete_days_are_read() -> None:
 
 
 def test_a_rerun_keeps_when_a_change_was_first_seen_and_drops_what_is_gone() -> None:
-    from ettweb.changes.logic import detect_changes as run
+    from ettweb.changes.detection import detect_changes as run
 
     run()
     first_seen = dict(Change.objects.values_list("team", "detected_at"))

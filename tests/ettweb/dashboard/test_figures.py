@@ -13,12 +13,12 @@ from django.contrib.auth.models import User
 from django.test import Client
 from matplotlib.colors import to_hex
 
-from ettweb import colours
 from ettweb.attribution.components import DEFAULT_PHASE_COMPONENTS, PRODUCTIVE
 from ettweb.attribution.engine import Segment
 from ettweb.dashboard import job_page_figures
 from ettweb.ingest.tasks import ingest_batch
 from ettweb.pages import figures, fleet_figures
+from ettweb.platform import colours
 from ettweb.queries.markers import RolloutMarker
 from ettweb.queries.weekly import HistoryWeek, IsoWeek
 from ettweb.reports.chart import trend_figure

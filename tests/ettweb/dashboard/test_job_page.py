@@ -19,10 +19,10 @@ from django.test.utils import CaptureQueriesContext
 
 from ettweb.attribution import chunk_refresh
 from ettweb.attribution.engine import attribute_job
-from ettweb.colours import colour_of
 from ettweb.dashboard.job_page_figures import MAX_LANE_ATTEMPTS, OPEN_ATTEMPTS, rank_lanes
-from ettweb.ingest.logic import ingest_lines
+from ettweb.ingest.batches import ingest_lines
 from ettweb.pages.figures import unit_for
+from ettweb.platform.colours import colour_of
 from ettweb.queries.job_detail import LaneRow
 from ettweb.rollups.models import AttemptTimeline, AttributionChunk, JobRollup
 from ettweb.rollups.refresh import load_events, refresh_jobs

@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Browser, Page
 from pytest_django.live_server_helper import LiveServer
 
-from ettweb.ingest.logic import ingest_lines
+from ettweb.ingest.batches import ingest_lines
 from ettweb.rollups.refresh import refresh_jobs
 from tests.ettweb.attribution.rank_events import ranked_job, staggered_job
 from tests.ettweb.reports.test_report_browser import shoot, watched

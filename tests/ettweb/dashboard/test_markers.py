@@ -19,10 +19,10 @@ from ettweb.pages.rollout_lanes import (
     cluster_markers,
     marker_hover,
 )
+from ettweb.platform.text import http_link
 from ettweb.queries import DateRange, RolloutMarker, RolloutMarkersQuery, calculate
 from ettweb.queries.markers import INVALID_SCOPE
 from ettweb.rollouts.models import Rollout
-from ettweb.text import http_link
 
 MAR1 = datetime(2026, 3, 1, tzinfo=UTC)
 MONTH_S = 31 * 86400.0

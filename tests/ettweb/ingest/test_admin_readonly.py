@@ -13,9 +13,9 @@ from django.contrib.auth.models import User
 from django.db.models import Model
 from django.test import Client
 
-from ettweb.admin_readonly import utc_text
 from ettweb.ingest.models import CollectorHealth, Event, Job, QuarantinedEvent
 from ettweb.ingest.tasks import ingest_batch
+from ettweb.platform.admin_readonly import utc_text
 from ettweb.rollups.models import JobRollup
 
 pytestmark = pytest.mark.django_db

@@ -17,8 +17,8 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from collector.auth import health_body, sign_batch
+from ettweb.ingest.batches import QUARANTINE_RAW_CHARS, UNAUTHENTICATED_SAMPLE_LINES
 from ettweb.ingest.credentials import NONCE_TTL_S, prune_nonces, verify_batch
-from ettweb.ingest.logic import QUARANTINE_RAW_CHARS, UNAUTHENTICATED_SAMPLE_LINES
 from ettweb.ingest.models import (
     BatchNonce,
     CollectorCredential,

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ettweb.ingest.logic import ingest_lines
+from ettweb.ingest.batches import ingest_lines
 from ettweb.ingest.models import Event, QuarantinedEvent
 from ettweb.ingest.tasks import ingest_batch
 from tests.ettweb.ingest.conftest import Signer

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from collector.schema import parse_event
-from ettweb.ingest.logic import IngestResult, ingest_lines
+from ettweb.ingest.batches import IngestResult, ingest_lines
 from ettweb.ingest.models import Event, Job, QuarantinedEvent
 from ettweb.rollups.refresh import load_events
 
@@ -84,7 +84,7 @@ def test_event_the_database_refuses_is_quarantined_alone(
     """A batch the database refuses is stored event by event: only the refused event is
     quarantined (with the database's reason), the rest of the batch is kept. Validation
     leaves no known way to such a refusal, so one row is made too long for its column."""
-    import ettweb.ingest.logic as logic
+    import ettweb.ingest.batches as logic
 
     good = [event_line(kind="mark", mark="heartbeat", ts=float(i)) for i in range(3)]
     bad = event_line(kind="mark", mark="heartbeat", ts=9.0, host="refused-host")

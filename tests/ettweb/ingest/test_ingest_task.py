@@ -9,11 +9,11 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from ettweb.celery import app
+from ettweb.ingest.batches import ingest_lines
 from ettweb.ingest.credentials import verify_batch
-from ettweb.ingest.logic import ingest_lines
 from ettweb.ingest.models import Event, QuarantinedEvent
 from ettweb.ingest.tasks import ingest_batch
-from ettweb.retry import DATABASE_ERRORS
+from ettweb.platform.retry import DATABASE_ERRORS
 from ettweb.rollups.models import DirtyJob, JobRollup
 from ettweb.rollups.tasks import refresh_rollups
 from tests.ettweb.ingest.conftest import Signer
@@ -34,7 +34,7 @@ def test_worker_reliability_settings() -> None:
 
 
 def test_database_outages_are_waited_out_not_acked_away() -> None:
-    """In place (ettweb/retry.py): Celery's autoretry acks the message after publishing a
+    """In place (ettweb/platform/retry.py): Celery's autoretry acks the message after publishing a
     copy, and that copy is where batches were lost."""
     assert not getattr(ingest_batch, "autoretry_for", ())
     assert ingest_batch.run.__wrapped__.__name__ == "ingest_batch"

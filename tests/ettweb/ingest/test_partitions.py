@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 
 from ettweb.ingest import partitions
-from ettweb.ingest.logic import ingest_lines
+from ettweb.ingest.batches import ingest_lines
 from ettweb.ingest.models import Event, EventId
 from ettweb.ingest.tasks import ensure_event_partitions
 

@@ -15,13 +15,13 @@ from django.db import connection
 from ettweb.attribution.chunk_sums import day_values
 from ettweb.attribution.engine import attribute_job
 from ettweb.ingest import partitions
-from ettweb.ingest.logic import ingest_lines
+from ettweb.ingest.batches import ingest_lines
 from ettweb.ingest.models import Event, EventHorizon, EventId, QuarantinedEvent
 from ettweb.ingest.retention import drop_expired
+from ettweb.platform.schedule import BEAT_SCHEDULE
 from ettweb.rollups.models import AttributionChunk, DailyCategoryRollup, JobRollup
 from ettweb.rollups.rebuild import rebuild_all
 from ettweb.rollups.refresh import refresh_jobs
-from ettweb.schedule import BEAT_SCHEDULE
 from tests.ettweb.rollups.rollup_fleet import EPOCH, FleetBuilder
 
 pytestmark = pytest.mark.django_db

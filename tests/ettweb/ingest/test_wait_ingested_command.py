@@ -8,7 +8,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from ettweb.ingest.logic import ingest_lines
+from ettweb.ingest.batches import ingest_lines
 from ettweb.rollups.refresh import refresh_jobs
 
 pytestmark = pytest.mark.django_db

@@ -20,8 +20,8 @@ from ettweb.ingest.models import CollectorHealth
 from ettweb.ingest.tasks import ingest_batch
 from ettweb.metrics.models import CounterFloor
 from ettweb.metrics.tasks import raise_counter_floors
+from ettweb.platform.schedule import BEAT_SCHEDULE
 from ettweb.rollups.models import DailyCategoryRollup
-from ettweb.schedule import BEAT_SCHEDULE
 from tests.conftest import mark, span
 from tests.ettweb.rollouts.test_rollout_impact import H, _day, day_job, store
 

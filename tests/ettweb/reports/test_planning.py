@@ -19,11 +19,11 @@ from pytest_django.fixtures import Settings
 from ettweb.access.models import ComponentOwner
 from ettweb.access.roles import set_role
 from ettweb.components.models import Component
+from ettweb.platform.schedule import BEAT_SCHEDULE
 from ettweb.queries import IsoWeek
 from ettweb.reports.models import SendRecord, SendStatus, Subscription
 from ettweb.reports.planning import due_at, jitter_s, plan, plan_week
 from ettweb.reports.subscriptions import ensure_owner_subscriptions, followed_components
-from ettweb.schedule import BEAT_SCHEDULE
 
 W02 = IsoWeek(2026, 2)
 LONG_AGO = datetime(2025, 1, 1, tzinfo=UTC)

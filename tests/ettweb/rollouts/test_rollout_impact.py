@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ettweb.estimators import Group, bootstrap
 from ettweb.ingest.tasks import ingest_batch
 from ettweb.queries import ImpactQuery, WindowError, calculate
 from ettweb.queries.impact import (
@@ -22,6 +21,7 @@ from ettweb.queries.impact import (
     rollout_windows,
 )
 from ettweb.rollouts.models import Rollout
+from ettweb.statistics.estimators import Group, bootstrap
 from tests.conftest import mark, span
 
 pytestmark = pytest.mark.django_db

@@ -14,11 +14,11 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
+from ettweb.platform.schedule import BEAT_SCHEDULE
 from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner
 from ettweb.queries.impact import draws as impact_draws
 from ettweb.rollouts.models import BootstrapDraws, ImpactSummary
 from ettweb.rollouts.warm import WARM_WINDOWS, warm_impacts
-from ettweb.schedule import BEAT_SCHEDULE
 from tests.ettweb.queued import QueuedTask
 from tests.ettweb.rollouts.test_rollout_impact import day_job, rollout, store
 

@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
 
-from ettweb.ingest.logic import ingest_lines
+from ettweb.ingest.batches import ingest_lines
 from ettweb.queries import DateRange, LostByComponentQuery, calculate
 from ettweb.rollups.models import JobRollup, PhaseComponent
 

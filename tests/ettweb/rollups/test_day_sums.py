@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from rollup_fleet import EPOCH, FleetBuilder, fleet, in_lockstep
 
-from ettweb.ingest.logic import ingest_lines
+from ettweb.ingest.batches import ingest_lines
 from ettweb.rollups.audit import SumDrift, day_sum_drift
 from ettweb.rollups.buckets import bucket_sql, gpu_bucket
 from ettweb.rollups.models import (

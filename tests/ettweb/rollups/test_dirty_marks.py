@@ -9,7 +9,7 @@ import pytest
 from django.db import connections, transaction
 from rollup_fleet import fleet
 
-from ettweb.ingest.logic import ingest_lines
+from ettweb.ingest.batches import ingest_lines
 from ettweb.rollups.marks import mark_dirty, stale_marks
 from ettweb.rollups.models import DirtyJob, JobRollup
 from ettweb.rollups.refresh import refresh_jobs

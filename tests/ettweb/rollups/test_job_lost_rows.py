@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ettweb.ingest.logic import ingest_lines
+from ettweb.ingest.batches import ingest_lines
 from ettweb.ingest.models import Event
 from ettweb.rollups.models import JobLostRollup, JobRollup
 from ettweb.rollups.rebuild import rebuild_all

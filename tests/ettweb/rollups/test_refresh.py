@@ -13,7 +13,7 @@ from rollup_fleet import EPOCH, FleetBuilder, fleet, in_lockstep
 
 from collector.schema import dump_event
 from ettweb.attribution.engine import attribute_job
-from ettweb.ingest.logic import ingest_lines
+from ettweb.ingest.batches import ingest_lines
 from ettweb.rollups.models import AttemptRollup, DailyCategoryRollup, JobRollup, RecoveryRollup
 from ettweb.rollups.rebuild import rebuild_all
 from ettweb.rollups.refresh import load_events, refresh_jobs

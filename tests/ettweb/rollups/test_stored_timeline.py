@@ -13,7 +13,7 @@ from rollup_fleet import fleet
 from ettweb.attribution import chunk_refresh
 from ettweb.attribution.engine import attribute_job
 from ettweb.attribution.lanes import LANE_TARGET, category_timeline, job_lanes
-from ettweb.ingest.logic import ingest_lines
+from ettweb.ingest.batches import ingest_lines
 from ettweb.rollups import chunk_store
 from ettweb.rollups.copying import copy_columns
 from ettweb.rollups.job_rows import TIMELINE_COLUMNS

@@ -1,6 +1,6 @@
 """The calibration's series are production's: the daily lost shares ``bench.calibration``
 builds from the engine's per-job-day sums (``ettweb.simulate.series``) equal the ones the
-beat task reads from the rollups (``ettweb.changes.logic``) for the same simulated fleet,
+beat task reads from the rollups (``ettweb.changes.detection``) for the same simulated fleet,
 so the detector is calibrated on exactly what it will search."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from django.core.management import call_command
 
-from ettweb.changes.logic import detection_range, lost_share_series
+from ettweb.changes.detection import detection_range, lost_share_series
 from ettweb.simulate.days import fleet_days
 from ettweb.simulate.fleet import FleetPlan, rollout_schedule
 from ettweb.simulate.series import day_sums, lost_shares

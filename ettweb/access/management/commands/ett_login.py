@@ -18,7 +18,7 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ettweb.access.roles import ADMIN, OWNER, ROLES, Role, set_role
-from ettweb.components.logic import known_components
+from ettweb.components.known import known_components
 from ettweb.reports.subscriptions import check_address
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from ettweb.changes.logic import detect_changes
+from ettweb.changes.detection import detect_changes
 
 
 class Command(BaseCommand):

@@ -1,5 +1,6 @@
 """Detection over the stored rollups: every component's daily lost share, for the fleet and
-for each team, through :func:`ettweb.changes.detect.find_shifts`, stored as :class:`Change`.
+for each team, through :func:`ettweb.statistics.level_shifts.find_shifts`, stored as
+:class:`Change`.
 
 A component's lost share on a day is ETT_SPEC §6's: 100 x its lost GPU-seconds / the wall
 GPU-seconds of that day and group (the fleet, or one team's jobs), categories folded into
@@ -26,10 +27,10 @@ from django.db import transaction
 from django.db.models import Max, Min, Sum
 
 from ettweb.attribution.components import PRODUCTIVE, component_of
-from ettweb.changes.detect import find_shifts
 from ettweb.changes.models import Change
 from ettweb.queries.base import DateRange, phase_components
 from ettweb.rollups.models import FleetDayRollup, LabelDayRollup
+from ettweb.statistics.level_shifts import find_shifts
 
 #: Days of history each run reads (complete UTC days ending yesterday): a year, so a page or
 #: a report of any range up to a year finds its changes, each judged with a year of context.

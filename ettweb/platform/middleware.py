@@ -1,4 +1,4 @@
-"""Requests refused before any view runs, and the query memo of a read-only request.
+"""Requests refused before any view runs, and refusals drawn as pages for a browser.
 
 A NUL character (``%00``) in the path or a query parameter reaches Postgres as text, which
 Postgres refuses with an error that would surface as a 500. Forms already refuse NUL in the
@@ -38,23 +38,6 @@ class RefuseNulMiddleware:
             return HttpResponseBadRequest(f"bad request: NUL character in {where}",
                                           content_type="text/plain")
         return self.get_response(request)
-
-
-class QueryMemoMiddleware:
-    """A GET or HEAD request calculates each distinct query once (``ettweb.queries.memoized``):
-    a page's tiles and charts often ask the query layer the same question. Requests that
-    may write get no memo, so nothing they read can be stale after their own write."""
-
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.method not in ("GET", "HEAD"):
-            return self.get_response(request)
-        from ettweb.queries import memoized  # the query layer loads Django models
-
-        with memoized():
-            return self.get_response(request)
 
 
 def _wants_html(request: HttpRequest) -> bool:

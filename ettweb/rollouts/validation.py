@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from ettweb.platform.text import http_link, iso_utc, unstorable
 from ettweb.rollouts.models import Rollout
 from ettweb.rollouts.scope import Scope, ScopeError, parse_scope
-from ettweb.text import http_link, iso_utc, unstorable
 
 MAX_NAME_CHARS: Final = 200
 MAX_NOTES_CHARS: Final = 10_000

@@ -8,7 +8,7 @@ This module is the ONE place that owns those servers. Several processes (web, wo
 ``manage.py``) share them: every caller *attaches* to a server that is already running and
 only starts one when none is. Servers outlive the process that started them on purpose — a
 web restart must not take the broker down under a running worker — so they are stopped only
-by an explicit :func:`stop` (``python -m ettweb.embedded stop``), or by the end of the test
+by an explicit :func:`stop` (``python -m ettweb.platform.embedded stop``), or by the end of the test
 session that started them (:func:`release`, below).
 
 It imports no Django: settings modules call it before Django is configured.
@@ -388,8 +388,8 @@ def status(root: Path | None = None) -> dict[str, str | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI: ``python -m ettweb.embedded {start,stop,status,env}``."""
-    parser = argparse.ArgumentParser(prog="python -m ettweb.embedded", description=__doc__)
+    """CLI: ``python -m ettweb.platform.embedded {start,stop,status,env}``."""
+    parser = argparse.ArgumentParser(prog="python -m ettweb.platform.embedded", description=__doc__)
     parser.add_argument("command", choices=("start", "stop", "status", "env"))
     args = parser.parse_args(argv)
     try:
@@ -405,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"postgres: {urls.database_url}", f"redis: {urls.broker_url}"]
             print("\n".join(lines))
     except (EmbeddedError, OSError, subprocess.SubprocessError) as exc:
-        print(f"ettweb.embedded: {exc}", file=sys.stderr)
+        print(f"ettweb.platform.embedded: {exc}", file=sys.stderr)
         return 2
     return 0
 

@@ -41,7 +41,7 @@ def http_link(url: str) -> str:
     Why so strict: a link is rendered as ``href`` on pages and in hover text; anything else
     (``javascript:``, ``data:``, a scheme-relative ``//host``) could run script or leave the
     product's pages unexpectedly. Stored links pass it on the way in
-    (``ettweb.rollouts.logic.clean_rollout``) and again on the way out
+    (``ettweb.rollouts.validation.clean_rollout``) and again on the way out
     (``ettweb.queries.markers``), for rows written before or around the checks.
     """
     text = url.strip()

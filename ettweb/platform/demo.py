@@ -10,7 +10,7 @@ What it does, with progress on the console:
      teams and some of them owners (``manage.py simulate_owners``), detects its changes
      (``manage.py ett_detect_changes``) and computes its rollouts' verdicts
      (``manage.py ett_warm_impacts``) so ``/changes/`` and ``/rollouts/`` show them at once;
-  4. starts a Celery worker, Celery beat (the periodic tasks of ``ettweb/schedule.py``: the
+  4. starts a Celery worker, Celery beat (the periodic tasks of ``ettweb/platform/schedule.py``: the
      stale-rollup sweep among them), the collector agent and the web server
      (http://127.0.0.1:8000, also the ``ETT_BASE_URL`` of every link in the e-mail report
      unless it is set);
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from ettweb import embedded
+from ettweb.platform import embedded
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -118,7 +118,7 @@ def stop_groups(groups: list[tuple[str, int]], timeout: float = STOP_TIMEOUT_S,
 
 class ProcessTable:
     """``var/demo/processes.json``: the groups a running demo started, so ``make stop``
-    (``python -m ettweb.demo --stop``) can stop whatever a demo that was killed outright
+    (``python -m ettweb.platform.demo --stop``) can stop whatever a demo that was killed outright
     (SIGKILL, a closed terminal) left running."""
 
     def __init__(self, path: Path) -> None:
@@ -437,7 +437,7 @@ def run(args: argparse.Namespace) -> int:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m ettweb.demo", description=__doc__,
+        prog="python -m ettweb.platform.demo", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--job", default=f"demo-dlrm-{time.strftime('%Y%m%d-%H%M%S')}",
                         help="job id (default: demo-dlrm-<timestamp>)")

@@ -126,7 +126,8 @@ def install() -> None:
         return
     problems = shape_problems()
     if problems:
-        raise RuntimeError("ettweb.brokerfix cannot guard this kombu: " + "; ".join(problems))
+        raise RuntimeError("ettweb.platform.brokerfix cannot guard this kombu: "
+                           + "; ".join(problems))
     for cls_name, method in SIGNATURES:
         _ORIGINALS[(cls_name, method)] = getattr(getattr(kombu_redis, cls_name), method)
     _guard_restore(qos)

@@ -1,6 +1,6 @@
 """Level shifts in one daily series: where a component's lost share moved and stayed moved.
 
-Pure numpy, no Django: the beat task runs it over the stored rollups (``ettweb.changes.logic``)
+Pure numpy, no Django: the beat task runs it over the stored rollups (``ettweb.changes.detection``)
 and the calibration benchmark over simulated fleets, so both measure the same code.
 
 ETT_SPEC §6.3 leaves the method to the project. This one, in six steps
