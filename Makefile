@@ -47,19 +47,24 @@ install-browser:  ## Debian chromium for the UI tests (never `playwright install
 demo: install install-trainer  ## embedded Postgres+Redis, worker, collector, a real TorchRec job, dashboard on :8000
 	$(PY) -m ettweb.platform.demo
 
+# Tests run in TEST_WORKERS processes (pytest-xdist), each with its own test database; the
+# torch tests keep to one of them (tests/conftest.py: TORCH_GROUP). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+
 # The browser tests' full-page screenshots (one per page: tests/ettweb/test_pages_browser.py)
 # are kept as the run's artifacts; each run starts the folder afresh, so none is stale.
 SCREENSHOTS ?= $(CURDIR)/artifacts/screenshots
 
 test: install install-trainer install-browser  ## the whole test suite (embedded servers unless DATABASE_URL/CELERY_BROKER_URL are set); screenshots in artifacts/screenshots/
 	rm -rf "$(SCREENSHOTS)"
-	ETT_SCREENSHOT_DIR="$(SCREENSHOTS)" $(PY) -m pytest
+	ETT_SCREENSHOT_DIR="$(SCREENSHOTS)" $(PY) -m pytest $(XDIST)
 
 test-fast: install install-trainer  ## the inner loop: every test but browsers and real processes, stop at the first failure
-	$(PY) -m pytest -q -x -m "not integration and not browser"
+	$(PY) -m pytest $(XDIST) -q -x -m "not integration and not browser"
 
 test-integration: install install-trainer  ## only the tests that run real processes against real servers
-	$(PY) -m pytest -m integration
+	$(PY) -m pytest $(XDIST) -m integration
 
 lint: install  ## ruff + mypy + the import contracts (the seams)
 	$(VENV)/bin/ruff check .

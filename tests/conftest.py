@@ -31,6 +31,33 @@ WORKED_EXAMPLE_ETT_PCT = 70.80
 
 
 @pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist each test process (gw0, gw1, …) has its own test database
+    (pytest-django) and here its own default queue, so what its pages send for the worker is
+    drained and asserted by that process alone. Only this process: the workers, agents and
+    demos the integration tests start name their queues themselves."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        from ettweb.celery import app
+
+        app.conf.task_default_queue = f"celery-{worker}"
+
+
+#: Tests that compile and train with torch, or run a whole demo: under pytest-xdist they run
+#: one after another in one process (``--dist loadgroup``), so they share its compile cache
+#: and two torch compiles never fight over the two cores while the rest of the suite runs
+#: beside them; two demos at once would also consume each other's default queue.
+TORCH_GROUP = ("tests/trainer/", "tests/ettweb/test_demo.py", "tests/bench/test_bench_lifecycle.py",
+               "tests/bench/test_bench_reporter.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(TORCH_GROUP):
+            item.add_marker(pytest.mark.xdist_group("torch"))
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Stop the embedded servers this session started, once every test and the test
     database are gone: ``make test`` must not leave Postgres and Redis running. Servers that
