@@ -39,7 +39,7 @@ from typing import IO
 
 from ettweb.platform import embedded
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 #: The simulated fleet step 3 loads: small enough to take seconds, long enough for rollouts.
 FLEET_DAYS, FLEET_JOBS = 90, 300

