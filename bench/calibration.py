@@ -49,7 +49,8 @@ from ettweb.changes.detect import PENALTY, Shift, find_shifts
 from ettweb.rollouts import estimators
 from ettweb.rollouts.estimators import Group, Stratified
 from ettweb.simulate.days import COMPONENTS, FleetDays, fleet_days
-from ettweb.simulate.fleet import FleetPlan, PlannedRollout, rollout_schedule
+from ettweb.simulate.fleet import FleetPlan
+from ettweb.simulate.schedule import PlannedRollout, rollout_schedule
 from ettweb.simulate.series import SeriesKey, day_sums, lost_shares
 from ettweb.simulate.truth import Counterfactual, counterfactual, effect_of, in_scope, windows
 

@@ -85,7 +85,8 @@ def _rank_copy(event: Event, rank: int, rng: random.Random) -> Event:
 
 
 def _plan(size: FleetSize) -> tuple[Any, Any]:
-    from ettweb.simulate.fleet import FleetPlan, rollout_schedule
+    from ettweb.simulate.fleet import FleetPlan
+    from ettweb.simulate.schedule import rollout_schedule
     from ettweb.simulate.store import today_utc
 
     # The fleet's last day is yesterday: a fleet ending today holds only what happened by
@@ -98,7 +99,7 @@ def _plan(size: FleetSize) -> tuple[Any, Any]:
 
 def _job_counts(plan: Any, schedule: Any) -> list[tuple[int, int, int]]:
     """(rank-0 events, events every rank repeats, GPUs) per job: the counting pass."""
-    from ettweb.simulate.fleet import job_events
+    from ettweb.simulate.events import job_events
 
     counts = []
     for index in range(plan.jobs):
@@ -120,7 +121,7 @@ def fleet_lines(plan: Any, schedule: Any, cap: int) -> Iterator[bytes]:
     """Every job's events with its ranks, as compact JSON lines (what a collector ships)."""
     import orjson
 
-    from ettweb.simulate.fleet import job_events
+    from ettweb.simulate.events import job_events
 
     for index in range(plan.jobs):
         events = job_events(plan, index, schedule)

@@ -23,7 +23,9 @@ from ettweb.queries import DateRange, TrendQuery, calculate
 from ettweb.rollouts.models import Rollout
 from ettweb.rollups.logic import RefreshStats, remove_jobs
 from ettweb.rollups.models import DirtyJob
-from ettweb.simulate.fleet import FleetPlan, PlannedRollout, fleet_events, recorded
+from ettweb.simulate.events import fleet_events
+from ettweb.simulate.fleet import FleetPlan
+from ettweb.simulate.schedule import PlannedRollout, recorded
 
 #: The import's ``source``: quarantined lines of a simulation carry it.
 SOURCE = "simulate_fleet"

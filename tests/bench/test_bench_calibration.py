@@ -12,7 +12,8 @@ from bench import calibration
 from ettweb.changes.detect import Shift, find_shifts
 from ettweb.rollouts.estimators import Group
 from ettweb.simulate.days import fleet_days
-from ettweb.simulate.fleet import FleetPlan, rollout_schedule
+from ettweb.simulate.fleet import FleetPlan
+from ettweb.simulate.schedule import rollout_schedule
 from ettweb.simulate.truth import Counterfactual, counterfactual
 
 PLAN = FleetPlan(seed=3, days=60, jobs=1500, end=date(2026, 6, 30))

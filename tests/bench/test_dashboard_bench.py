@@ -25,7 +25,9 @@ from bench.dashboard_stages.forms import PageForms
 from bench.dashboard_stages.timing import query_for
 from collector.schema import validate_event
 from ettweb.attribution.engine import attribute_job
-from ettweb.simulate.fleet import FleetPlan, job_events, rollout_schedule
+from ettweb.simulate.events import job_events
+from ettweb.simulate.fleet import FleetPlan
+from ettweb.simulate.schedule import rollout_schedule
 
 ROOT = Path(__file__).resolve().parents[2]
 #: URL namespaces whose every page the bench must time.
