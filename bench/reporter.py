@@ -74,13 +74,14 @@ def measure_emit(spool: Path, count: int) -> dict[str, dict[str, float]]:
 
 
 def _build_trainer(spool: Path, embedding_rows: int, batch_size: int) -> Any:
-    """The reference trainer's model, built the way ``trainer.train`` builds it."""
+    """The reference trainer's model, built the way a training process builds it
+    (``trainer.startup.build_trainer``)."""
     import torch
     import torch.distributed as dist
 
     from trainer.config import parse_train_config
     from trainer.pt2 import CompileWatch
-    from trainer.train import build_trainer, default_distributed_env
+    from trainer.startup import build_trainer, default_distributed_env
 
     torch.set_num_threads(1)
     default_distributed_env()

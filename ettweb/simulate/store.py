@@ -24,7 +24,9 @@ from ettweb.rollouts.models import Rollout
 from ettweb.rollups.models import DirtyJob
 from ettweb.rollups.refresh import RefreshStats
 from ettweb.rollups.removal import remove_jobs
-from ettweb.simulate.fleet import FleetPlan, PlannedRollout, fleet_events, recorded
+from ettweb.simulate.events import fleet_events
+from ettweb.simulate.fleet import FleetPlan
+from ettweb.simulate.schedule import PlannedRollout, recorded
 
 #: The import's ``source``: quarantined lines of a simulation carry it.
 SOURCE = "simulate_fleet"

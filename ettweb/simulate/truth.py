@@ -4,7 +4,7 @@ Why: an estimator's interval can only be held to coverage (ETT_SPEC §6.2) again
 that does not come from an estimator. The simulator knows which optimizations reached each
 attempt, so the truth is a counterfactual: the rollout's treated jobs simulated again with
 that one stage left out of the schedule. Every random draw of a job is taken whether or not
-an optimization reached it (``ettweb.simulate.fleet``), so both runs meet the same failures
+an optimization reached it (``ettweb.simulate.events``), so both runs meet the same failures
 and jitters and differ by the stage alone.
 
 The effect is the one a before/after comparison is after, measured where it happens: on the
@@ -26,7 +26,8 @@ from datetime import UTC, date, datetime, timedelta
 import numpy as np
 
 from ettweb.simulate.days import COMPONENTS, FleetDays, Progress, fleet_days
-from ettweb.simulate.fleet import FleetPlan, PlannedRollout
+from ettweb.simulate.fleet import FleetPlan
+from ettweb.simulate.schedule import PlannedRollout
 
 
 @dataclass(frozen=True)

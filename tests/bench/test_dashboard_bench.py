@@ -17,20 +17,17 @@ import pytest
 from django.db import connection
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from bench.dashboard import (
-    FLEET_VERSION,
-    Catalog,
-    Filler,
-    PageForms,
-    Param,
-    parse_args,
-    query_for,
-    ranks_cap,
-    with_ranks,
-)
+from bench.dashboard import parse_args
+from bench.dashboard_stages.catalog import Catalog, Filler
+from bench.dashboard_stages.discovery import Param
+from bench.dashboard_stages.fleet import FLEET_VERSION, ranks_cap, with_ranks
+from bench.dashboard_stages.forms import PageForms
+from bench.dashboard_stages.timing import query_for
 from collector.schema import validate_event
 from ettweb.attribution.engine import attribute_job
-from ettweb.simulate.fleet import FleetPlan, job_events, rollout_schedule
+from ettweb.simulate.events import job_events
+from ettweb.simulate.fleet import FleetPlan
+from ettweb.simulate.schedule import rollout_schedule
 
 ROOT = Path(__file__).resolve().parents[2]
 #: URL namespaces whose every page the bench must time.

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from trainer.train import free_port
+from trainer.startup import free_port
 
 
 @pytest.fixture(scope="session")

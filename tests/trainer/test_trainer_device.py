@@ -18,6 +18,7 @@ import torch.distributed as dist
 from trainer import launch
 from trainer.config import parse_train_config
 from trainer.data import SyntheticClicks
+from trainer.loop import on_device
 from trainer.model import (
     DenseDeviceDataParallel,
     ModelShape,
@@ -31,7 +32,7 @@ from trainer.model import (
     shard,
 )
 from trainer.pt2 import inductor_options, known_inductor_options
-from trainer.train import dense_device, on_device
+from trainer.startup import dense_device
 
 SHAPE = ModelShape(embedding_rows=200, embedding_dim=8, dense_features=13, sparse_features=4)
 HAS_CUDA = torch.cuda.is_available()

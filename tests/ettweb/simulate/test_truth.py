@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from ettweb.simulate.days import COMPONENTS, fleet_days
-from ettweb.simulate.fleet import FleetPlan, recorded, rollout_schedule
+from ettweb.simulate.fleet import FleetPlan
+from ettweb.simulate.schedule import recorded, rollout_schedule
 from ettweb.simulate.truth import treated_jobs, true_effect
 
 PLAN = FleetPlan(seed=2, days=90, jobs=900, end=date(2026, 6, 30))
