@@ -7,9 +7,10 @@ the properties it names in ``API_PROPERTIES``, each documented by ``doc(...)`` m
 the property's docstring. :func:`as_api` renders those as JSON and ``ettweb.api.schemas``
 builds the response schema from the same list and type hints, so a new field is one line.
 
-A field marked ``inline()`` holds another result whose fields the API lists in its place,
-at the same level (a job's answer shows its headline's numbers and its labels beside its
-name, not under ``headline``); when it may be None, its fields are optional and null.
+A field marked ``inline()`` holds another result whose fields (or the ones it names) the
+API lists in its place, at the same level (a job's answer shows its headline's numbers and
+its labels beside its name, not under ``headline``); when it may be None, its fields are
+optional and null.
 
 The API lists a result's fields first and its properties after, unless the result names the
 order in ``API_ORDER``: clients (and byte-for-byte comparisons of answers) read the order the
@@ -57,9 +58,10 @@ def hidden() -> dict[str, bool]:
     return {"api": False}
 
 
-def inline() -> dict[str, bool]:
-    """Field metadata for a result whose exposed fields the API lists in this one's place."""
-    return {"inline": True}
+def inline(*only: str) -> dict[str, Any]:
+    """Field metadata for a result whose exposed fields the API lists in this one's place
+    (``only`` those named, when names are given)."""
+    return {"inline": only or True}
 
 
 def _inlined(field: dataclasses.Field[Any], hint: Any) -> list[Exposed]:
@@ -68,8 +70,9 @@ def _inlined(field: dataclasses.Field[Any], hint: Any) -> list[Exposed]:
         types.UnionType, typing.Union) else (hint,)
     inner = [option for option in options if option is not type(None)]
     optional = len(inner) < len(options)
+    only = field.metadata["inline"]
     return [sub._replace(path=(field.name, *sub.path), optional=sub.optional or optional)
-            for sub in exposed_fields(inner[0])]
+            for sub in exposed_fields(inner[0]) if only is True or sub.name in only]
 
 
 def exposed_fields(result: type) -> list[Exposed]:
