@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from typing import TYPE_CHECKING, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from django.db.models import F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.expressions import OrderBy
@@ -120,6 +120,33 @@ class RolloutMarkersQueryRunner:
             rows = rows.filter(component=self.query.component)
         rows = reaching(rows, self.query.jobs)
         return RolloutMarkersResult([marker_of(r) for r in rows.order_by("at", "id")])
+
+
+# --------------------------------------------------------------------------- one record
+
+@dataclass(frozen=True)
+class RolloutRecord:
+    """A stored rollout as the rollout API answers it (ETT_SPEC §6): what was recorded,
+    as it was recorded (scope as given, link unchecked), who recorded it and when."""
+
+    id: int
+    name: str
+    component: str
+    at: datetime = field(metadata=zulu())
+    scope: dict[str, Any]
+    notes: str
+    link: str
+    created_by: str | None
+    created_at: datetime = field(metadata=zulu())
+    simulated: bool
+
+    @classmethod
+    def of(cls, rollout: Rollout) -> RolloutRecord:
+        return cls(id=rollout.pk, name=rollout.name, component=rollout.component,
+                   at=rollout.at, scope=dict(rollout.scope), notes=rollout.notes,
+                   link=rollout.link,
+                   created_by=rollout.created_by.get_username() if rollout.created_by else None,
+                   created_at=rollout.created_at, simulated=rollout.simulated)
 
 
 # --------------------------------------------------------------------------- the list

@@ -175,17 +175,6 @@ def save_rollout(fields: RolloutFields, *, rollout: Rollout | None = None,
     return target
 
 
-def as_json(rollout: Rollout) -> dict[str, Any]:
-    """The stored rollout as the API answers it (ETT_SPEC §6)."""
-    return {
-        "id": rollout.pk, "name": rollout.name, "component": rollout.component,
-        "at": iso_utc(rollout.at), "scope": dict(rollout.scope), "notes": rollout.notes,
-        "link": rollout.link,
-        "created_by": rollout.created_by.get_username() if rollout.created_by else None,
-        "created_at": iso_utc(rollout.created_at), "simulated": rollout.simulated,
-    }
-
-
 def iso_utc(moment: datetime) -> str:
     """``2026-10-12T09:30:00Z``: UTC with a Z, seconds kept, microseconds only if present."""
     text = moment.astimezone(UTC).replace(tzinfo=None).isoformat()

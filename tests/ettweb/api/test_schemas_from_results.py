@@ -25,10 +25,10 @@ from ettweb.api.v1 import api
 from ettweb.queries.exposed import exposed_fields
 
 #: Hand-written schemas that still repeat a result's fields, until they are built from it
-#: too (issue 29): this list only shrinks.
+#: too (issue 29): this list only shrinks. Both render results of ``ettweb.queries.impact``
+#: (``GroupImpact``, ``RolloutInfo``), left as they are while that module becomes a package.
 NOT_YET_DERIVED = {
     "ettweb.api.rollouts.GroupOut",
-    "ettweb.api.rollouts.RolloutOut",
     "ettweb.api.rollouts.RolloutRefOut",
 }
 
