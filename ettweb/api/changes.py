@@ -14,28 +14,26 @@ its errors).
 from __future__ import annotations
 
 from datetime import date
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from django.http import HttpRequest
-from ninja import Field, Router, Schema
+from ninja import Router, Schema
 from ninja.errors import HttpError
 
+from ettweb.api.schemas import schema_of
 from ettweb.queries import ChangesQuery, FilterChoicesQuery, calculate
+from ettweb.queries.changes import DetectedChange
 from ettweb.queries.components import component_names
 
 #: No ``auth`` here: the API's (a bearer token or the CSRF-checked session) applies.
 router = Router(tags=["changes"])
 
 
-class ChangeOut(Schema):
-    component: str
-    team: str | None = Field(description="null: the fleet's own series")
-    day: str = Field(description="the first UTC day at the new level")
-    before_lost_pct: float
-    after_lost_pct: float
-    change_pts: float
-    rollout_id: int | None = Field(description="the recorded rollout that explains it; "
-                                                "null: unrecorded")
+#: Built from the query's result (``ettweb.api.schemas``), under the name clients know.
+if TYPE_CHECKING:  # built at run time, so mypy sees only that it is a schema
+    ChangeOut: TypeAlias = Schema
+else:
+    ChangeOut = schema_of(DetectedChange, "ChangeOut")
 
 
 class ChangesFilterOut(Schema):

@@ -9,69 +9,38 @@ agents' own credential check (``POST /api/v1/collectors/self``) is
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from django.http import HttpRequest
-from ninja import Field, Router, Schema
+from ninja import Router, Schema
 from ninja.errors import HttpError
 
 from ettweb.api.errors import ErrorOut
+from ettweb.api.schemas import schema_of
 from ettweb.queries import CollectorsQuery, calculate
-from ettweb.queries.collectors import DEFAULT_SILENT_AFTER_S
+from ettweb.queries.collectors import (
+    DEFAULT_SILENT_AFTER_S,
+    CollectorRow,
+    CollectorsResult,
+    RejectedRow,
+    RejectionReason,
+)
 
 #: No tags and the operation id this endpoint had when ``ettweb.api.v1`` held it, so
 #: clients generated from the OpenAPI document keep their names.
 router = Router()
 
 
-class CollectorOut(Schema):
-    source: str
-    collector_id: str
-    status: str = Field(description="rejected (its newest word was a refused credential), "
-                                    "silent (nothing heard past silent_after_s) or reporting")
-    last_seen: str = Field(description="when the server last heard from it, accepted or "
-                                       "refused")
-    silent_for_s: float
-    silent: bool
-    backlog_events: int
-    backlog_bytes: int
-    shipped_events: int
-    dropped_events: int
-    corrupted_records: int
-    spool_files: int
-    last_success: str | None
-    rejected_lines: int
-    rejection_reason: str = Field(description="why its credential was last refused "
-                                              "(empty: never)")
-    last_rejected: str | None
-
-
-class ReasonOut(Schema):
-    reason: str
-    lines: int
-
-
-class RejectedOut(Schema):
-    received_at: str
-    source: str
-    job: str
-    reason: str
-    lines: int
-    raw_preview: str
-    raw_bytes: int
-
-
-class CollectorsOut(Schema):
-    silent_after_s: int
-    silent: int
-    rejected_collectors: int
-    backlog_events: int
-    dropped_events: int
-    corrupted_records: int
-    rejected_lines: int
-    reasons: list[ReasonOut]
-    collectors: list[CollectorOut]
-    rejected: list[RejectedOut]
+#: Built from the query's results (``ettweb.api.schemas``), under the names clients know.
+if TYPE_CHECKING:  # built at run time, so mypy sees only that they are schemas
+    CollectorOut: TypeAlias = Schema
+    RejectedOut: TypeAlias = Schema
+    CollectorsOut: TypeAlias = Schema
+else:
+    CollectorOut = schema_of(CollectorRow, "CollectorOut")
+    RejectedOut = schema_of(RejectedRow, "RejectedOut")
+    schema_of(RejectionReason, "ReasonOut")
+    CollectorsOut = schema_of(CollectorsResult, "CollectorsOut")
 
 
 @router.get("/collectors", response={200: CollectorsOut, 400: ErrorOut, 401: ErrorOut},

@@ -37,12 +37,21 @@ from ettweb.queries import (
     calculate,
 )
 from ettweb.queries.base import MAX_LABEL_CHARS, range_or_default
-from ettweb.queries.components import ComponentJob, ComponentModel, ComponentPoint, Owner
+from ettweb.queries.components import (
+    ComponentJob,
+    ComponentModel,
+    ComponentPoint,
+    ComponentResult,
+    ComponentRollout,
+    Owner,
+    RolloutsOutside,
+)
+from ettweb.queries.exposed import as_api
 from ettweb.queries.lifecycle import LifecyclePoint
-from ettweb.queries.lost import ComponentLoss
-from ettweb.queries.markers import marker_api
+from ettweb.queries.lost import ComponentLoss, LostTrendResult
+from ettweb.queries.markers import RolloutMarker
 from ettweb.queries.top_jobs import TopJob
-from ettweb.queries.trend import TrendPoint
+from ettweb.queries.trend import TrendPoint, TrendResult
 
 #: No ``auth`` here: a router mounted on ``ettweb.api.v1.api`` takes the API's (a bearer
 #: token or the browser's CSRF-checked session), so every endpoint authenticates alike.
@@ -89,32 +98,37 @@ GroupBy = Literal["none", "model", "team", "cluster", "gpus"]
 
 # --------------------------------------------------------------------------- schemas
 
-#: The rows' schemas, built from the query results they render (``ettweb.api.schemas``).
+#: The schemas built from the query results they render (``ettweb.api.schemas``), under the
+#: names clients know; the answers below wrap them in the days and jobs they cover.
 if TYPE_CHECKING:  # built at run time, so mypy sees only that they are schemas
     TrendPointOut: TypeAlias = Schema
     ComponentLossOut: TypeAlias = Schema
     LifecyclePointOut: TypeAlias = Schema
     TopJobOut: TypeAlias = Schema
     OwnerOut: TypeAlias = Schema
-    ComponentPointOut: TypeAlias = Schema
-    ComponentJobOut: TypeAlias = Schema
-    ComponentModelOut: TypeAlias = Schema
+    FilterOut: TypeAlias = Schema
+    MarkerOut: TypeAlias = Schema
+
+    # Bases of the answers below: classes of their own, so mypy sees a consistent order.
+    class TrendBodyOut(Schema): ...
+    class LostTrendBodyOut(Schema): ...
+    class ComponentBodyOut(Schema): ...
 else:
     TrendPointOut = schema_of(TrendPoint)
     ComponentLossOut = schema_of(ComponentLoss)
     LifecyclePointOut = schema_of(LifecyclePoint)
     TopJobOut = schema_of(TopJob)
     OwnerOut = schema_of(Owner)
-    ComponentPointOut = schema_of(ComponentPoint)
-    ComponentJobOut = schema_of(ComponentJob)
-    ComponentModelOut = schema_of(ComponentModel)
-
-
-class FilterOut(Schema):
-    model: str
-    team: str
-    cluster: str
-    gpus: str
+    schema_of(ComponentPoint)
+    schema_of(ComponentJob)
+    schema_of(ComponentModel)
+    FilterOut = schema_of(JobFilter, "FilterOut")
+    MarkerOut = schema_of(RolloutMarker, "MarkerOut")
+    schema_of(ComponentRollout, "ComponentRolloutOut")
+    schema_of(RolloutsOutside, "RolloutsOutsideOut")
+    TrendBodyOut = schema_of(TrendResult, "TrendBodyOut")
+    LostTrendBodyOut = schema_of(LostTrendResult, "LostTrendBodyOut")
+    ComponentBodyOut = schema_of(ComponentResult, "ComponentBodyOut")
 
 
 class ScopeOut(Schema):
@@ -125,13 +139,10 @@ class ScopeOut(Schema):
     filter: FilterOut
 
 
-class TrendBodyOut(Schema):
-    groups: list[str]
-    wall_gpu_s: float
-    productive_gpu_s: float
-    ett_pct: float
-    net_change_pts: float | None
-    points: list[TrendPointOut]
+class IntervalScopeOut(ScopeOut):
+    """The days and jobs an answer covers, and the periods (day or week) it folds them in."""
+
+    interval: str
 
 
 class PreviousTrendOut(TrendBodyOut):
@@ -139,15 +150,6 @@ class PreviousTrendOut(TrendBodyOut):
 
     date_from: str
     date_to: str
-
-
-class MarkerOut(Schema):
-    id: int
-    name: str
-    component: str
-    at: str
-    scope: str
-    link: str
 
 
 class TrendOut(ScopeOut, TrendBodyOut):
@@ -165,11 +167,8 @@ class LostByComponentOut(ScopeOut):
     components: list[ComponentLossOut]
 
 
-class LostTrendOut(ScopeOut):
-    interval: str
-    periods: list[str]
-    components: list[str]
-    gpu_s: dict[str, list[float]]
+class LostTrendOut(LostTrendBodyOut, IntervalScopeOut):
+    """Lost GPU-seconds per component per period, over the days and jobs asked for."""
 
 
 class LifecycleOut(ScopeOut):
@@ -220,56 +219,8 @@ class ComponentsOut(ScopeOut):
     components: list[ComponentRowOut]
 
 
-class VerdictsOut(Schema):
-    """A rollout's headline verdicts as ``/rollouts/`` words them: its component's lost
-    share and the adjusted ETT% change, each with its deciding interval (absent: not
-    measured)."""
-
-    component_change_pts: float | None = None
-    component_ci95_pts: list[float] | None = None
-    component_verdict: str | None = None
-    adjusted_change_pts: float | None = None
-    adjusted_ci95_pts: list[float] | None = None
-    adjusted_verdict: str | None = None
-
-
-class ComponentRolloutOut(MarkerOut, VerdictsOut):
-    change_pts: float | None
-    ci95_pts: list[float] | None
-    did_pts: float | None
-    verdict: str | None
-
-
-class RolloutsOutsideOut(Schema):
-    """The component's rollouts before and after the range, and the days of its first and
-    last rollout (null: it has none)."""
-
-    before: int
-    after: int
-    first: str | None
-    last: str | None
-
-
-class ComponentOut(ScopeOut):
+class ComponentOut(ComponentBodyOut, IntervalScopeOut):
     """One component's page: lost time per period, its top jobs and models, its rollouts."""
-
-    interval: str
-    name: str
-    owner_team: str = Field(description="free-text label: the team to talk to")
-    owners: list[OwnerOut] = Field(description="who may edit it: its owner-role users, by "
-                                               "username")
-    lost_gpu_s: float
-    lost_share_pts: float
-    share_of_fleet_lost_pct: float
-    fleet_wall_gpu_s: float
-    fleet_lost_gpu_s: float
-    categories: dict[str, float]
-    points: list[ComponentPointOut]
-    top_jobs: list[ComponentJobOut]
-    top_models: list[ComponentModelOut]
-    rollouts: list[ComponentRolloutOut]
-    unmeasured_rollouts: int
-    rollouts_outside_range: RolloutsOutsideOut
 
 
 class FleetErrorOut(Schema):
@@ -303,7 +254,7 @@ def fleet_trend(request: HttpRequest, filters: Query[FilterParams], interval: In
                     "date_to": earlier.range.date_to.isoformat()}
     markers = calculate(RolloutMarkersQuery(days, jobs=jobs)).markers
     return {**_scope(days, jobs), **calculate(query).as_api(), "interval": interval,
-            "group_by": group_by, "rollouts": [marker_api(m) for m in markers],
+            "group_by": group_by, "rollouts": [as_api(m) for m in markers],
             "previous": previous}
 
 

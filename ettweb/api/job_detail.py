@@ -18,102 +18,35 @@ that is not allowed in a URL path is percent-encoded as usual (``%20``, ``%3F``,
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from django.http import HttpRequest, HttpResponse
 from ninja import Router, Schema, Status
 from ninja.errors import HttpError
 
+from ettweb.api.schemas import schema_of
 from ettweb.queries import JobComputing, JobQuery, calculate
+from ettweb.queries.job_detail import AttemptRow, JobResult, LaneRow, RecoveryRow, TimelineRow
 
 #: No ``auth`` here: mounted on ``ettweb.api.v1.api``, the router takes the API's (a bearer
 #: token or the browser's CSRF-checked session).
 router = Router(tags=["jobs"])
 
-Piece = tuple[str, float, float]
-
-
 class JobErrorOut(Schema):
     error: str
 
 
-class JobAttemptOut(Schema):
-    attempt: int
-    status: str
-    gpus: int
-    start: float
-    end: float
-    duration_s: float
-    repeated_steps: int
-
-
-class JobRecoveryOut(Schema):
-    attempt: int
-    start: float
-    end: float
-    seconds: float
-    by_category: dict[str, float]
-
-
-class JobTimelineOut(Schema):
-    """One attempt's category timeline: ``[category, start, end]`` pieces (epoch s)."""
-
-    attempt: int
-    bin_s: float
-    pieces: list[Piece]
-
-
-class JobLaneOut(Schema):
-    """Ranks that did the same thing throughout an attempt: ``[state, start, end]`` runs."""
-
-    attempt: int
-    ranks: str
-    rank_count: int
-    bin_s: float
-    runs: list[Piece]
-
-
-class JobDetailOut(Schema):
-    """The job page's numbers: headline, attempts, recoveries with their parts, lost time by
-    category and component, the category timeline and the rank lanes. Seconds unrounded."""
-
-    job: str
-    status: Literal["ready"]
-    model: str
-    team: str
-    cluster: str
-    ett_pct: float
-    wall_s: float
-    productive_s: float
-    wall_gpu_s: float
-    productive_gpu_s: float
-    time_to_start_s: float | None
-    time_to_recover_s: list[float]
-    failures: int
-    repeated_steps: int
-    anomalies: dict[str, int]
-    quarantined: int
-    lost_s: dict[str, float]
-    lost_by_component_s: dict[str, float]
-    lost_by_component_gpu_s: dict[str, float]
-    attempts: list[JobAttemptOut]
-    recoveries: list[JobRecoveryOut]
-    timeline: list[JobTimelineOut]
-    lanes: list[JobLaneOut]
-
-
-class JobComputingOut(Schema):
-    """A job whose events are stored but whose numbers are not yet: the worker is computing
-    them. Ask again after ``retry_after_s`` seconds (the ``Retry-After`` header)."""
-
-    job: str
-    status: Literal["computing"]
-    model: str
-    team: str
-    cluster: str
-    events: int
-    last_event_time: float | None
-    retry_after_s: int
+#: Built from the query's results (``ettweb.api.schemas``), under the names clients know.
+if TYPE_CHECKING:  # built at run time, so mypy sees only that they are schemas
+    JobDetailOut: TypeAlias = Schema
+    JobComputingOut: TypeAlias = Schema
+else:
+    schema_of(AttemptRow, "JobAttemptOut")
+    schema_of(RecoveryRow, "JobRecoveryOut")
+    schema_of(TimelineRow, "JobTimelineOut")
+    schema_of(LaneRow, "JobLaneOut")
+    JobDetailOut = schema_of(JobResult, "JobDetailOut")
+    JobComputingOut = schema_of(JobComputing, "JobComputingOut")
 
 
 @router.get("/jobs/{path:job}",

@@ -8,44 +8,30 @@ job's own page is ``ettweb.api.job_detail``.
 from __future__ import annotations
 
 from datetime import date
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from django.http import HttpRequest
 from ninja import Router, Schema
 from ninja.errors import HttpError
 
 from ettweb.api.errors import ErrorOut
+from ettweb.api.schemas import schema_of
 from ettweb.queries import JobsQuery, calculate
 from ettweb.queries.base import one_sided_range
+from ettweb.queries.job_list import JobListRow, JobsFilter
 
 #: No tags and the operation id this endpoint had when ``ettweb.api.v1`` held it, so
 #: clients generated from the OpenAPI document keep their names.
 router = Router()
 
 
-class JobOut(Schema):
-    job: str
-    model: str
-    team: str
-    cluster: str
-    attempts: int
-    status: str
-    gpus: int
-    start: str | None
-    wall_s: float
-    ett_pct: float
-    lost_gpu_hours: float
-    failures: int
-    anomalies: int
-
-
-class JobsFilterOut(Schema):
-    q: str
-    model: str
-    team: str
-    cluster: str
-    gpus: str
-    status: str
+#: Built from the query's results (``ettweb.api.schemas``), under the names clients know.
+if TYPE_CHECKING:  # built at run time, so mypy sees only that they are schemas
+    JobOut: TypeAlias = Schema
+    JobsFilterOut: TypeAlias = Schema
+else:
+    JobOut = schema_of(JobListRow, "JobOut")
+    JobsFilterOut = schema_of(JobsFilter, "JobsFilterOut")
 
 
 class JobsOut(Schema):

@@ -7,7 +7,7 @@ page (``ettweb.queries.weekly``), so a script reading them sees what a subscribe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from django.http import HttpRequest
 from ninja import Query, Router, Schema
@@ -15,57 +15,38 @@ from ninja.errors import HttpError
 
 from ettweb.api.changes import ChangeOut
 from ettweb.api.errors import ErrorOut
-from ettweb.api.fleet import FilterParams, ScopeOut, VerdictsOut
+from ettweb.api.fleet import FilterParams
+from ettweb.api.schemas import schema_of
 from ettweb.components.known import known_components
 from ettweb.queries import FleetSummaryQuery, IsoWeek, WeeklyReportQuery, calculate
-from ettweb.queries.weekly import TOP_JOBS
+from ettweb.queries.top_jobs import JobLoss
+from ettweb.queries.weekly import (
+    TOP_JOBS,
+    ComponentWeek,
+    FleetSummaryResult,
+    RolloutWeek,
+    WeekNumbers,
+)
 
 #: No tags and the operation ids these endpoints had when ``ettweb.api.v1`` held them, so
 #: clients generated from the OpenAPI document keep their names.
 router = Router()
 
 
-class PeriodOut(Schema):
-    wall_gpu_s: float
-    productive_gpu_s: float
-    ett_pct: float | None
-    lost_by_component_gpu_s: dict[str, float]
-    failures: int
-    mean_time_to_start_s: float | None
-    mean_time_to_recover_s: float | None
-
-
-class TopJobOut(Schema):
-    job: str
-    lost_gpu_s: float
-    wall_gpu_s: float
-
-
-class FleetSummaryOut(PeriodOut, ScopeOut):
-    """The fleet (or the jobs a filter keeps) over a range of UTC days, as the fleet page
-    shows it; ``days`` repeats ``date_from``/``date_to`` for clients written before them."""
-
-    days: list[str]
-    top_jobs: list[TopJobOut]
-
-
-class ComponentWeekOut(Schema):
-    component: str
-    lost_gpu_s: float
-    previous_lost_gpu_s: float
-    change_gpu_s: float
-    subscribed: bool
-
-
-class RolloutWeekOut(VerdictsOut):
-    id: int
-    name: str
-    component: str
-    at: str
-    change_pts: float | None
-    ci95_pts: list[float] | None
-    verdict: str
-    too_early: bool
+#: Built from the query's results (``ettweb.api.schemas``). A report's top jobs are
+#: ``JobLossOut`` (a job and what it lost), not the fleet page's ``TopJobOut`` with labels.
+if TYPE_CHECKING:  # built at run time, so mypy sees only that they are schemas
+    PeriodOut: TypeAlias = Schema
+    JobLossOut: TypeAlias = Schema
+    ComponentWeekOut: TypeAlias = Schema
+    RolloutWeekOut: TypeAlias = Schema
+    FleetSummaryOut: TypeAlias = Schema
+else:
+    PeriodOut = schema_of(WeekNumbers, "PeriodOut")
+    JobLossOut = schema_of(JobLoss)
+    ComponentWeekOut = schema_of(ComponentWeek)
+    RolloutWeekOut = schema_of(RolloutWeek)
+    FleetSummaryOut = schema_of(FleetSummaryResult, "FleetSummaryOut")
 
 
 class HistoryWeekOut(Schema):
@@ -84,7 +65,7 @@ class WeeklyReportOut(Schema):
     change_pts: float | None
     change_rel: float | None
     components: list[ComponentWeekOut]
-    top_jobs: list[TopJobOut]
+    top_jobs: list[JobLossOut]
     rollouts: list[RolloutWeekOut]
     history: list[HistoryWeekOut]
     unrecorded_changes: list[ChangeOut]

@@ -10,7 +10,7 @@ read, and the component once it is known; reading is open to every role.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from django.http import HttpRequest
 from ninja import Router, Schema, Status
@@ -20,11 +20,14 @@ from pydantic import ConfigDict
 from ettweb.access.roles import can_edit_component, refusal
 from ettweb.api.auth import ROLLOUT_WRITERS
 from ettweb.api.errors import ErrorOut
+from ettweb.api.schemas import schema_of
 from ettweb.components.known import known_components
 from ettweb.queries import ImpactQuery, calculate
+from ettweb.queries.exposed import as_api
 from ettweb.queries.impact import DEFAULT_WINDOW_DAYS
+from ettweb.queries.markers import RolloutRecord
 from ettweb.rollouts.models import Rollout
-from ettweb.rollouts.validation import as_json, clean_rollout, save_rollout
+from ettweb.rollouts.validation import clean_rollout, save_rollout
 
 #: No tags and the operation ids these endpoints had when ``ettweb.api.v1`` held them, so
 #: clients generated from the OpenAPI document keep their names.
@@ -46,17 +49,12 @@ class RolloutIn(Schema):
     link: str | None = None
 
 
-class RolloutOut(Schema):
-    id: int
-    name: str
-    component: str
-    at: str
-    scope: dict[str, Any]
-    notes: str
-    link: str
-    created_by: str | None
-    created_at: str
-    simulated: bool
+#: A stored rollout's schema, built from the record the query layer reads
+#: (``ettweb.api.schemas``), under the name clients know.
+if TYPE_CHECKING:  # built at run time, so mypy sees only that it is a schema
+    RolloutOut: TypeAlias = Schema
+else:
+    RolloutOut = schema_of(RolloutRecord, "RolloutOut")
 
 
 class GroupOut(Schema):
@@ -118,7 +116,7 @@ def create_rollout(request: HttpRequest, payload: RolloutIn) -> Status[dict[str,
     if not can_edit_component(request.user, fields.component):
         raise HttpError(403, refusal(request.user, f"record a rollout of {fields.component}"))
     rollout = save_rollout(fields, created_by=request.user)
-    return Status(201, as_json(rollout))
+    return Status(201, as_api(RolloutRecord.of(rollout)))
 
 
 @router.get("/rollouts", response={200: list[RolloutOut], 400: ErrorOut, 401: ErrorOut},
@@ -130,14 +128,14 @@ def list_rollouts(request: HttpRequest, component: str | None = None,
     rows = Rollout.objects.select_related("created_by").order_by("-at", "-id")
     if component:
         rows = rows.filter(component=component)
-    return [as_json(rollout) for rollout in rows[:limit]]
+    return [as_api(RolloutRecord.of(rollout)) for rollout in rows[:limit]]
 
 
 @router.get("/rollouts/{rollout_id}",
             response={200: RolloutOut, 401: ErrorOut, 404: ErrorOut},
             summary="One rollout", operation_id="ettweb_api_v1_get_rollout")
 def get_rollout(request: HttpRequest, rollout_id: int) -> dict[str, Any]:
-    return as_json(_rollout(rollout_id))
+    return as_api(RolloutRecord.of(_rollout(rollout_id)))
 
 
 @router.get("/rollouts/{rollout_id}/impact",

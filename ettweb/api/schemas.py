@@ -39,7 +39,10 @@ def api_type(hint: Any) -> Any:
         for arg in mapped[1:]:
             union = union | arg
         return union
-    if origin is list:
+    if origin is list or (origin is tuple and (args[1:] == (Ellipsis,)
+                                               or len(set(args)) == 1)):
+        # A list, a tuple of any length or a pair of numbers (an interval): a JSON array of
+        # one type. A tuple of mixed items (a timeline piece) stays a tuple.
         return list[api_type(args[0])]  # type: ignore[misc]
     if origin is dict:
         key: Any = args[0]
@@ -53,8 +56,12 @@ def schema_of(result: type, name: str | None = None) -> type[Schema]:
         return _BY_RESULT[result]
     fields: dict[str, Any] = {}
     for field in exposed_fields(result):
-        info = Field(description=field.doc) if field.doc else Field()
-        fields[field.name] = (api_type(field.hint), info)
+        description = field.doc or None
+        if field.optional:  # an inlined result that may be None: its fields are null
+            fields[field.name] = (api_type(field.hint) | None,
+                                  Field(None, description=description))
+        else:
+            fields[field.name] = (api_type(field.hint), Field(description=description))
     schema: type[Schema] = create_model(
         name or f"{result.__name__}Out", __base__=Schema, __module__=__name__,
         __doc__=result.__doc__ if result.__doc__ and not result.__doc__.startswith(

@@ -134,7 +134,7 @@ def _detail_page(request: HttpRequest, name: str) -> HttpResponse:
         "window_days": DEFAULT_WINDOW_DAYS, "csv": _csv_links(form, DETAIL_TABLES),
         "all_rollouts_url": rollout_lanes.rollouts_list_url(name, data["range"].date_from,
                                                             data["range"].date_to, labels),
-        "outside_url": _covering_link(form, result.outside),
+        "outside_url": _covering_link(form, result.rollouts_outside_range),
     }
     return render(request, "components/detail.html", context)
 

@@ -381,7 +381,8 @@ def _collectors_csv(table: str, data: dict[str, Any]) -> HttpResponse:
              r.last_rejected.isoformat() if r.last_rejected else ""]
             for r in result.collectors))
     if table == "reasons":
-        return csv_response("ett-rejection-reasons.csv", ("reason", "lines"), result.reasons)
+        return csv_response("ett-rejection-reasons.csv", ("reason", "lines"),
+                            ((r.reason, r.lines) for r in result.reasons))
     return csv_response("ett-rejected-lines.csv", REJECTED_COLUMNS, (
         [r.received_at.isoformat(), r.source, r.job, r.reason, r.lines, r.raw_preview,
          r.raw_bytes] for r in result.rejected))

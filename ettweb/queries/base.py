@@ -25,6 +25,7 @@ from django.db.models.functions import Cast, Coalesce, TruncWeek
 
 from ettweb.attribution.components import DEFAULT_PHASE_COMPONENTS, component_of
 from ettweb.platform.text import unstorable
+from ettweb.queries.exposed import as_api
 from ettweb.rollups.buckets import GPU_BUCKET_LABELS as GPU_BUCKET_LABELS
 from ettweb.rollups.buckets import GPU_BUCKETS as GPU_BUCKETS
 from ettweb.rollups.buckets import gpu_bucket as gpu_bucket
@@ -237,7 +238,7 @@ class JobFilter:
         return " · ".join(parts) or "all jobs"
 
     def as_api(self) -> dict[str, str]:
-        return {name: getattr(self, name) for name in (*LABELS, "gpus")}
+        return as_api(self)
 
 
 #: The filter that keeps every job.

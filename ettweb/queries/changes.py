@@ -15,14 +15,15 @@ job-pattern scope can reach some of the team's jobs, and counts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from django.db.models import F, Q
 
 from ettweb.changes.models import Change
 from ettweb.queries.base import FIRST_DAY, LAST_DAY, MAX_LABEL_CHARS
+from ettweb.queries.exposed import as_api, doc, hidden
 from ettweb.queries.registry import Query, runner_for
 from ettweb.rollouts.models import Rollout
 from ettweb.rollouts.scope import ScopeError, parse_scope
@@ -74,13 +75,15 @@ class DetectedChange:
     """One change: the first UTC day at the new level, the lost share (points of the
     group's wall time) the days either side, and its rollout (None: unrecorded)."""
 
+    API_PROPERTIES: ClassVar[tuple[str, ...]] = ("change_pts", "rollout_id")
+
     component: str
-    team: str | None
-    day: date
+    team: str | None = field(metadata=doc("null: the fleet's own series"))
+    day: date = field(metadata=doc("the first UTC day at the new level"))
     before_lost_pct: float
     after_lost_pct: float
-    detected_at: datetime
-    rollout: RolloutRef | None
+    detected_at: datetime = field(metadata=hidden())
+    rollout: RolloutRef | None = field(metadata=hidden())
 
     @property
     def change_pts(self) -> float:
@@ -88,6 +91,7 @@ class DetectedChange:
 
     @property
     def rollout_id(self) -> int | None:
+        """the recorded rollout that explains it; null: unrecorded"""
         return self.rollout.id if self.rollout else None
 
     @property
@@ -96,9 +100,7 @@ class DetectedChange:
 
     def as_api(self) -> dict[str, Any]:
         """ETT_SPEC §6.3's fields, percentages unrounded."""
-        return {"component": self.component, "team": self.team, "day": self.day.isoformat(),
-                "before_lost_pct": self.before_lost_pct, "after_lost_pct": self.after_lost_pct,
-                "change_pts": self.change_pts, "rollout_id": self.rollout_id}
+        return as_api(self)
 
 
 @dataclass(frozen=True)

@@ -14,15 +14,16 @@ page counts them, not a row count).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from django.db.models import Max, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ettweb.ingest.models import CollectorHealth, CollectorRejection, QuarantinedEvent
+from ettweb.queries.exposed import as_api, doc
 from ettweb.queries.registry import Query, runner_for
 
 #: Ten missed reports at the agent's default 30 s interval.
@@ -62,7 +63,11 @@ class CollectorRow:
 
     source: str
     collector_id: str
-    last_seen: datetime
+    status: str = field(default=REPORTING, kw_only=True, metadata=doc(
+        "rejected (its newest word was a refused credential), silent (nothing heard past "
+        "silent_after_s) or reporting"))
+    last_seen: datetime = field(metadata=doc("when the server last heard from it, accepted or "
+                                             "refused"))
     silent_for_s: float
     silent: bool
     backlog_events: int
@@ -73,30 +78,19 @@ class CollectorRow:
     spool_files: int
     last_success: datetime | None
     rejected_lines: int
-    status: str = REPORTING
-    rejection_reason: str = ""
-    last_rejected: datetime | None = None
+    rejection_reason: str = field(default="", kw_only=True, metadata=doc(
+        "why its credential was last refused (empty: never)"))
+    last_rejected: datetime | None = field(default=None, kw_only=True)
 
     @property
     def rejected(self) -> bool:
         return self.status == REJECTED
 
-    def as_api(self) -> dict[str, Any]:
-        return {"source": self.source, "collector_id": self.collector_id,
-                "status": self.status, "last_seen": self.last_seen.isoformat(),
-                "silent_for_s": self.silent_for_s, "silent": self.silent,
-                "backlog_events": self.backlog_events,
-                "backlog_bytes": self.backlog_bytes, "shipped_events": self.shipped_events,
-                "dropped_events": self.dropped_events,
-                "corrupted_records": self.corrupted_records, "spool_files": self.spool_files,
-                "last_success": self.last_success.isoformat() if self.last_success else None,
-                "rejected_lines": self.rejected_lines,
-                "rejection_reason": self.rejection_reason,
-                "last_rejected": self.last_rejected.isoformat() if self.last_rejected else None}
-
 
 @dataclass(frozen=True)
 class RejectedRow:
+    """One quarantined line (its start, ``raw_preview``), newest first."""
+
     received_at: datetime
     source: str
     job: str
@@ -105,19 +99,30 @@ class RejectedRow:
     raw_preview: str
     raw_bytes: int
 
-    def as_api(self) -> dict[str, Any]:
-        return {"received_at": self.received_at.isoformat(), "source": self.source,
-                "job": self.job, "reason": self.reason, "lines": self.lines,
-                "raw_preview": self.raw_preview, "raw_bytes": self.raw_bytes}
+
+@dataclass(frozen=True)
+class RejectionReason:
+    """A reason ingestion refused lines for, and how many lines it refused for it."""
+
+    reason: str
+    lines: int
 
 
 @dataclass(frozen=True)
 class CollectorsResult:
+    """Every collector's health with the fleet's totals, and the newest quarantined lines
+    with the reasons' totals."""
+
+    API_PROPERTIES: ClassVar[tuple[str, ...]] = (
+        "silent", "rejected_collectors", "backlog_events", "dropped_events", "corrupted_records")
+    API_ORDER: ClassVar[tuple[str, ...]] = (
+        "silent_after_s", *API_PROPERTIES, "rejected_lines", "reasons", "collectors", "rejected")
+
     silent_after_s: int
     collectors: tuple[CollectorRow, ...]
     rejected: tuple[RejectedRow, ...]
     rejected_lines: int
-    reasons: tuple[tuple[str, int], ...]
+    reasons: tuple[RejectionReason, ...]
 
     @property
     def silent(self) -> int:
@@ -140,14 +145,7 @@ class CollectorsResult:
         return sum(row.corrupted_records for row in self.collectors)
 
     def as_api(self) -> dict[str, Any]:
-        return {"silent_after_s": self.silent_after_s, "silent": self.silent,
-                "rejected_collectors": self.rejected_collectors,
-                "backlog_events": self.backlog_events, "dropped_events": self.dropped_events,
-                "corrupted_records": self.corrupted_records,
-                "rejected_lines": self.rejected_lines,
-                "reasons": [{"reason": r, "lines": n} for r, n in self.reasons],
-                "collectors": [row.as_api() for row in self.collectors],
-                "rejected": [row.as_api() for row in self.rejected]}
+        return as_api(self)
 
 
 @runner_for(CollectorsQuery)
@@ -171,7 +169,7 @@ class CollectorsQueryRunner:
             rejected=tuple(_rejected(row) for row in
                            quarantine.order_by("-received_at", "-id")[:self.query.rejected]),
             rejected_lines=int(quarantine.aggregate(n=Coalesce(Sum("lines"), 0))["n"]),
-            reasons=tuple((r["reason"], int(r["n"])) for r in reasons))
+            reasons=tuple(RejectionReason(r["reason"], int(r["n"])) for r in reasons))
 
     def _rows(self, now: datetime, rejected_lines: dict[str, int]) -> tuple[CollectorRow, ...]:
         """Every source with an accepted report or a refusal: the rejected first, then the

@@ -36,14 +36,13 @@ from ettweb.queries.base import (
     phase_components,
     validated,
 )
-from ettweb.queries.exposed import as_api, doc
+from ettweb.queries.exposed import as_api, doc, hidden, inline
 from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner, ImpactResult
 from ettweb.queries.markers import (
     Headline,
     RolloutMarker,
     RolloutMarkersQuery,
     RolloutMarkersQueryRunner,
-    marker_api,
     reaching,
 )
 from ettweb.queries.registry import Query, runner_for
@@ -147,12 +146,32 @@ class ComponentModel:
 
 @dataclass(frozen=True)
 class ComponentRollout:
-    """A rollout of the component and its impact (None: not measured on this page)."""
+    """A rollout of the component and its impact (None: not measured on this page): the
+    headline's verdicts, the marker, then the impact's change (ETT% points of the jobs in
+    scope), its interval, the DiD and the unadjusted verdict."""
 
-    marker: RolloutMarker
-    impact: ImpactResult | None
+    API_PROPERTIES: ClassVar[tuple[str, ...]] = ("change_pts", "ci95_pts", "did_pts", "verdict")
+
     #: The impact's headline, worded as ``/rollouts/`` and the weekly e-mail word it.
-    headline: Headline | None = None
+    headline: Headline | None = field(default=None, kw_only=True, metadata=inline())
+    marker: RolloutMarker = field(metadata=inline())
+    impact: ImpactResult | None = field(metadata=hidden())
+
+    @property
+    def change_pts(self) -> float | None:
+        return self.impact.treated.change_pts if self.impact else None
+
+    @property
+    def ci95_pts(self) -> tuple[float, float] | None:
+        return self.impact.treated.ci95_pts if self.impact else None
+
+    @property
+    def did_pts(self) -> float | None:
+        return self.impact.did_pts if self.impact else None
+
+    @property
+    def verdict(self) -> str | None:
+        return self.impact.verdict if self.impact else None
 
 
 @dataclass(frozen=True)
@@ -191,19 +210,25 @@ class RolloutsOutside:
     def count(self) -> int:
         return self.before + self.after
 
-    def as_api(self) -> dict[str, Any]:
-        return {"before": self.before, "after": self.after,
-                "first": self.first.isoformat() if self.first else None,
-                "last": self.last.isoformat() if self.last else None}
 
 
 @dataclass(frozen=True)
 class ComponentResult:
-    """Everything the component page shows; fleet totals are over the same range."""
+    """One component's page: lost time per period, its top jobs and models, its rollouts;
+    fleet totals are over the same range."""
+
+    API_PROPERTIES: ClassVar[tuple[str, ...]] = (
+        "lost_share_pts", "share_of_fleet_lost_pct", "unmeasured_rollouts")
+    API_ORDER: ClassVar[tuple[str, ...]] = (
+        "name", "owner_team", "owners", "lost_gpu_s", "lost_share_pts",
+        "share_of_fleet_lost_pct", "fleet_wall_gpu_s", "fleet_lost_gpu_s", "categories",
+        "points", "top_jobs", "top_models", "rollouts", "unmeasured_rollouts",
+        "rollouts_outside_range")
 
     name: str
-    owner_team: str
-    owners: tuple[Owner, ...]
+    owner_team: str = field(metadata=doc("free-text label: the team to talk to"))
+    owners: tuple[Owner, ...] = field(metadata=doc("who may edit it: its owner-role users, "
+                                                   "by username"))
     categories: dict[str, float]
     points: list[ComponentPoint]
     lost_gpu_s: float
@@ -211,9 +236,9 @@ class ComponentResult:
     fleet_lost_gpu_s: float
     top_jobs: list[ComponentJob]
     top_models: list[ComponentModel]
-    markers: list[RolloutMarker] = field(default_factory=list)
+    markers: list[RolloutMarker] = field(default_factory=list, metadata=hidden())
     rollouts: list[ComponentRollout] = field(default_factory=list)
-    outside: RolloutsOutside = RolloutsOutside()
+    rollouts_outside_range: RolloutsOutside = RolloutsOutside()
 
     @property
     def lost_gpu_hours(self) -> float:
@@ -233,32 +258,7 @@ class ComponentResult:
         return len(self.markers) - len(self.rollouts)
 
     def as_api(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "owner_team": self.owner_team,
-            "owners": [owner.as_api() for owner in self.owners], "lost_gpu_s": self.lost_gpu_s,
-            "lost_share_pts": self.lost_share_pts,
-            "share_of_fleet_lost_pct": self.share_of_fleet_lost_pct,
-            "fleet_wall_gpu_s": self.fleet_wall_gpu_s, "fleet_lost_gpu_s": self.fleet_lost_gpu_s,
-            "categories": self.categories,
-            "points": [as_api(point) for point in self.points],
-            "top_jobs": [as_api(job) for job in self.top_jobs],
-            "top_models": [as_api(model) for model in self.top_models],
-            "rollouts": [_rollout_api(r) for r in self.rollouts],
-            "unmeasured_rollouts": self.unmeasured_rollouts,
-            "rollouts_outside_range": self.outside.as_api(),
-        }
-
-
-def _rollout_api(row: ComponentRollout) -> dict[str, Any]:
-    """A rollout row as the page's table shows it: the marker and its impact's headline."""
-    impact = row.impact
-    return {**marker_api(row.marker),
-            "change_pts": impact.treated.change_pts if impact else None,
-            "ci95_pts": list(impact.treated.ci95_pts) if impact and impact.treated.ci95_pts
-            else None,
-            "did_pts": impact.did_pts if impact else None,
-            "verdict": impact.verdict if impact else None,
-            **(row.headline.as_api() if row.headline else {})}
+        return as_api(self)
 
 
 @runner_for(ComponentQuery)
@@ -288,7 +288,7 @@ class ComponentQueryRunner:
             top_jobs=_top_jobs(q.range, categories, q.top, q.jobs),
             top_models=_top_models(q.range, categories, q.top, q.jobs),
             markers=markers, rollouts=_measured(markers),
-            outside=_outside(q.range, q.name, q.jobs),
+            rollouts_outside_range=_outside(q.range, q.name, q.jobs),
         )
 
 
@@ -376,7 +376,7 @@ def _measured(markers: list[RolloutMarker]) -> list[ComponentRollout]:
     for marker in newest:
         impact = ImpactQueryRunner(ImpactQuery(marker.id)).calculate()
         rows.append(ComponentRollout(marker, impact,
-                                     Headline.of(impact, now) if impact else None))
+                                     headline=Headline.of(impact, now) if impact else None))
     return rows
 
 

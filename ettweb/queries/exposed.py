@@ -6,22 +6,40 @@ exposes: its fields (less those marked ``hidden()``, sums kept to compute a prop
 the properties it names in ``API_PROPERTIES``, each documented by ``doc(...)`` metadata or
 the property's docstring. :func:`as_api` renders those as JSON and ``ettweb.api.schemas``
 builds the response schema from the same list and type hints, so a new field is one line.
+
+A field marked ``inline()`` holds another result whose fields (or the ones it names) the
+API lists in its place, at the same level (a job's answer shows its headline's numbers and
+its labels beside its name, not under ``headline``); when it may be None, its fields are
+optional and null.
+
+The API lists a result's fields first and its properties after, unless the result names the
+order in ``API_ORDER``: clients (and byte-for-byte comparisons of answers) read the order the
+keys always had, and a property such as ``ett_pct`` sits among the sums it is computed from.
+``API_ORDER`` must name every exposed field exactly once, so it cannot drift from them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from datetime import date, datetime
 from typing import Any, NamedTuple
 
+from ettweb.platform.text import iso_utc
+
 
 class Exposed(NamedTuple):
-    """One field the API shows: its name, its Python type and what it means (or empty)."""
+    """One field the API shows: its name, its Python type, what it means (or empty),
+    whether it is a UTC time written with a ``Z``, the attributes read to reach it (more
+    than its name when an inlined result holds it) and whether it may be left out (null)."""
 
     name: str
     hint: Any
     doc: str
+    zulu: bool = False
+    path: tuple[str, ...] = ()
+    optional: bool = False
 
 
 def doc(text: str) -> dict[str, str]:
@@ -29,23 +47,59 @@ def doc(text: str) -> dict[str, str]:
     return {"doc": text}
 
 
+def zulu(text: str = "") -> dict[str, Any]:
+    """Field metadata for a UTC time the API writes as ``2026-10-12T09:30:00Z``, the form
+    the rollout API has always used for a rollout's moment (optionally documented)."""
+    return {"zulu": True, **({"doc": text} if text else {})}
+
+
 def hidden() -> dict[str, bool]:
     """Field metadata that keeps a field out of the API (a running sum a property reads)."""
     return {"api": False}
 
 
+def inline(*only: str) -> dict[str, Any]:
+    """Field metadata for a result whose exposed fields the API lists in this one's place
+    (``only`` those named, when names are given)."""
+    return {"inline": only or True}
+
+
+def _inlined(field: dataclasses.Field[Any], hint: Any) -> list[Exposed]:
+    """The exposed fields of the result ``field`` holds, reached through it."""
+    options = typing.get_args(hint) if typing.get_origin(hint) in (
+        types.UnionType, typing.Union) else (hint,)
+    inner = [option for option in options if option is not type(None)]
+    optional = len(inner) < len(options)
+    only = field.metadata["inline"]
+    return [sub._replace(path=(field.name, *sub.path), optional=sub.optional or optional)
+            for sub in exposed_fields(inner[0]) if only is True or sub.name in only]
+
+
 def exposed_fields(result: type) -> list[Exposed]:
     """The fields ``result`` (a dataclass) shows, in the order the API lists them: its own
-    fields first, then ``API_PROPERTIES``."""
+    fields first (an inlined result's in its place), then ``API_PROPERTIES``; or
+    ``API_ORDER``'s order."""
     hints = typing.get_type_hints(result)
-    shown = [Exposed(f.name, hints[f.name], f.metadata.get("doc", ""))
-             for f in dataclasses.fields(result) if f.metadata.get("api", True)]
+    shown: list[Exposed] = []
+    for f in dataclasses.fields(result):
+        if f.metadata.get("inline"):
+            shown += _inlined(f, hints[f.name])
+        elif f.metadata.get("api", True):
+            shown.append(Exposed(f.name, hints[f.name], f.metadata.get("doc", ""),
+                                 bool(f.metadata.get("zulu", False)), (f.name,)))
     for name in getattr(result, "API_PROPERTIES", ()):
         getter = getattr(result, name).fget
         first_line = (getter.__doc__ or "").strip().split("\n\n", 1)[0]
         shown.append(Exposed(name, typing.get_type_hints(getter)["return"],
-                             " ".join(first_line.split())))
-    return shown
+                             " ".join(first_line.split()), path=(name,)))
+    order: tuple[str, ...] | None = getattr(result, "API_ORDER", None)
+    if order is None:
+        return shown
+    by_name = {field.name: field for field in shown}
+    if len(by_name) != len(shown) or sorted(order) != sorted(by_name):
+        raise TypeError(f"{result.__name__}.API_ORDER must name each exposed field once: "
+                        f"{sorted(by_name)}")
+    return [by_name[name] for name in order]
 
 
 def as_json(value: Any) -> Any:
@@ -64,5 +118,13 @@ def as_json(value: Any) -> Any:
 
 def as_api(result: Any) -> dict[str, Any]:
     """The exposed fields of ``result`` (a dataclass instance) as a JSON-ready dict."""
-    return {field.name: as_json(getattr(result, field.name))
-            for field in exposed_fields(type(result))}
+    shown: dict[str, Any] = {}
+    for field in exposed_fields(type(result)):
+        value = result
+        for name in field.path:
+            value = None if value is None else getattr(value, name)
+        if field.zulu:
+            shown[field.name] = None if value is None else iso_utc(value)
+        else:
+            shown[field.name] = as_json(value)
+    return shown

@@ -14,14 +14,15 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
-from typing import Any, Final
+from typing import Any, ClassVar, Final, Literal
 
 from ettweb.ingest.models import Event, Job, QuarantinedEvent
 from ettweb.platform.deferred import send_once
 from ettweb.queries.base import by_component, phase_components, quarantined_lines
+from ettweb.queries.exposed import as_api, hidden, inline
 from ettweb.queries.registry import Query, runner_for
 from ettweb.rollups.chunk_store import chunk_index, chunk_lanes, chunk_s
 from ettweb.rollups.marks import rollup_outdated
@@ -71,6 +72,9 @@ class JobQuery(Query["JobResult | JobComputing | None"]):
 class AttemptRow:
     """One attempt window and the steps its train spans trained a second time."""
 
+    API_ORDER: ClassVar[tuple[str, ...]] = ("attempt", "status", "gpus", "start", "end",
+                                            "duration_s", "repeated_steps")
+
     attempt: int
     status: str
     gpus: int
@@ -79,12 +83,14 @@ class AttemptRow:
     end: float = 0.0
     repeated_steps: int = 0
     #: Seconds from the job's start (its first attempt's) to this attempt's start.
-    offset_s: float = 0.0
+    offset_s: float = field(default=0.0, metadata=hidden())
 
 
 @dataclass(frozen=True)
 class RecoveryRow:
     """One time to recover (§3.7) and its parts, category -> seconds."""
+
+    API_ORDER: ClassVar[tuple[str, ...]] = ("attempt", "start", "end", "seconds", "by_category")
 
     attempt: int
     seconds: float
@@ -102,7 +108,10 @@ class RecoveryRow:
 
 @dataclass(frozen=True)
 class TimelineRow:
-    """One attempt's row of the category timeline; ``bin_s`` > 0 when cut into a grid."""
+    """One attempt's category timeline: ``[category, start, end]`` pieces (epoch s);
+    ``bin_s`` > 0 when cut into a grid."""
+
+    API_ORDER: ClassVar[tuple[str, ...]] = ("attempt", "bin_s", "pieces")
 
     attempt: int
     pieces: tuple[Piece, ...]
@@ -112,15 +121,18 @@ class TimelineRow:
 @dataclass(frozen=True)
 class LaneRow:
     """Ranks of one attempt that agreed throughout one chunk of the timeline, and what
-    they did (idle left out); ``start``/``end``: that chunk inside the attempt's window."""
+    they did (idle left out) as ``[state, start, end]`` runs; ``start``/``end``: that chunk
+    inside the attempt's window (the page's, not the API's)."""
+
+    API_ORDER: ClassVar[tuple[str, ...]] = ("attempt", "ranks", "rank_count", "bin_s", "runs")
 
     attempt: int
     ranks: str
     rank_count: int
     runs: tuple[Piece, ...]
     bin_s: float
-    start: float = 0.0
-    end: float = 0.0
+    start: float = field(default=0.0, metadata=hidden())
+    end: float = field(default=0.0, metadata=hidden())
 
 
 @dataclass(frozen=True)
@@ -154,23 +166,36 @@ class JobHeadline:
 
 @dataclass(frozen=True)
 class JobResult:
-    """A job's headline, what its page draws (timeline, lanes) and context; all stored."""
+    """The job page's numbers: headline, attempts, recoveries with their parts, lost time by
+    category and component, the category timeline and the rank lanes. Seconds unrounded."""
+
+    API_PROPERTIES: ClassVar[tuple[str, ...]] = ("status",)
+    API_ORDER: ClassVar[tuple[str, ...]] = (
+        "job", "status", "model", "team", "cluster", "ett_pct", "wall_s", "productive_s",
+        "wall_gpu_s", "productive_gpu_s", "time_to_start_s", "time_to_recover_s", "failures",
+        "repeated_steps", "anomalies", "quarantined", "lost_s", "lost_by_component_s",
+        "lost_by_component_gpu_s", "attempts", "recoveries", "timeline", "lanes")
 
     job: str
-    headline: JobHeadline
+    headline: JobHeadline = field(metadata=inline())
     lost_by_component_s: dict[str, float]
     #: The same lost time in GPU-seconds: the unit every list and the fleet pages use.
     lost_by_component_gpu_s: dict[str, float]
     quarantined: int
-    meta: JobMeta
+    meta: JobMeta = field(metadata=inline())
     timeline: tuple[TimelineRow, ...]
     lanes: tuple[LaneRow, ...]
     #: The chunk ``lanes`` come from when one was asked for (its start), else ``None``.
-    lanes_at: float | None = None
+    lanes_at: float | None = field(default=None, metadata=hidden())
     #: Starts of the chunks before and after it that hold events (``None``: none); with
     #: none asked for, ``lanes_later`` is the job's first chunk.
-    lanes_earlier: float | None = None
-    lanes_later: float | None = None
+    lanes_earlier: float | None = field(default=None, metadata=hidden())
+    lanes_later: float | None = field(default=None, metadata=hidden())
+
+    @property
+    def status(self) -> Literal["ready"]:
+        """Ready: its numbers are stored (a job being computed is a :class:`JobComputing`)."""
+        return "ready"
 
     @property
     def job_start(self) -> float:
@@ -208,30 +233,7 @@ class JobResult:
 
     def as_api(self) -> dict[str, Any]:
         """``GET /api/v1/jobs/{job}``: the page's numbers, seconds unrounded."""
-        h = self.headline
-        return {
-            "job": self.job, "status": "ready", "model": self.meta.model, "team": self.meta.team,
-            "cluster": self.meta.cluster, "ett_pct": h.ett_pct, "wall_s": h.wall_s,
-            "productive_s": h.productive_s, "wall_gpu_s": h.wall_gpu_s,
-            "productive_gpu_s": h.productive_gpu_s, "time_to_start_s": h.time_to_start_s,
-            "time_to_recover_s": h.time_to_recover_s, "failures": h.failures,
-            "repeated_steps": h.repeated_steps, "anomalies": h.anomalies,
-            "quarantined": self.quarantined, "lost_s": h.lost_s,
-            "lost_by_component_s": self.lost_by_component_s,
-            "lost_by_component_gpu_s": self.lost_by_component_gpu_s,
-            "attempts": [{"attempt": a.attempt, "status": a.status, "gpus": a.gpus,
-                          "start": a.start, "end": a.end, "duration_s": a.duration_s,
-                          "repeated_steps": a.repeated_steps} for a in h.attempts],
-            "recoveries": [{"attempt": r.attempt, "start": r.start, "end": r.end,
-                            "seconds": r.seconds, "by_category": r.by_category}
-                           for r in h.recoveries],
-            "timeline": [{"attempt": t.attempt, "bin_s": t.bin_s,
-                          "pieces": [list(p) for p in t.pieces]} for t in self.timeline],
-            "lanes": [{"attempt": lane.attempt, "ranks": lane.ranks,
-                       "rank_count": lane.rank_count, "bin_s": lane.bin_s,
-                       "start": lane.start, "end": lane.end,
-                       "runs": [list(run) for run in lane.runs]} for lane in self.lanes],
-        }
+        return as_api(self)
 
 
 def _utc(ts: float) -> str:
@@ -263,19 +265,31 @@ def _headline(rollup: JobRollup) -> JobHeadline:
 @dataclass(frozen=True)
 class JobComputing:
     """A job with stored events whose rollup is missing, or predates its stored chunks: the
-    worker has been asked to compute it, and this is what is known until it has."""
+    worker has been asked to compute it, and this is what is known until it has. Ask again
+    after ``retry_after_s`` seconds (the API's ``Retry-After`` header)."""
+
+    API_PROPERTIES: ClassVar[tuple[str, ...]] = ("status", "retry_after_s")
+    API_ORDER: ClassVar[tuple[str, ...]] = ("job", "status", "model", "team", "cluster",
+                                            "events", "last_event_time", "retry_after_s")
 
     job: str
     events: int
-    meta: JobMeta
+    meta: JobMeta = field(metadata=inline())
     #: The latest event time ingestion saw (epoch seconds), if it recorded the job.
     last_event_time: float | None = None
 
+    @property
+    def status(self) -> Literal["computing"]:
+        """Computing: the worker has been asked for its numbers."""
+        return "computing"
+
+    @property
+    def retry_after_s(self) -> int:
+        return RETRY_AFTER_S
+
     def as_api(self) -> dict[str, Any]:
         """``GET /api/v1/jobs/{job}`` while the job is being computed (a 202)."""
-        return {"job": self.job, "status": "computing", "model": self.meta.model,
-                "team": self.meta.team, "cluster": self.meta.cluster, "events": self.events,
-                "last_event_time": self.last_event_time, "retry_after_s": RETRY_AFTER_S}
+        return as_api(self)
 
 
 def _computing(job: str, rollup: JobRollup | None) -> JobComputing | None:

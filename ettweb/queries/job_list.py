@@ -30,6 +30,7 @@ from ettweb.queries.base import (
     validated,
 )
 from ettweb.queries.choices import FilterChoicesQuery, FilterChoicesQueryRunner
+from ettweb.queries.exposed import as_api
 from ettweb.queries.registry import Query, runner_for
 from ettweb.rollups.models import JobLostRollup, JobRollup
 
@@ -74,13 +75,28 @@ class JobsQuery(Query["JobsResult"]):
         days = self.range
         return {"date_from": days.date_from.isoformat() if days else None,
                 "date_to": days.date_to.isoformat() if days else None,
-                "filter": {"q": self.search, "model": self.model, "team": self.team,
-                           "cluster": self.cluster, "gpus": self.gpus, "status": self.status},
+                "filter": as_api(JobsFilter(self.search, self.model, self.team, self.cluster,
+                                            self.gpus, self.status)),
                 "sort": self.sort, "page_size": self.page_size}
 
 
 @dataclass(frozen=True)
+class JobsFilter:
+    """The jobs list's filters as the API repeats them (``q``: the search text)."""
+
+    q: str
+    model: str
+    team: str
+    cluster: str
+    gpus: str
+    status: str
+
+
+@dataclass(frozen=True)
 class JobListRow:
+    """One job as the list shows it: its labels, its last attempt's status and GPUs, its
+    window's start, and its ETT%, lost time, failures and anomalies over its whole life."""
+
     job: str
     model: str
     team: str
@@ -96,12 +112,7 @@ class JobListRow:
     anomalies: int
 
     def as_api(self) -> dict[str, Any]:
-        return {"job": self.job, "model": self.model, "team": self.team,
-                "cluster": self.cluster, "attempts": self.attempts, "status": self.status,
-                "gpus": self.gpus, "start": self.start.isoformat() if self.start else None,
-                "wall_s": self.wall_s, "ett_pct": self.ett_pct,
-                "lost_gpu_hours": self.lost_gpu_hours, "failures": self.failures,
-                "anomalies": self.anomalies}
+        return as_api(self)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
@@ -20,7 +20,7 @@ from ettweb.queries.base import (
     validated,
 )
 from ettweb.queries.day_totals import DayTotalsResult, read_day_totals
-from ettweb.queries.exposed import as_api
+from ettweb.queries.exposed import as_api, doc
 from ettweb.queries.registry import Query, runner_for
 
 
@@ -99,13 +99,14 @@ class LostTrendQuery(Query["LostTrendResult"]):
 
 @dataclass(frozen=True)
 class LostTrendResult:
+    """Lost GPU-seconds per component per period: the stacked chart's series."""
+
     periods: list[date]
-    components: list[str]  # the largest loser first
-    gpu_s: dict[str, list[float]]  # component -> one value per period
+    components: list[str] = field(metadata=doc("the largest loser first"))
+    gpu_s: dict[str, list[float]] = field(metadata=doc("component → one value per period"))
 
     def as_api(self) -> dict[str, Any]:
-        return {"periods": [p.isoformat() for p in self.periods],
-                "components": self.components, "gpu_s": self.gpu_s}
+        return as_api(self)
 
 
 @runner_for(LostTrendQuery)

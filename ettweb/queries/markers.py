@@ -13,15 +13,16 @@ same way.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from django.db.models import F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.expressions import OrderBy
 
 from ettweb.platform.text import http_link
 from ettweb.queries.base import ANY_JOB, DateRange, JobFilter
+from ettweb.queries.exposed import hidden, zulu
 from ettweb.queries.registry import Query, runner_for
 from ettweb.rollouts.models import ImpactSummary, Rollout
 from ettweb.rollouts.scope import ScopeError, parse_scope
@@ -43,11 +44,11 @@ def reaching(rows: QuerySet[Rollout], jobs: JobFilter) -> QuerySet[Rollout]:
     value (a fleet-wide rollout always reaches). A GPU-size bucket and a ``job_pattern``
     never rule a rollout out: no scope names a GPU count, and a pattern is a matter of each
     job's id, not of its labels."""
-    for label, field in SCOPE_FIELDS:
+    for label, listed in SCOPE_FIELDS:
         value = getattr(jobs, label)
         if value:
-            rows = rows.filter(~Q(scope__has_key=field)
-                               | Q(**{f"scope__{field}__contains": [value]}))
+            rows = rows.filter(~Q(scope__has_key=listed)
+                               | Q(**{f"scope__{listed}__contains": [value]}))
     return rows
 
 
@@ -72,7 +73,7 @@ class RolloutMarker:
     id: int
     name: str
     component: str
-    at: datetime
+    at: datetime = field(metadata=zulu())
     scope: str
     link: str
 
@@ -106,13 +107,6 @@ def marker_of(rollout: Rollout) -> RolloutMarker:
                          link=rollout.link)
 
 
-def marker_api(marker: RolloutMarker) -> dict[str, Any]:
-    """A marker as the API answers it (what the chart's hover shows)."""
-    return {"id": marker.id, "name": marker.name, "component": marker.component,
-            "at": marker.at.isoformat().replace("+00:00", "Z"), "scope": marker.scope,
-            "link": marker.link}
-
-
 @runner_for(RolloutMarkersQuery)
 class RolloutMarkersQueryRunner:
     def __init__(self, query: RolloutMarkersQuery) -> None:
@@ -126,6 +120,33 @@ class RolloutMarkersQueryRunner:
             rows = rows.filter(component=self.query.component)
         rows = reaching(rows, self.query.jobs)
         return RolloutMarkersResult([marker_of(r) for r in rows.order_by("at", "id")])
+
+
+# --------------------------------------------------------------------------- one record
+
+@dataclass(frozen=True)
+class RolloutRecord:
+    """A stored rollout as the rollout API answers it (ETT_SPEC §6): what was recorded,
+    as it was recorded (scope as given, link unchecked), who recorded it and when."""
+
+    id: int
+    name: str
+    component: str
+    at: datetime = field(metadata=zulu())
+    scope: dict[str, Any]
+    notes: str
+    link: str
+    created_by: str | None
+    created_at: datetime = field(metadata=zulu())
+    simulated: bool
+
+    @classmethod
+    def of(cls, rollout: Rollout) -> RolloutRecord:
+        return cls(id=rollout.pk, name=rollout.name, component=rollout.component,
+                   at=rollout.at, scope=dict(rollout.scope), notes=rollout.notes,
+                   link=rollout.link,
+                   created_by=rollout.created_by.get_username() if rollout.created_by else None,
+                   created_at=rollout.created_at, simulated=rollout.simulated)
 
 
 # --------------------------------------------------------------------------- the list
@@ -171,17 +192,24 @@ LIST_WINDOW_DAYS: Final = 14
 
 @dataclass(frozen=True)
 class Headline:
-    """A rollout's stored impact headline (``ImpactSummary``) at ``LIST_WINDOW_DAYS``."""
+    """A rollout's stored impact headline (``ImpactSummary``) at ``LIST_WINDOW_DAYS``.
 
-    verdict: str
+    The API shows §6.1's component verdict and §6.2's adjusted ETT% verdict, each with its
+    deciding change and interval (the DiD's when it has one), as ``/rollouts/`` words them."""
+
+    API_ORDER: ClassVar[tuple[str, ...]] = (
+        "component_change_pts", "component_ci95_pts", "component_verdict",
+        "adjusted_change_pts", "adjusted_ci95_pts", "adjusted_verdict")
+
+    verdict: str = field(metadata=hidden())
     component_verdict: str
     component_change_pts: float | None
     component_ci95_pts: tuple[float, float] | None
     adjusted_verdict: str
     adjusted_change_pts: float | None
     adjusted_ci95_pts: tuple[float, float] | None
-    partial: bool
-    computed_at: datetime
+    partial: bool = field(metadata=hidden())
+    computed_at: datetime = field(metadata=hidden())
 
     @classmethod
     def of(cls, result: ImpactResult, computed_at: datetime) -> Headline:
@@ -195,19 +223,6 @@ class Headline:
                    adjusted_ci95_pts=adjusted.deciding_ci95_pts,
                    partial=result.windows.partial, computed_at=computed_at)
 
-    def as_api(self) -> dict[str, Any]:
-        """§6.1's component verdict and §6.2's adjusted ETT% verdict, with their deciding
-        change and interval (the DiD's when it has one)."""
-        return {"component_change_pts": self.component_change_pts,
-                "component_ci95_pts": _listed(self.component_ci95_pts),
-                "component_verdict": self.component_verdict,
-                "adjusted_change_pts": self.adjusted_change_pts,
-                "adjusted_ci95_pts": _listed(self.adjusted_ci95_pts),
-                "adjusted_verdict": self.adjusted_verdict}
-
-
-def _listed(interval: tuple[float, float] | None) -> list[float] | None:
-    return list(interval) if interval is not None else None
 
 
 @dataclass(frozen=True)

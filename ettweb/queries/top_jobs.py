@@ -37,12 +37,22 @@ class TopJobsQuery(Query["TopJobsResult"]):
 
 
 @dataclass(frozen=True)
-class TopJob:
-    API_PROPERTIES: ClassVar[tuple[str, ...]] = ("ett_pct",)
+class JobLoss:
+    """A job and the GPU-seconds it lost inside a range, of its wall GPU-seconds there: how
+    the weekly report and the fleet summary list the jobs that lost most."""
 
     job: str
     lost_gpu_s: float
     wall_gpu_s: float
+
+
+@dataclass(frozen=True)
+class TopJob(JobLoss):
+    """A job that lost the most inside a range, with its labels and ETT% there, as the
+    fleet page lists it."""
+
+    API_PROPERTIES: ClassVar[tuple[str, ...]] = ("ett_pct",)
+
     gpus: int
     status: str
     model: str
@@ -57,6 +67,11 @@ class TopJob:
     def ett_pct(self) -> float:
         """ETT% of the job inside the range (not over its whole life)."""
         return pct(self.wall_gpu_s - self.lost_gpu_s, self.wall_gpu_s)
+
+    @property
+    def loss(self) -> JobLoss:
+        """The job as a report lists it: what it lost, without its labels."""
+        return JobLoss(self.job, self.lost_gpu_s, self.wall_gpu_s)
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,10 @@ class TrendPoint:
 class TrendResult:
     """Points sorted by (group, period), and the whole range's totals."""
 
+    API_PROPERTIES: ClassVar[tuple[str, ...]] = ("ett_pct", "net_change_pts")
+    API_ORDER: ClassVar[tuple[str, ...]] = ("groups", "wall_gpu_s", "productive_gpu_s",
+                                            *API_PROPERTIES, "points")
+
     points: list[TrendPoint]
     groups: list[str]
     wall_gpu_s: float
@@ -123,10 +127,7 @@ class TrendResult:
         return 100 * last[1] / last[0] - 100 * first[1] / first[0]
 
     def as_api(self) -> dict[str, Any]:
-        return {"groups": self.groups, "wall_gpu_s": self.wall_gpu_s,
-                "productive_gpu_s": self.productive_gpu_s, "ett_pct": self.ett_pct,
-                "net_change_pts": self.net_change_pts,
-                "points": [as_api(point) for point in self.points]}
+        return as_api(self)
 
 
 #: The label-sum field each grouping reads (``gpus`` holds the bucket label already).

@@ -13,9 +13,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
-from ettweb.platform.text import iso_utc
 from ettweb.queries.base import (
     ANY_JOB,
     FIRST_DAY,
@@ -27,6 +26,7 @@ from ettweb.queries.base import (
 )
 from ettweb.queries.changes import ChangesQuery, ChangesQueryRunner, DetectedChange
 from ettweb.queries.day_totals import DayTotalsQuery, DayTotalsQueryRunner, DayTotalsResult
+from ettweb.queries.exposed import as_api, hidden, inline
 from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner
 from ettweb.queries.lifecycle import LifecycleQuery, LifecycleQueryRunner
 from ettweb.queries.lost import lost_by_component_of
@@ -38,7 +38,7 @@ from ettweb.queries.markers import (
     stored_headlines,
 )
 from ettweb.queries.registry import Query, runner_for
-from ettweb.queries.top_jobs import TopJob, TopJobsQuery, TopJobsQueryRunner
+from ettweb.queries.top_jobs import JobLoss, TopJob, TopJobsQuery, TopJobsQueryRunner
 from ettweb.queries.trend import trend_of
 
 _WEEK = re.compile(r"^(\d{4})-W(\d{2})$")
@@ -127,6 +127,11 @@ class WeeklyReportQuery(Query["WeeklyReportResult"]):
 class WeekNumbers:
     """One week's fleet numbers, each from the query the dashboard uses for it."""
 
+    API_PROPERTIES: ClassVar[tuple[str, ...]] = ("ett_pct",)
+    API_ORDER: ClassVar[tuple[str, ...]] = (
+        "wall_gpu_s", "productive_gpu_s", "ett_pct", "lost_by_component_gpu_s", "failures",
+        "mean_time_to_start_s", "mean_time_to_recover_s")
+
     wall_gpu_s: float
     productive_gpu_s: float
     lost_by_component_gpu_s: dict[str, float]
@@ -142,16 +147,14 @@ class WeekNumbers:
     def ett_pct(self) -> float | None:
         return pct(self.productive_gpu_s, self.wall_gpu_s) if self.has_data else None
 
-    def as_api(self) -> dict[str, Any]:
-        return {"wall_gpu_s": self.wall_gpu_s, "productive_gpu_s": self.productive_gpu_s,
-                "ett_pct": self.ett_pct, "lost_by_component_gpu_s": self.lost_by_component_gpu_s,
-                "failures": self.failures, "mean_time_to_start_s": self.mean_time_to_start_s,
-                "mean_time_to_recover_s": self.mean_time_to_recover_s}
-
 
 @dataclass(frozen=True)
 class ComponentWeek:
     """A component's lost GPU-seconds this week and the week before."""
+
+    API_PROPERTIES: ClassVar[tuple[str, ...]] = ("change_gpu_s",)
+    API_ORDER: ClassVar[tuple[str, ...]] = ("component", "lost_gpu_s", "previous_lost_gpu_s",
+                                            "change_gpu_s", "subscribed")
 
     component: str
     lost_gpu_s: float
@@ -167,12 +170,14 @@ class ComponentWeek:
 class RolloutWeek:
     """A rollout deployed this week, with its impact so far (None: too early to tell)."""
 
-    rollout: RolloutMarker
+    API_PROPERTIES: ClassVar[tuple[str, ...]] = ("too_early",)
+
+    #: The component and adjusted ETT% verdicts, worded as ``/rollouts/`` words them.
+    headline: Headline | None = field(default=None, kw_only=True, metadata=inline())
+    rollout: RolloutMarker = field(metadata=inline("id", "name", "component", "at"))
     change_pts: float | None
     ci95_pts: tuple[float, float] | None
     verdict: str
-    #: The component and adjusted ETT% verdicts, worded as ``/rollouts/`` words them.
-    headline: Headline | None = None
 
     @property
     def too_early(self) -> bool:
@@ -230,23 +235,13 @@ class WeeklyReportResult:
         return {
             "week": str(self.week), "days": [self.week.range.date_from.isoformat(),
                                              self.week.range.date_to.isoformat()],
-            "subject": self.subject, "this": self.this.as_api(), "before": self.before.as_api(),
+            "subject": self.subject, "this": as_api(self.this), "before": as_api(self.before),
             "change_pts": self.change_pts, "change_rel": self.change_rel,
-            "components": [{"component": c.component, "lost_gpu_s": c.lost_gpu_s,
-                            "previous_lost_gpu_s": c.previous_lost_gpu_s,
-                            "change_gpu_s": c.change_gpu_s, "subscribed": c.subscribed}
-                           for c in self.components],
-            "top_jobs": [{"job": j.job, "lost_gpu_s": j.lost_gpu_s, "wall_gpu_s": j.wall_gpu_s}
-                         for j in self.top_jobs],
-            "rollouts": [{"id": r.rollout.id, "name": r.rollout.name,
-                          "component": r.rollout.component, "at": iso_utc(r.rollout.at),
-                          "change_pts": r.change_pts,
-                          "ci95_pts": list(r.ci95_pts) if r.ci95_pts else None,
-                          "verdict": r.verdict, "too_early": r.too_early,
-                          **(r.headline.as_api() if r.headline else {})}
-                         for r in self.rollouts],
+            "components": [as_api(c) for c in self.components],
+            "top_jobs": [as_api(j.loss) for j in self.top_jobs],
+            "rollouts": [as_api(r) for r in self.rollouts],
             "history": [{"week": str(h.week), "ett_pct": h.ett_pct} for h in self.history],
-            "unrecorded_changes": [c.as_api() for c in self.unrecorded],
+            "unrecorded_changes": [as_api(c) for c in self.unrecorded],
         }
 
 
@@ -267,18 +262,38 @@ class FleetSummaryQuery(Query["FleetSummaryResult"]):
 
 @dataclass(frozen=True)
 class FleetSummaryResult:
-    range: DateRange
-    numbers: WeekNumbers
-    top_jobs: list[TopJob]
-    jobs: JobFilter = ANY_JOB
+    """The fleet (or the jobs a filter keeps) over a range of UTC days, as the fleet page
+    shows it; ``days`` repeats ``date_from``/``date_to`` for clients written before them."""
+
+    API_PROPERTIES: ClassVar[tuple[str, ...]] = ("date_from", "date_to", "filter", "days")
+    API_ORDER: ClassVar[tuple[str, ...]] = (
+        "date_from", "date_to", "filter", "wall_gpu_s", "productive_gpu_s", "ett_pct",
+        "lost_by_component_gpu_s", "failures", "mean_time_to_start_s",
+        "mean_time_to_recover_s", "days", "top_jobs")
+
+    range: DateRange = field(metadata=hidden())
+    numbers: WeekNumbers = field(metadata=inline())
+    top_jobs: list[JobLoss]
+    jobs: JobFilter = field(default=ANY_JOB, metadata=hidden())
+
+    @property
+    def date_from(self) -> date:
+        return self.range.date_from
+
+    @property
+    def date_to(self) -> date:
+        return self.range.date_to
+
+    @property
+    def filter(self) -> JobFilter:
+        return self.jobs
+
+    @property
+    def days(self) -> list[date]:
+        return [self.range.date_from, self.range.date_to]
 
     def as_api(self) -> dict[str, Any]:
-        return {**self.numbers.as_api(),
-                "date_from": self.range.date_from.isoformat(),
-                "date_to": self.range.date_to.isoformat(), "filter": self.jobs.as_api(),
-                "days": [self.range.date_from.isoformat(), self.range.date_to.isoformat()],
-                "top_jobs": [{"job": j.job, "lost_gpu_s": j.lost_gpu_s,
-                              "wall_gpu_s": j.wall_gpu_s} for j in self.top_jobs]}
+        return as_api(self)
 
 
 @runner_for(FleetSummaryQuery)
@@ -289,7 +304,8 @@ class FleetSummaryQueryRunner:
     def calculate(self) -> FleetSummaryResult:
         q = self.query
         top = TopJobsQueryRunner(TopJobsQuery(q.range, q.top, q.jobs)).calculate().jobs
-        return FleetSummaryResult(q.range, period_numbers(q.range, jobs=q.jobs), top, q.jobs)
+        return FleetSummaryResult(q.range, period_numbers(q.range, jobs=q.jobs),
+                                  [job.loss for job in top], q.jobs)
 
 
 def period_numbers(days: DateRange, totals: DayTotalsResult | None = None,
@@ -336,7 +352,7 @@ def _rollouts(week: IsoWeek) -> list[RolloutWeek]:
         rows.append(RolloutWeek(marker, treated.change_pts if treated else None,
                                 treated.ci95_pts if treated else None,
                                 impact.verdict if impact else "inconclusive",
-                                Headline.of(impact, now) if impact else None))
+                                headline=Headline.of(impact, now) if impact else None))
     return rows
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from ettweb.platform.text import http_link, iso_utc, unstorable
+from ettweb.platform.text import http_link, unstorable
 from ettweb.rollouts.models import Rollout
 from ettweb.rollouts.scope import Scope, ScopeError, parse_scope
 
@@ -157,14 +157,4 @@ def save_rollout(fields: RolloutFields, *, rollout: Rollout | None = None,
     target.save()
     return target
 
-
-def as_json(rollout: Rollout) -> dict[str, Any]:
-    """The stored rollout as the API answers it (ETT_SPEC §6)."""
-    return {
-        "id": rollout.pk, "name": rollout.name, "component": rollout.component,
-        "at": iso_utc(rollout.at), "scope": dict(rollout.scope), "notes": rollout.notes,
-        "link": rollout.link,
-        "created_by": rollout.created_by.get_username() if rollout.created_by else None,
-        "created_at": iso_utc(rollout.created_at), "simulated": rollout.simulated,
-    }
 

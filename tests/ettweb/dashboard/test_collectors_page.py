@@ -60,8 +60,8 @@ def test_silent_collectors_come_first_and_are_flagged(fleet: None) -> None:
 def test_rejected_lines_are_counted_per_reason_and_per_source(fleet: None) -> None:
     result = calculate(CollectorsQuery())
     lines = sum(row.lines for row in QuarantinedEvent.objects.all())
-    assert result.rejected_lines == lines == sum(n for _, n in result.reasons)
-    assert {reason for reason, _ in result.reasons} == {
+    assert result.rejected_lines == lines == sum(r.lines for r in result.reasons)
+    assert {r.reason for r in result.reasons} == {
         "bad JSON: Expecting value: line 1 column 1 (char 0)",
         "missing required field 'attempt'"}
     live = next(row for row in result.collectors if row.source == "node-live")
