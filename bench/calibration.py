@@ -47,7 +47,7 @@ import numpy as np
 
 from ettweb.simulate.days import COMPONENTS, FleetDays, fleet_days
 from ettweb.simulate.fleet import FleetPlan
-from ettweb.simulate.schedule import PlannedRollout, rollout_schedule
+from ettweb.simulate.rollout_plan import PlannedRollout, rollout_schedule
 from ettweb.simulate.series import SeriesKey, day_sums, lost_shares
 from ettweb.simulate.truth import Counterfactual, counterfactual, effect_of, in_scope, windows
 from ettweb.statistics import estimators

@@ -54,7 +54,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 def write_fleet(path: Path, seed: int, days: int, jobs: int) -> tuple[int, Any]:
     """The simulated fleet as JSONL at ``path``; returns (lines, the rollout schedule)."""
     from ettweb.simulate.fleet import FleetPlan
-    from ettweb.simulate.schedule import rollout_schedule
+    from ettweb.simulate.rollout_plan import rollout_schedule
     from ettweb.simulate.store import event_lines, today_utc
 
     plan = FleetPlan(seed=seed, days=days, jobs=jobs, end=today_utc(), until=time.time())

@@ -55,7 +55,7 @@ def load_catalog(user: Any) -> Catalog:
     from ettweb.components.known import known_components
     from ettweb.ingest.models import CollectorHealth, Job
     from ettweb.reports.models import Subscription
-    from ettweb.reports.tokens import make_token
+    from ettweb.reports.unsubscribe import make_token
     from ettweb.rollouts.models import Rollout
     from ettweb.rollups.models import DailyCategoryRollup, JobRollup
 

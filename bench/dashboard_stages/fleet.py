@@ -86,7 +86,7 @@ def _rank_copy(event: Event, rank: int, rng: random.Random) -> Event:
 
 def _plan(size: FleetSize) -> tuple[Any, Any]:
     from ettweb.simulate.fleet import FleetPlan
-    from ettweb.simulate.schedule import rollout_schedule
+    from ettweb.simulate.rollout_plan import rollout_schedule
     from ettweb.simulate.store import today_utc
 
     # The fleet's last day is yesterday: a fleet ending today holds only what happened by

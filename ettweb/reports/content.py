@@ -32,7 +32,7 @@ from ettweb.queries.markers import Headline
 from ettweb.reports.chart import trend_png
 from ettweb.reports.models import Subscription
 from ettweb.reports.subscriptions import followed_components
-from ettweb.reports.tokens import make_token
+from ettweb.reports.unsubscribe import make_token
 
 CHART_CID: Final = "ett-trend"
 

@@ -29,7 +29,7 @@ from ettweb.reports.content import ReportCache, render_for
 from ettweb.reports.forms import PreviewForm, SubscriptionForm
 from ettweb.reports.models import SendRecord, SendStatus, Subscription
 from ettweb.reports.subscriptions import new_subscription
-from ettweb.reports.tokens import TokenError, read_token
+from ettweb.reports.unsubscribe import TokenError, read_token
 
 
 def cancel_unsent(subscription: Subscription) -> None:

@@ -103,7 +103,7 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
     # Inside auth: the page it draws names who is signed in.
     "ettweb.platform.middleware.ErrorPageMiddleware",
-    "ettweb.queries.middleware.QueryMemoMiddleware",
+    "ettweb.queries.memo_middleware.QueryMemoMiddleware",
 ]
 
 ROOT_URLCONF = "ettweb.urls"

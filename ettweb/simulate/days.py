@@ -32,7 +32,7 @@ from ettweb.attribution.engine import attribute_job, per_day
 from ettweb.simulate.events import job_events
 from ettweb.simulate.fleet import FleetPlan
 from ettweb.simulate.jobs import draw_job, job_rng
-from ettweb.simulate.schedule import PlannedRollout
+from ettweb.simulate.rollout_plan import PlannedRollout
 
 #: Every default component, sorted: the columns of :attr:`FleetDays.lost`.
 COMPONENTS: Final = tuple(sorted({*DEFAULT_PHASE_COMPONENTS.values(), UNKNOWN_COMPONENT}))

@@ -22,7 +22,7 @@ from ettweb.simulate.fleet import (
     FleetPlan,
 )
 from ettweb.simulate.jobs import JobSpec, draw_job, job_rng
-from ettweb.simulate.schedule import (
+from ettweb.simulate.rollout_plan import (
     EVAL_REGRESSION,
     UNRECORDED_KEY,
     PlannedRollout,

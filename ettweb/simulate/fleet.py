@@ -13,7 +13,7 @@ package, finds the fleet's ETT% rising as they land, the largest jobs' most.
 This module is the fleet's model: which fleet to draw (``FleetPlan``) and the parameters
 that shape it. The rest is one module per job of the generator:
 
-- ``ettweb.simulate.schedule``: the optimizations and the stages that roll them out;
+- ``ettweb.simulate.rollout_plan``: the optimizations and the stages that roll them out;
 - ``ettweb.simulate.jobs``: one job's draw (labels, size, phase times, failure rate);
 - ``ettweb.simulate.events``: one job's life as events, and the whole fleet's events.
 

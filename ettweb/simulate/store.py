@@ -26,7 +26,7 @@ from ettweb.rollups.refresh import RefreshStats
 from ettweb.rollups.removal import remove_jobs
 from ettweb.simulate.events import fleet_events
 from ettweb.simulate.fleet import FleetPlan
-from ettweb.simulate.schedule import PlannedRollout, recorded
+from ettweb.simulate.rollout_plan import PlannedRollout, recorded
 
 #: The import's ``source``: quarantined lines of a simulation carry it.
 SOURCE = "simulate_fleet"

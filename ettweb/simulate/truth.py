@@ -27,7 +27,7 @@ import numpy as np
 
 from ettweb.simulate.days import COMPONENTS, FleetDays, Progress, fleet_days
 from ettweb.simulate.fleet import FleetPlan
-from ettweb.simulate.schedule import PlannedRollout
+from ettweb.simulate.rollout_plan import PlannedRollout
 
 
 @dataclass(frozen=True)

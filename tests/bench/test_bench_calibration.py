@@ -11,7 +11,7 @@ import pytest
 from bench import calibration
 from ettweb.simulate.days import fleet_days
 from ettweb.simulate.fleet import FleetPlan
-from ettweb.simulate.schedule import rollout_schedule
+from ettweb.simulate.rollout_plan import rollout_schedule
 from ettweb.simulate.truth import Counterfactual, counterfactual
 from ettweb.statistics.estimators import Group
 from ettweb.statistics.level_shifts import Shift, find_shifts

@@ -27,7 +27,7 @@ from collector.schema import validate_event
 from ettweb.attribution.engine import attribute_job
 from ettweb.simulate.events import job_events
 from ettweb.simulate.fleet import FleetPlan
-from ettweb.simulate.schedule import rollout_schedule
+from ettweb.simulate.rollout_plan import rollout_schedule
 
 ROOT = Path(__file__).resolve().parents[2]
 #: URL namespaces whose every page the bench must time.

@@ -49,7 +49,7 @@ from ettweb.ingest.models import CollectorHealth
 from ettweb.ingest.tasks import ingest_batch
 from ettweb.queries.impact import draws as impact_draws
 from ettweb.reports.models import Subscription
-from ettweb.reports.tokens import make_token
+from ettweb.reports.unsubscribe import make_token
 from ettweb.rollouts.models import BootstrapDraws, Rollout
 from ettweb.rollouts.warm import warm_impacts
 from ettweb.rollups.models import JobRollup

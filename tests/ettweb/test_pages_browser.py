@@ -43,7 +43,7 @@ from ettweb.components.models import Component
 from ettweb.ingest.models import CollectorHealth
 from ettweb.ingest.tasks import ingest_batch
 from ettweb.reports.models import Subscription
-from ettweb.reports.tokens import make_token
+from ettweb.reports.unsubscribe import make_token
 from ettweb.rollouts.models import Rollout
 from tests.ettweb.dashboard import scoped_fleet
 from tests.ettweb.reports.test_report_browser import shoot, watched

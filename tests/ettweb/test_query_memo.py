@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from ettweb.queries import _MEMO as MEMO
 from ettweb.queries import DateRange, JobQuery, LostByComponentQuery, calculate, memoized
-from ettweb.queries.middleware import QueryMemoMiddleware
+from ettweb.queries.memo_middleware import QueryMemoMiddleware
 
 pytestmark = pytest.mark.django_db
 MARCH = DateRange(date(2026, 3, 1), date(2026, 3, 31))

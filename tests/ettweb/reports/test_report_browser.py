@@ -32,7 +32,7 @@ from ettweb.queries import IsoWeek, WeeklyReportQuery, calculate
 from ettweb.reports.chart import SCALE, WIDTH_PX
 from ettweb.reports.content import ReportCache, render_for
 from ettweb.reports.models import Subscription
-from ettweb.reports.tokens import make_token
+from ettweb.reports.unsubscribe import make_token
 from ettweb.rollouts.models import Rollout
 from tests.ettweb.reports.test_chart import PHONE_CHART_PX
 from tests.ettweb.rollouts.test_rollout_impact import day_job, store

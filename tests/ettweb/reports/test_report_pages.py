@@ -20,7 +20,7 @@ from django.test import Client
 from pytest_django.fixtures import Settings
 
 from ettweb.reports.models import SendRecord, SendStatus, Subscription
-from ettweb.reports.tokens import SALT, make_token
+from ettweb.reports.unsubscribe import SALT, make_token
 from ettweb.rollouts.models import Rollout
 from tests.ettweb.rollouts.test_rollout_impact import day_job, store
 

@@ -37,7 +37,7 @@ from ettweb.reports.models import SendRecord, SendStatus, Subscription
 from ettweb.reports.planning import plan_week
 from ettweb.reports.sending import claim, send_due, send_records
 from ettweb.reports.templatetags.report_format import verdict_colour
-from ettweb.reports.tokens import read_token
+from ettweb.reports.unsubscribe import read_token
 from ettweb.rollouts.models import ImpactSummary, Rollout
 from tests.conftest import mark, span
 from tests.ettweb.reports.smtp_server import (

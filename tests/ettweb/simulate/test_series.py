@@ -15,7 +15,7 @@ from django.core.management import call_command
 from ettweb.changes.detection import detection_range, lost_share_series
 from ettweb.simulate.days import fleet_days
 from ettweb.simulate.fleet import FleetPlan
-from ettweb.simulate.schedule import rollout_schedule
+from ettweb.simulate.rollout_plan import rollout_schedule
 from ettweb.simulate.series import day_sums, lost_shares
 from tests.ettweb.simulate.test_simulate_fleet import END, PLAN_ARGS
 

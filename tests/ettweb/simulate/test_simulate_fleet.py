@@ -26,7 +26,7 @@ from ettweb.rollups.models import DailyCategoryRollup, JobRollup
 from ettweb.simulate.events import event_time, fleet_events, job_events
 from ettweb.simulate.fleet import BIG_JOB_GPUS, DAY_S, FleetPlan
 from ettweb.simulate.jobs import draw_job, job_rng
-from ettweb.simulate.schedule import OPTIMIZATIONS, recorded, rollout_schedule
+from ettweb.simulate.rollout_plan import OPTIMIZATIONS, recorded, rollout_schedule
 from ettweb.simulate.store import event_lines, simulated_jobs
 from tests.conftest import worked_example
 

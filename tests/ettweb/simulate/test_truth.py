@@ -10,7 +10,7 @@ import pytest
 
 from ettweb.simulate.days import COMPONENTS, fleet_days
 from ettweb.simulate.fleet import FleetPlan
-from ettweb.simulate.schedule import recorded, rollout_schedule
+from ettweb.simulate.rollout_plan import recorded, rollout_schedule
 from ettweb.simulate.truth import treated_jobs, true_effect
 
 PLAN = FleetPlan(seed=2, days=90, jobs=900, end=date(2026, 6, 30))

@@ -23,7 +23,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from ettweb.simulate.fleet import FleetPlan
-from ettweb.simulate.schedule import rollout_schedule
+from ettweb.simulate.rollout_plan import rollout_schedule
 from ettweb.simulate.store import (
     clear_simulation,
     fleet_trend,
