@@ -22,7 +22,7 @@ from ninja.errors import HttpError
 
 from ettweb.api.schemas import schema_of
 from ettweb.queries import ChangesQuery, FilterChoicesQuery, calculate
-from ettweb.queries.changes import DetectedChange
+from ettweb.queries.changes import ChangesResult, DetectedChange
 from ettweb.queries.components import component_names
 
 #: No ``auth`` here: the API's (a bearer token or the CSRF-checked session) applies.
@@ -30,10 +30,13 @@ router = Router(tags=["changes"])
 
 
 #: Built from the query's result (``ettweb.api.schemas``), under the name clients know.
-if TYPE_CHECKING:  # built at run time, so mypy sees only that it is a schema
+if TYPE_CHECKING:  # built at run time, so mypy sees only that they are schemas
     ChangeOut: TypeAlias = Schema
+
+    class ChangesBodyOut(Schema): ...  # a base of the answer: a class, for mypy
 else:
     ChangeOut = schema_of(DetectedChange, "ChangeOut")
+    ChangesBodyOut = schema_of(ChangesResult, "ChangesBodyOut")
 
 
 class ChangesFilterOut(Schema):
@@ -41,13 +44,16 @@ class ChangesFilterOut(Schema):
     team: str
 
 
-class ChangesOut(Schema):
-    """The changes found, with the days (null: open) and filter the answer applied."""
+class ChangesScopeOut(Schema):
+    """The days (null: open) and filter a list of changes applied."""
 
     date_from: str | None
     date_to: str | None
     filter: ChangesFilterOut
-    changes: list[ChangeOut]
+
+
+class ChangesOut(ChangesBodyOut, ChangesScopeOut):
+    """The changes found, with the days (null: open) and filter the answer applied."""
 
 
 class ChangesErrorOut(Schema):

@@ -47,10 +47,10 @@ from ettweb.queries.components import (
     RolloutsOutside,
 )
 from ettweb.queries.exposed import as_api
-from ettweb.queries.lifecycle import LifecyclePoint
-from ettweb.queries.lost import ComponentLoss, LostTrendResult
+from ettweb.queries.lifecycle import LifecyclePoint, LifecycleResult
+from ettweb.queries.lost import ComponentLoss, LostByComponentResult, LostTrendResult
 from ettweb.queries.markers import RolloutMarker
-from ettweb.queries.top_jobs import TopJob
+from ettweb.queries.top_jobs import TopJob, TopJobsResult
 from ettweb.queries.trend import TrendPoint, TrendResult
 
 #: No ``auth`` here: a router mounted on ``ettweb.api.v1.api`` takes the API's (a bearer
@@ -110,8 +110,12 @@ if TYPE_CHECKING:  # built at run time, so mypy sees only that they are schemas
     MarkerOut: TypeAlias = Schema
 
     # Bases of the answers below: classes of their own, so mypy sees a consistent order.
+    class DateRangeOut(Schema): ...
     class TrendBodyOut(Schema): ...
     class LostTrendBodyOut(Schema): ...
+    class LifecycleBodyOut(Schema): ...
+    class TopJobsBodyOut(Schema): ...
+    class LostByComponentBodyOut(Schema): ...
     class ComponentBodyOut(Schema): ...
 else:
     TrendPointOut = schema_of(TrendPoint)
@@ -126,16 +130,18 @@ else:
     MarkerOut = schema_of(RolloutMarker, "MarkerOut")
     schema_of(ComponentRollout, "ComponentRolloutOut")
     schema_of(RolloutsOutside, "RolloutsOutsideOut")
+    DateRangeOut = schema_of(DateRange, "DateRangeOut")
     TrendBodyOut = schema_of(TrendResult, "TrendBodyOut")
     LostTrendBodyOut = schema_of(LostTrendResult, "LostTrendBodyOut")
+    LifecycleBodyOut = schema_of(LifecycleResult, "LifecycleBodyOut")
+    TopJobsBodyOut = schema_of(TopJobsResult, "TopJobsBodyOut")
+    LostByComponentBodyOut = schema_of(LostByComponentResult, "LostByComponentBodyOut")
     ComponentBodyOut = schema_of(ComponentResult, "ComponentBodyOut")
 
 
-class ScopeOut(Schema):
+class ScopeOut(DateRangeOut):
     """The days and jobs an answer covers (defaults filled in)."""
 
-    date_from: str
-    date_to: str
     filter: FilterOut
 
 
@@ -145,11 +151,8 @@ class IntervalScopeOut(ScopeOut):
     interval: str
 
 
-class PreviousTrendOut(TrendBodyOut):
+class PreviousTrendOut(DateRangeOut, TrendBodyOut):
     """The same trend over as many days just before (``compare=previous``)."""
-
-    date_from: str
-    date_to: str
 
 
 class TrendOut(ScopeOut, TrendBodyOut):
@@ -162,26 +165,20 @@ class TrendOut(ScopeOut, TrendBodyOut):
     previous: PreviousTrendOut | None
 
 
-class LostByComponentOut(ScopeOut):
-    lost_gpu_s: float
-    components: list[ComponentLossOut]
+class LostByComponentOut(LostByComponentBodyOut, ScopeOut):
+    """Lost GPU-seconds per owning component over the days and jobs asked for."""
 
 
 class LostTrendOut(LostTrendBodyOut, IntervalScopeOut):
     """Lost GPU-seconds per component per period, over the days and jobs asked for."""
 
 
-class LifecycleOut(ScopeOut):
-    interval: str
-    failures: int
-    recoveries: int
-    restart_tax_gpu_s: dict[str, float]
-    categories: list[str]
-    points: list[LifecyclePointOut]
+class LifecycleOut(LifecycleBodyOut, IntervalScopeOut):
+    """The lifecycle numbers per period, over the days and jobs asked for."""
 
 
-class TopJobsOut(ScopeOut):
-    jobs: list[TopJobOut]
+class TopJobsOut(TopJobsBodyOut, ScopeOut):
+    """The jobs that lost the most inside the days and jobs asked for."""
 
 
 class HeadlineOut(ScopeOut):

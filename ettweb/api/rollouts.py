@@ -24,7 +24,13 @@ from ettweb.api.schemas import schema_of
 from ettweb.components.known import known_components
 from ettweb.queries import ImpactQuery, calculate
 from ettweb.queries.exposed import as_api
-from ettweb.queries.impact import DEFAULT_WINDOW_DAYS
+from ettweb.queries.impact import (
+    DEFAULT_WINDOW_DAYS,
+    ComponentShift,
+    GroupImpact,
+    ImpactResult,
+    RolloutInfo,
+)
 from ettweb.queries.markers import RolloutRecord
 from ettweb.rollouts.models import Rollout
 from ettweb.rollouts.validation import clean_rollout, save_rollout
@@ -49,54 +55,18 @@ class RolloutIn(Schema):
     link: str | None = None
 
 
-#: A stored rollout's schema, built from the record the query layer reads
-#: (``ettweb.api.schemas``), under the name clients know.
-if TYPE_CHECKING:  # built at run time, so mypy sees only that it is a schema
+#: The schemas built from the results they answer (``ettweb.api.schemas``), under the names
+#: clients know: a stored rollout, and its impact with the rollout it is of, the treated and
+#: control groups and each component's shift.
+if TYPE_CHECKING:  # built at run time, so mypy sees only that they are schemas
     RolloutOut: TypeAlias = Schema
+    ImpactOut: TypeAlias = Schema
 else:
     RolloutOut = schema_of(RolloutRecord, "RolloutOut")
-
-
-class GroupOut(Schema):
-    jobs_before: int
-    jobs_after: int
-    before_ett_pct: float | None
-    after_ett_pct: float | None
-    change_pts: float | None
-    change_rel: float | None
-    ci95_pts: list[float] | None
-
-
-class ComponentShiftOut(Schema):
-    before_lost_pct: float | None
-    after_lost_pct: float | None
-    change_pts: float | None
-    change_rel: float | None
-
-
-class RolloutRefOut(Schema):
-    id: int
-    name: str
-    component: str
-    at: str
-    scope: dict[str, Any]
-
-
-class ImpactOut(Schema):
-    """ETT_SPEC §6's impact document, plus this implementation's verdict."""
-
-    rollout: RolloutRefOut
-    window_days: int
-    before: list[str]
-    after: list[str] | None
-    partial: bool
-    treated: GroupOut
-    control: GroupOut | None
-    did_pts: float | None
-    did_ci95_pts: list[float] | None
-    components: dict[str, ComponentShiftOut]
-    verdict: str
-    verdict_reason: str
+    schema_of(RolloutInfo, "RolloutRefOut")
+    schema_of(GroupImpact, "GroupOut")
+    schema_of(ComponentShift, "ComponentShiftOut")
+    ImpactOut = schema_of(ImpactResult, "ImpactOut")
 
 
 def _rollout(rollout_id: int) -> Rollout:

@@ -108,14 +108,14 @@ class ChangesResult:
     """The changes, newest day first; ``total`` counts all that matched the filter."""
 
     changes: list[DetectedChange]
-    total: int
+    total: int = field(metadata=hidden())  # the page's count; the API lists them all
 
     @property
     def unrecorded(self) -> list[DetectedChange]:
         return [c for c in self.changes if c.unrecorded]
 
     def as_api(self) -> dict[str, Any]:
-        return {"changes": [c.as_api() for c in self.changes]}
+        return as_api(self)
 
 
 @runner_for(ChangesQuery)

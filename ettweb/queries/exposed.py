@@ -16,6 +16,13 @@ The API lists a result's fields first and its properties after, unless the resul
 order in ``API_ORDER``: clients (and byte-for-byte comparisons of answers) read the order the
 keys always had, and a property such as ``ett_pct`` sits among the sums it is computed from.
 ``API_ORDER`` must name every exposed field exactly once, so it cannot drift from them.
+
+A field marked ``shown_as(hint, render)`` is documented as ``hint`` and written as
+``render(value)`` (a rollout's parsed scope, written as the dict it was given as; a verdict,
+documented as the plain string the schema has always called it). A field marked
+``withheld()`` is in the result's JSON (``as_api()``) but not in its API schema, so the API's
+answer (which ninja cuts to the schema) leaves it out: the impact answer's §6.1/§6.2/§6.4
+fields, which its schema never listed; adding them changes the API, a decision of its own.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from datetime import date, datetime
 from typing import Any, NamedTuple
 
@@ -40,6 +48,7 @@ class Exposed(NamedTuple):
     zulu: bool = False
     path: tuple[str, ...] = ()
     optional: bool = False
+    render: Callable[[Any], Any] | None = None
 
 
 def doc(text: str) -> dict[str, str]:
@@ -56,6 +65,17 @@ def zulu(text: str = "") -> dict[str, Any]:
 def hidden() -> dict[str, bool]:
     """Field metadata that keeps a field out of the API (a running sum a property reads)."""
     return {"api": False}
+
+
+def withheld() -> dict[str, bool]:
+    """Field metadata for a field ``as_api()`` writes but the API's schema leaves out."""
+    return {"withheld": True}
+
+
+def shown_as(hint: Any, render: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+    """Field metadata for a field documented as ``hint`` (and written as ``render(value)``
+    when ``render`` is given)."""
+    return {"hint": hint, **({"render": render} if render else {})}
 
 
 def inline(*only: str) -> dict[str, Any]:
@@ -75,31 +95,34 @@ def _inlined(field: dataclasses.Field[Any], hint: Any) -> list[Exposed]:
             for sub in exposed_fields(inner[0]) if only is True or sub.name in only]
 
 
-def exposed_fields(result: type) -> list[Exposed]:
+def exposed_fields(result: type, withheld: bool = False) -> list[Exposed]:
     """The fields ``result`` (a dataclass) shows, in the order the API lists them: its own
     fields first (an inlined result's in its place), then ``API_PROPERTIES``; or
-    ``API_ORDER``'s order."""
+    ``API_ORDER``'s order. ``withheld`` adds the fields marked ``withheld()``, last."""
     hints = typing.get_type_hints(result)
     shown: list[Exposed] = []
+    kept_back: list[Exposed] = []
     for f in dataclasses.fields(result):
         if f.metadata.get("inline"):
             shown += _inlined(f, hints[f.name])
         elif f.metadata.get("api", True):
-            shown.append(Exposed(f.name, hints[f.name], f.metadata.get("doc", ""),
-                                 bool(f.metadata.get("zulu", False)), (f.name,)))
+            (kept_back if f.metadata.get("withheld") else shown).append(Exposed(
+                f.name, f.metadata.get("hint", hints[f.name]), f.metadata.get("doc", ""),
+                bool(f.metadata.get("zulu", False)), (f.name,),
+                render=f.metadata.get("render")))
     for name in getattr(result, "API_PROPERTIES", ()):
         getter = getattr(result, name).fget
         first_line = (getter.__doc__ or "").strip().split("\n\n", 1)[0]
         shown.append(Exposed(name, typing.get_type_hints(getter)["return"],
                              " ".join(first_line.split()), path=(name,)))
     order: tuple[str, ...] | None = getattr(result, "API_ORDER", None)
-    if order is None:
-        return shown
-    by_name = {field.name: field for field in shown}
-    if len(by_name) != len(shown) or sorted(order) != sorted(by_name):
-        raise TypeError(f"{result.__name__}.API_ORDER must name each exposed field once: "
-                        f"{sorted(by_name)}")
-    return [by_name[name] for name in order]
+    if order is not None:
+        by_name = {field.name: field for field in shown}
+        if len(by_name) != len(shown) or sorted(order) != sorted(by_name):
+            raise TypeError(f"{result.__name__}.API_ORDER must name each exposed field once: "
+                            f"{sorted(by_name)}")
+        shown = [by_name[name] for name in order]
+    return shown + kept_back if withheld else shown
 
 
 def as_json(value: Any) -> Any:
@@ -117,14 +140,17 @@ def as_json(value: Any) -> Any:
 
 
 def as_api(result: Any) -> dict[str, Any]:
-    """The exposed fields of ``result`` (a dataclass instance) as a JSON-ready dict."""
+    """The exposed fields of ``result`` (a dataclass instance), the withheld ones last, as a
+    JSON-ready dict."""
     shown: dict[str, Any] = {}
-    for field in exposed_fields(type(result)):
+    for field in exposed_fields(type(result), withheld=True):
         value = result
         for name in field.path:
             value = None if value is None else getattr(value, name)
         if field.zulu:
             shown[field.name] = None if value is None else iso_utc(value)
+        elif field.render is not None:
+            shown[field.name] = None if value is None else field.render(value)
         else:
             shown[field.name] = as_json(value)
     return shown

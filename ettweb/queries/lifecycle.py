@@ -81,6 +81,13 @@ class LifecyclePoint:
 
 @dataclass(frozen=True)
 class LifecycleResult:
+    """Per period the lifecycle numbers, and the whole range's failures, recoveries and
+    restart tax by category (the sums the API answers beside the periods)."""
+
+    API_PROPERTIES: ClassVar = ("failures", "recoveries", "restart_tax_gpu_s")
+    API_ORDER: ClassVar = ("failures", "recoveries", "restart_tax_gpu_s", "categories",
+                           "points")
+
     points: list[LifecyclePoint]
     categories: list[str]
 
@@ -115,9 +122,7 @@ class LifecycleResult:
         return dict(total)
 
     def as_api(self) -> dict[str, Any]:
-        return {"failures": self.failures, "recoveries": self.recoveries,
-                "restart_tax_gpu_s": self.restart_tax_gpu_s, "categories": self.categories,
-                "points": [as_api(point) for point in self.points]}
+        return as_api(self)
 
 
 class _EpochDay(Func):

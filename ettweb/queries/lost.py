@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any
+from typing import Any, ClassVar
 
 from ettweb.attribution.components import PRODUCTIVE, component_of
 from ettweb.queries.base import (
@@ -47,15 +47,22 @@ class ComponentLoss:
 class LostByComponentResult:
     """Components, largest loss first."""
 
+    API_PROPERTIES: ClassVar = ("lost_gpu_s",)
+    API_ORDER: ClassVar = ("lost_gpu_s", "components")
+
     components: list[ComponentLoss]
 
     @property
+    def lost_gpu_s(self) -> float:
+        """GPU-seconds lost to every component together."""
+        return sum(c.gpu_s for c in self.components)
+
+    @property
     def lost_gpu_hours(self) -> float:
-        return sum(c.gpu_s for c in self.components) / HOUR_S
+        return self.lost_gpu_s / HOUR_S
 
     def as_api(self) -> dict[str, Any]:
-        return {"lost_gpu_s": sum(c.gpu_s for c in self.components),
-                "components": [as_api(c) for c in self.components]}
+        return as_api(self)
 
 
 @runner_for(LostByComponentQuery)

@@ -79,7 +79,7 @@ class TopJobsResult:
     jobs: list[TopJob]
 
     def as_api(self) -> dict[str, Any]:
-        return {"jobs": [as_api(job) for job in self.jobs]}
+        return as_api(self)
 
 
 @runner_for(TopJobsQuery)

@@ -3,7 +3,9 @@ JSON the API answers.
 
 The types hold numbers already worked out (:mod:`ettweb.queries.impact.verdicts` fills them)
 so that a page, the API, the weekly report and the stored headline all read one result and
-cannot disagree on a field.
+cannot disagree on a field. Each type declares the fields its JSON shows
+(:mod:`ettweb.queries.exposed`); ``as_api()`` and the rollout API's schemas are both built
+from that one declaration.
 """
 
 from __future__ import annotations
@@ -12,12 +14,12 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, Final, Literal
 
-from ettweb.platform.text import iso_utc
+from ettweb.queries.exposed import as_api, hidden, inline, shown_as, withheld, zulu
 from ettweb.queries.impact.windows import Windows
 from ettweb.queries.registry import Query
 from ettweb.rollouts.scope import Scope
 from ettweb.statistics import estimators
-from ettweb.statistics.estimators import MIN_JOBS_FOR_INTERVAL, Detectability, as_pair
+from ettweb.statistics.estimators import MIN_JOBS_FOR_INTERVAL, Detectability
 
 DEFAULT_WINDOW_DAYS: Final = 14
 MIN_WINDOW_DAYS: Final = 1
@@ -74,17 +76,16 @@ class GroupImpact:
         return min(self.jobs_before, self.jobs_after) >= MIN_JOBS_FOR_INTERVAL
 
     def as_api(self) -> dict[str, Any]:
-        return {"jobs_before": self.jobs_before, "jobs_after": self.jobs_after,
-                "before_ett_pct": self.before_ett_pct, "after_ett_pct": self.after_ett_pct,
-                "change_pts": self.change_pts, "change_rel": self.change_rel,
-                "ci95_pts": list(self.ci95_pts) if self.ci95_pts else None}
+        return as_api(self)
 
 
 @dataclass(frozen=True)
 class ComponentShift:
     """One component's lost share of the treated jobs' wall time, in points, per window."""
 
-    component: str
+    API_PROPERTIES = ("change_pts", "change_rel")
+
+    component: str = field(metadata=hidden())  # the key it is listed under
     before_lost_pct: float | None
     after_lost_pct: float | None
 
@@ -102,8 +103,7 @@ class ComponentShift:
         return self.after_lost_pct / self.before_lost_pct - 1.0
 
     def as_api(self) -> dict[str, float | None]:
-        return {"before_lost_pct": self.before_lost_pct, "after_lost_pct": self.after_lost_pct,
-                "change_pts": self.change_pts, "change_rel": self.change_rel}
+        return as_api(self)
 
 
 @dataclass(frozen=True)
@@ -123,13 +123,15 @@ class Inconclusive:
         return cls(found.mde_pts, found.days_needed, found.more_days(window_days))
 
     def as_api(self) -> dict[str, Any]:
-        return {"mde_pts": self.mde_pts, "days_needed": self.days_needed,
-                "more_days": self.more_days}
+        return as_api(self)
 
 
 @dataclass(frozen=True)
 class LostShare:
     """One group's lost share of the rollout's component (ETT_SPEC §6.1), in points."""
+
+    API_PROPERTIES = ("change_pts", "change_rel")
+    API_ORDER = ("before_lost_pct", "after_lost_pct", "change_pts", "change_rel", "ci95_pts")
 
     before_lost_pct: float | None
     after_lost_pct: float | None
@@ -146,9 +148,7 @@ class LostShare:
         return estimators.percent_change(self.after_lost_pct, self.before_lost_pct)
 
     def as_api(self) -> dict[str, Any]:
-        return {"before_lost_pct": self.before_lost_pct, "after_lost_pct": self.after_lost_pct,
-                "change_pts": self.change_pts, "change_rel": self.change_rel,
-                "ci95_pts": as_pair(self.ci95_pts)}
+        return as_api(self)
 
 
 @dataclass(frozen=True)
@@ -175,11 +175,7 @@ class ComponentEffect:
         return self.did_ci95_pts if self.did_ci95_pts is not None else self.treated.ci95_pts
 
     def as_api(self) -> dict[str, Any]:
-        return {"component": self.component, "treated": self.treated.as_api(),
-                "control": self.control.as_api() if self.control else None,
-                "did_pts": self.did_pts, "did_ci95_pts": as_pair(self.did_ci95_pts),
-                "verdict": self.verdict, "verdict_reason": self.verdict_reason,
-                "inconclusive": self.inconclusive.as_api() if self.inconclusive else None}
+        return as_api(self)
 
 
 @dataclass(frozen=True)
@@ -190,7 +186,7 @@ class AdjustedChange:
     ci95_pts: tuple[float, float] | None
 
     def as_api(self) -> dict[str, Any]:
-        return {"change_pts": self.change_pts, "ci95_pts": as_pair(self.ci95_pts)}
+        return as_api(self)
 
 
 @dataclass(frozen=True)
@@ -218,13 +214,7 @@ class AdjustedEffect:
         return self.did_ci95_pts if self.did_ci95_pts is not None else self.treated.ci95_pts
 
     def as_api(self) -> dict[str, Any]:
-        return {"method": self.method, "treated": self.treated.as_api(),
-                "control": self.control.as_api() if self.control else None,
-                "did_pts": self.did_pts, "did_ci95_pts": as_pair(self.did_ci95_pts),
-                "verdict": self.verdict, "verdict_reason": self.verdict_reason,
-                "jobs_used": self.jobs_used, "jobs_left_out": self.jobs_left_out,
-                "strata": self.strata,
-                "inconclusive": self.inconclusive.as_api() if self.inconclusive else None}
+        return as_api(self)
 
 
 @dataclass(frozen=True)
@@ -233,10 +223,10 @@ class Overlap:
 
     id: int
     name: str
-    at: datetime
+    at: datetime = field(metadata=zulu())
 
     def as_api(self) -> dict[str, Any]:
-        return {"id": self.id, "name": self.name, "at": iso_utc(self.at)}
+        return as_api(self)
 
 
 @dataclass(frozen=True)
@@ -250,41 +240,48 @@ class TrendDay:
 
 @dataclass(frozen=True)
 class RolloutInfo:
+    """The rollout an impact is of: the impact answer names it by these (its scope as the
+    fields given); the page reads its notes, link and whether it was simulated."""
+
     id: int
     name: str
     component: str
-    at: datetime
-    scope: Scope
-    notes: str
-    link: str
-    simulated: bool
+    at: datetime = field(metadata=zulu())
+    scope: Scope = field(metadata=shown_as(dict[str, Any], Scope.as_dict))
+    notes: str = field(metadata=hidden())
+    link: str = field(metadata=hidden())
+    simulated: bool = field(metadata=hidden())
 
     def as_api(self) -> dict[str, Any]:
-        return {"id": self.id, "name": self.name, "component": self.component,
-                "at": iso_utc(self.at), "scope": self.scope.as_dict()}
+        return as_api(self)
 
 
 @dataclass(frozen=True)
 class ImpactResult:
-    """Every §6 field, plus the verdict, the per-job distributions and (optionally) the trend."""
+    """A rollout's measured impact: ETT_SPEC §6's fields (percentages not rounded) and the
+    verdict; the page also reads the per-job distributions and (optionally) the trend.
+
+    §6.1's ``component_effect``, §6.2's ``adjusted``, §6.4's ``overlapping`` and what an
+    inconclusive verdict would take are in ``as_api()`` but withheld from the API's answer,
+    whose schema never listed them (``ettweb.queries.exposed``)."""
 
     rollout: RolloutInfo
     window_days: int
-    windows: Windows
+    windows: Windows = field(metadata=inline("before", "after", "partial"))
     treated: GroupImpact
     control: GroupImpact | None
     did_pts: float | None
     did_ci95_pts: tuple[float, float] | None
     components: dict[str, ComponentShift]
-    treated_before_ett: list[float]
-    treated_after_ett: list[float]
-    verdict: Verdict
+    treated_before_ett: list[float] = field(metadata=hidden())
+    treated_after_ett: list[float] = field(metadata=hidden())
+    verdict: Verdict = field(metadata=shown_as(str))
     verdict_reason: str
-    component_effect: ComponentEffect
-    adjusted: AdjustedEffect
-    overlapping: list[Overlap] = field(default_factory=list)
-    inconclusive: Inconclusive | None = None
-    trend: list[TrendDay] = field(default_factory=list)
+    component_effect: ComponentEffect = field(metadata=withheld())
+    adjusted: AdjustedEffect = field(metadata=withheld())
+    overlapping: list[Overlap] = field(default_factory=list, metadata=withheld())
+    inconclusive: Inconclusive | None = field(default=None, metadata=withheld())
+    trend: list[TrendDay] = field(default_factory=list, metadata=hidden())
 
     @property
     def has_jobs(self) -> bool:
@@ -302,22 +299,4 @@ class ImpactResult:
         return self.did_pts if self.did_ci95_pts is not None else self.treated.change_pts
 
     def as_api(self) -> dict[str, Any]:
-        """The JSON of ETT_SPEC §6 (percentages not rounded), plus the verdict, §6.1's
-        ``component_effect``, §6.2's ``adjusted``, §6.4's ``overlapping`` and, for an
-        inconclusive verdict, what it would take."""
-        w = self.windows
-        return {
-            "rollout": self.rollout.as_api(), "window_days": self.window_days,
-            "before": [w.before[0].isoformat(), w.before[1].isoformat()],
-            "after": [w.after[0].isoformat(), w.after[1].isoformat()] if w.after else None,
-            "partial": w.partial, "treated": self.treated.as_api(),
-            "control": self.control.as_api() if self.control else None,
-            "did_pts": self.did_pts,
-            "did_ci95_pts": list(self.did_ci95_pts) if self.did_ci95_pts else None,
-            "components": {name: shift.as_api() for name, shift in self.components.items()},
-            "verdict": self.verdict, "verdict_reason": self.verdict_reason,
-            "inconclusive": self.inconclusive.as_api() if self.inconclusive else None,
-            "component_effect": self.component_effect.as_api(),
-            "adjusted": self.adjusted.as_api(),
-            "overlapping": [overlap.as_api() for overlap in self.overlapping],
-        }
+        return as_api(self)

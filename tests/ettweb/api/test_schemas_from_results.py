@@ -15,22 +15,20 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
+import types
+import typing
+from datetime import date, datetime
+from typing import Any
 
 from ninja import Schema
 
 import ettweb.api
 import ettweb.queries
-from ettweb.api.schemas import DERIVED
+from ettweb.api.schemas import DERIVED, schema_of
 from ettweb.api.v1 import api
 from ettweb.queries.exposed import exposed_fields
-
-#: Hand-written schemas that still repeat a result's fields, until they are built from it
-#: too (issue 29): this list only shrinks. Both render results of ``ettweb.queries.impact``
-#: (``GroupImpact``, ``RolloutInfo``), left as they are while that module becomes a package.
-NOT_YET_DERIVED = {
-    "ettweb.api.rollouts.GroupOut",
-    "ettweb.api.rollouts.RolloutRefOut",
-}
+from ettweb.queries.registry import Query
+from ettweb.queries.top_jobs import TopJob
 
 
 def api_schemas() -> list[type[Schema]]:
@@ -81,29 +79,116 @@ def test_input_schemas_are_found() -> None:
 
 
 def query_results() -> list[type]:
-    """Every dataclass the query modules define (queries, results and their rows)."""
+    """Every result and row the query modules define (dataclasses that are no query), those
+    of the packages' modules (``ettweb.queries.impact.result``) included."""
     found = []
-    for module in pkgutil.iter_modules(ettweb.queries.__path__):
-        loaded = importlib.import_module(f"ettweb.queries.{module.name}")
+    for module in pkgutil.walk_packages(ettweb.queries.__path__, "ettweb.queries."):
+        loaded = importlib.import_module(module.name)
         found += [value for value in vars(loaded).values()
                   if isinstance(value, type) and dataclasses.is_dataclass(value)
-                  and value.__module__ == loaded.__name__]
+                  and value.__module__ == loaded.__name__ and not issubclass(value, Query)]
     return found
 
 
-def test_no_hand_written_schema_repeats_a_results_fields() -> None:
-    api_schemas()
-    results = {frozenset(f.name for f in exposed_fields(result)): result
-               for result in query_results()}
-    repeats = []
+def restated(schema: type[Schema], results: list[type]) -> list[str]:
+    """The results whose every exposed field ``schema`` declares itself (same name, same
+    type), however few: a wrapper that restates a result instead of building it from it."""
+    declared = declared_fields(schema)
+    found = []
+    for result in results:
+        fields = {f.name: f.hint for f in exposed_fields(result)}
+        same = {name for name, hint in fields.items() if name in declared
+                and shape(schema.model_fields[name].annotation) == shape(hint)}
+        if fields and same == set(fields):
+            found.append(f"{schema.__module__}.{schema.__name__} restates "
+                         f"{result.__name__}'s {sorted(same)}: build it with schema_of")
+    return found
+
+
+def shape(hint: Any) -> Any:
+    """What a client sees of a type, for a result's hint and a schema's alike: a result or
+    a schema as the names of its fields (so a hand-written copy of a nested result's schema
+    is the same), days and times as strings, tuples as lists, ``Literal``s as their type."""
+    if isinstance(hint, type) and issubclass(hint, Schema):
+        return tuple(hint.model_fields)
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return tuple(f.name for f in exposed_fields(hint))
+    if hint in (date, datetime):
+        return str
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Literal:
+        return type(args[0])
+    if origin in (types.UnionType, typing.Union):
+        return ("|", frozenset(shape(arg) for arg in args))
+    if origin in (list, tuple):
+        return ("[]", frozenset(shape(arg) for arg in args if arg is not Ellipsis))
+    if origin is dict:
+        return ("{}", shape(args[0]), shape(args[1]))
+    return hint
+
+
+def hand_written_responses() -> list[type[Schema]]:
     inputs = input_schemas()
-    for schema in api_schemas():
-        if (schema in DERIVED or schema in inputs
-                or f"{schema.__module__}.{schema.__name__}" in NOT_YET_DERIVED):
-            continue
-        names = declared_fields(schema)
-        for fields, result in results.items():
-            if len(fields) >= 3 and fields <= names:
-                repeats.append(f"{schema.__module__}.{schema.__name__} repeats "
-                               f"{result.__name__}'s fields: build it with schema_of")
+    return [schema for schema in api_schemas() if schema not in DERIVED and schema not in inputs]
+
+
+def test_no_hand_written_schema_repeats_a_results_fields() -> None:
+    results = query_results()
+    repeats = [line for schema in hand_written_responses()
+               for line in restated(schema, results)]
     assert not repeats, "\n".join(repeats)
+
+
+class _GroupCopyOut(Schema):
+    """GroupImpact's seven fields written out again (the impact answer's groups once were)."""
+
+    jobs_before: int
+    jobs_after: int
+    before_ett_pct: float | None
+    after_ett_pct: float | None
+    change_pts: float | None
+    change_rel: float | None
+    ci95_pts: list[float] | None
+
+
+class _TopJobsCopyOut(Schema):
+    """A wrapper restating a result of one field (TopJobsResult's ``jobs``) beside its own."""
+
+    date_from: str
+    jobs: list[schema_of(TopJob)]  # type: ignore[valid-type]
+
+
+class _LossCopyOut(Schema):
+    component: str
+    gpu_s: float
+    categories: dict[str, float]
+
+
+class _LostCopyOut(Schema):
+    """Nested: LostByComponentResult restated around a hand-written copy of its rows."""
+
+    lost_gpu_s: float
+    components: list[_LossCopyOut]
+
+
+class _NotACopyOut(Schema):
+    """Shares GroupImpact's names, not its types: no restatement."""
+
+    jobs_before: str
+    jobs_after: str
+    before_ett_pct: str
+    after_ett_pct: str
+    change_pts: str
+    change_rel: str
+    ci95_pts: str
+
+
+def test_the_rule_can_fail() -> None:
+    """Hand-written copies the rule must catch: a whole result, one of a single field inside
+    a wrapper, and one whose rows are a hand-written copy too; and a lookalike it must not."""
+    results = query_results()
+    assert any(" GroupImpact's" in line for line in restated(_GroupCopyOut, results))
+    assert any(" TopJobsResult's" in line for line in restated(_TopJobsCopyOut, results))
+    assert any(" LostByComponentResult's" in line for line in restated(_LostCopyOut, results))
+    assert any(" ComponentLoss's" in line for line in restated(_LossCopyOut, results))
+    assert not restated(_NotACopyOut, results)
