@@ -19,10 +19,9 @@ keys always had, and a property such as ``ett_pct`` sits among the sums it is co
 
 A field marked ``shown_as(hint, render)`` is documented as ``hint`` and written as
 ``render(value)`` (a rollout's parsed scope, written as the dict it was given as; a verdict,
-documented as the plain string the schema has always called it). A field marked
-``withheld()`` is in the result's JSON (``as_api()``) but not in its API schema, so the API's
-answer (which ninja cuts to the schema) leaves it out: the impact answer's §6.1/§6.2/§6.4
-fields, which its schema never listed; adding them changes the API, a decision of its own.
+documented as the plain string the schema has always called it). There is no way to write a
+field into ``as_api()`` but leave it out of the schema: ninja cuts an answer to its schema, so
+such a field would be documented, computed and silently never sent.
 """
 
 from __future__ import annotations
@@ -67,11 +66,6 @@ def hidden() -> dict[str, bool]:
     return {"api": False}
 
 
-def withheld() -> dict[str, bool]:
-    """Field metadata for a field ``as_api()`` writes but the API's schema leaves out."""
-    return {"withheld": True}
-
-
 def shown_as(hint: Any, render: Callable[[Any], Any] | None = None) -> dict[str, Any]:
     """Field metadata for a field documented as ``hint`` (and written as ``render(value)``
     when ``render`` is given)."""
@@ -95,18 +89,17 @@ def _inlined(field: dataclasses.Field[Any], hint: Any) -> list[Exposed]:
             for sub in exposed_fields(inner[0]) if only is True or sub.name in only]
 
 
-def exposed_fields(result: type, withheld: bool = False) -> list[Exposed]:
+def exposed_fields(result: type) -> list[Exposed]:
     """The fields ``result`` (a dataclass) shows, in the order the API lists them: its own
     fields first (an inlined result's in its place), then ``API_PROPERTIES``; or
-    ``API_ORDER``'s order. ``withheld`` adds the fields marked ``withheld()``, last."""
+    ``API_ORDER``'s order."""
     hints = typing.get_type_hints(result)
     shown: list[Exposed] = []
-    kept_back: list[Exposed] = []
     for f in dataclasses.fields(result):
         if f.metadata.get("inline"):
             shown += _inlined(f, hints[f.name])
         elif f.metadata.get("api", True):
-            (kept_back if f.metadata.get("withheld") else shown).append(Exposed(
+            shown.append(Exposed(
                 f.name, f.metadata.get("hint", hints[f.name]), f.metadata.get("doc", ""),
                 bool(f.metadata.get("zulu", False)), (f.name,),
                 render=f.metadata.get("render")))
@@ -122,7 +115,7 @@ def exposed_fields(result: type, withheld: bool = False) -> list[Exposed]:
             raise TypeError(f"{result.__name__}.API_ORDER must name each exposed field once: "
                             f"{sorted(by_name)}")
         shown = [by_name[name] for name in order]
-    return shown + kept_back if withheld else shown
+    return shown
 
 
 def as_json(value: Any) -> Any:
@@ -140,10 +133,9 @@ def as_json(value: Any) -> Any:
 
 
 def as_api(result: Any) -> dict[str, Any]:
-    """The exposed fields of ``result`` (a dataclass instance), the withheld ones last, as a
-    JSON-ready dict."""
+    """The exposed fields of ``result`` (a dataclass instance) as a JSON-ready dict."""
     shown: dict[str, Any] = {}
-    for field in exposed_fields(type(result), withheld=True):
+    for field in exposed_fields(type(result)):
         value = result
         for name in field.path:
             value = None if value is None else getattr(value, name)

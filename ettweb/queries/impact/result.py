@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, Final, Literal
 
-from ettweb.queries.exposed import as_api, hidden, inline, shown_as, withheld, zulu
+from ettweb.queries.exposed import as_api, hidden, inline, shown_as, zulu
 from ettweb.queries.impact.windows import Windows
 from ettweb.queries.registry import Query
 from ettweb.rollouts.scope import Scope
@@ -259,11 +259,9 @@ class RolloutInfo:
 @dataclass(frozen=True)
 class ImpactResult:
     """A rollout's measured impact: ETT_SPEC §6's fields (percentages not rounded) and the
-    verdict; the page also reads the per-job distributions and (optionally) the trend.
-
-    §6.1's ``component_effect``, §6.2's ``adjusted``, §6.4's ``overlapping`` and what an
-    inconclusive verdict would take are in ``as_api()`` but withheld from the API's answer,
-    whose schema never listed them (``ettweb.queries.exposed``)."""
+    verdict, §6.1's ``component_effect``, §6.2's ``adjusted``, §6.4's ``overlapping`` and
+    what an inconclusive verdict would take; the page also reads the per-job distributions
+    and (optionally) the trend."""
 
     rollout: RolloutInfo
     window_days: int
@@ -277,10 +275,10 @@ class ImpactResult:
     treated_after_ett: list[float] = field(metadata=hidden())
     verdict: Verdict = field(metadata=shown_as(str))
     verdict_reason: str
-    component_effect: ComponentEffect = field(metadata=withheld())
-    adjusted: AdjustedEffect = field(metadata=withheld())
-    overlapping: list[Overlap] = field(default_factory=list, metadata=withheld())
-    inconclusive: Inconclusive | None = field(default=None, metadata=withheld())
+    component_effect: ComponentEffect
+    adjusted: AdjustedEffect
+    overlapping: list[Overlap] = field(default_factory=list)
+    inconclusive: Inconclusive | None = None
     trend: list[TrendDay] = field(default_factory=list, metadata=hidden())
 
     @property

@@ -18,6 +18,7 @@ from django.utils import timezone
 from ettweb.access.tokens import issue_token
 from ettweb.api.models import ApiToken
 from ettweb.platform import deferred
+from ettweb.queries import ImpactQuery, calculate
 from ettweb.rollouts.models import Rollout
 from tests.ettweb.queued import QueuedTask
 
@@ -69,6 +70,26 @@ def test_impact_endpoint_answers_the_spec_document(client: Client, token: str) -
     assert body["treated"]["jobs_before"] == 0 and body["treated"]["ci95_pts"] is None
     assert body["control"]["jobs_after"] == 0
     assert body["verdict"] == "inconclusive"
+
+
+def test_impact_answer_carries_sections_6_1_to_6_4(client: Client, token: str) -> None:
+    """§6.1's ``component_effect``, §6.2's ``adjusted``, §6.4's ``overlapping`` and what an
+    inconclusive verdict needs are in the answer, as the API reference shows them. They were
+    computed but never sent: the schema left them out and ninja cut the answer to it. The
+    answer is the query's result, field for field."""
+    rollout_id = post(client, token, GOOD).json()["id"]
+    other = post(client, token, {**GOOD, "name": "second checkpoint change",
+                                 "at": "2026-10-14T09:30:00Z"}).json()["id"]
+    body = get(client, token, f"/api/v1/rollouts/{rollout_id}/impact?window=7").json()
+    assert body["component_effect"]["component"] == "checkpointing"
+    assert body["component_effect"]["verdict"] == "inconclusive"
+    assert body["adjusted"]["method"] and body["adjusted"]["verdict"] == "inconclusive"
+    assert [o["id"] for o in body["overlapping"]] == [other]
+    assert body["overlapping"][0]["at"] == "2026-10-14T09:30:00Z"
+    assert "inconclusive" in body
+    result = calculate(ImpactQuery(rollout_id, window_days=7))
+    assert result is not None
+    assert body == json.loads(json.dumps(result.as_api()))
 
 
 @pytest.mark.parametrize(("body", "field"), [
