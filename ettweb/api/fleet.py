@@ -43,10 +43,13 @@ from ettweb.queries.components import (
     ComponentPoint,
     ComponentResult,
     ComponentRollout,
+    ComponentRow,
+    ComponentsIndexResult,
     Owner,
     RolloutsOutside,
 )
 from ettweb.queries.exposed import as_api
+from ettweb.queries.headline import FleetHeadlineResult
 from ettweb.queries.lifecycle import LifecyclePoint, LifecycleResult
 from ettweb.queries.lost import ComponentLoss, LostByComponentResult, LostTrendResult
 from ettweb.queries.markers import RolloutMarker
@@ -117,6 +120,8 @@ if TYPE_CHECKING:  # built at run time, so mypy sees only that they are schemas
     class TopJobsBodyOut(Schema): ...
     class LostByComponentBodyOut(Schema): ...
     class ComponentBodyOut(Schema): ...
+    class HeadlineBodyOut(Schema): ...
+    class ComponentsBodyOut(Schema): ...
 else:
     TrendPointOut = schema_of(TrendPoint)
     ComponentLossOut = schema_of(ComponentLoss)
@@ -137,6 +142,9 @@ else:
     TopJobsBodyOut = schema_of(TopJobsResult, "TopJobsBodyOut")
     LostByComponentBodyOut = schema_of(LostByComponentResult, "LostByComponentBodyOut")
     ComponentBodyOut = schema_of(ComponentResult, "ComponentBodyOut")
+    HeadlineBodyOut = schema_of(FleetHeadlineResult, "HeadlineBodyOut")
+    schema_of(ComponentRow, "ComponentRowOut")
+    ComponentsBodyOut = schema_of(ComponentsIndexResult, "ComponentsBodyOut")
 
 
 class ScopeOut(DateRangeOut):
@@ -181,39 +189,12 @@ class TopJobsOut(TopJobsBodyOut, ScopeOut):
     """The jobs that lost the most inside the days and jobs asked for."""
 
 
-class HeadlineOut(ScopeOut):
-    interval: str
-    week_from: str
-    week_to: str
-    week_ett_pct: float | None
-    week_change_pts: float | None
-    week_change_rel_pct: float | None
-    lost_gpu_hours: float
-    gpus_lost: float
-    failures: int
-    wall_gpu_hours: float
-    failures_per_1k_gpu_hours: float | None
-    trend_change_pts: float | None
+class HeadlineOut(HeadlineBodyOut, IntervalScopeOut):
+    """The fleet page's headline tiles, over the days and jobs asked for."""
 
 
-class ComponentRowOut(Schema):
-    name: str
-    owner_team: str = Field(description="free-text label: the team to talk to")
-    owners: list[OwnerOut] = Field(description="who may edit it: its owner-role users, by "
-                                               "username")
-    lost_gpu_s: float
-    lost_share_pts: float
-    share_of_fleet_lost_pct: float
-    rollouts: int
-
-
-class ComponentsOut(ScopeOut):
-    interval: str
-    fleet_wall_gpu_s: float
-    fleet_lost_gpu_s: float
-    periods: list[str]
-    lost_share_pts: dict[str, list[float]]
-    components: list[ComponentRowOut]
+class ComponentsOut(ComponentsBodyOut, IntervalScopeOut):
+    """Every owning component's lost time, over the days and jobs asked for."""
 
 
 class ComponentOut(ComponentBodyOut, IntervalScopeOut):

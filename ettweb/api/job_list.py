@@ -18,7 +18,7 @@ from ettweb.api.errors import ErrorOut
 from ettweb.api.schemas import schema_of
 from ettweb.queries import JobsQuery, calculate
 from ettweb.queries.base import one_sided_range
-from ettweb.queries.job_list import JobListRow, JobsFilter
+from ettweb.queries.job_list import JobListRow, JobsFilter, JobsResult
 
 #: No tags and the operation id this endpoint had when ``ettweb.api.v1`` held it, so
 #: clients generated from the OpenAPI document keep their names.
@@ -29,28 +29,26 @@ router = Router()
 if TYPE_CHECKING:  # built at run time, so mypy sees only that they are schemas
     JobOut: TypeAlias = Schema
     JobsFilterOut: TypeAlias = Schema
+
+    class JobsBodyOut(Schema): ...  # a base of the answer: a class, for mypy
 else:
     JobOut = schema_of(JobListRow, "JobOut")
     JobsFilterOut = schema_of(JobsFilter, "JobsFilterOut")
+    JobsBodyOut = schema_of(JobsResult, "JobsBodyOut")
 
 
-class JobsOut(Schema):
-    """One page of jobs, with the range (null: unbounded) and filters it applied."""
+class JobsScopeOut(Schema):
+    """The range (null: unbounded), filters, sort and page size a page of jobs applied."""
 
     date_from: str | None
     date_to: str | None
     filter: JobsFilterOut
     sort: str
     page_size: int
-    total: int
-    page: int
-    pages: int
-    wall_gpu_s: float
-    productive_gpu_s: float
-    ett_pct: float
-    failures: int
-    lost_by_component_gpu_s: dict[str, float]
-    jobs: list[JobOut]
+
+
+class JobsOut(JobsBodyOut, JobsScopeOut):
+    """One page of jobs, with the range (null: unbounded) and filters it applied."""
 
 
 @router.get("/jobs", response={200: JobsOut, 400: ErrorOut, 401: ErrorOut},

@@ -13,18 +13,20 @@ from django.http import HttpRequest
 from ninja import Query, Router, Schema
 from ninja.errors import HttpError
 
-from ettweb.api.changes import ChangeOut
 from ettweb.api.errors import ErrorOut
 from ettweb.api.fleet import FilterParams
 from ettweb.api.schemas import schema_of
 from ettweb.components.known import known_components
 from ettweb.queries import FleetSummaryQuery, IsoWeek, WeeklyReportQuery, calculate
+from ettweb.queries.changes import DetectedChange
 from ettweb.queries.top_jobs import JobLoss
 from ettweb.queries.weekly import (
     TOP_JOBS,
     ComponentWeek,
     FleetSummaryResult,
+    HistoryWeek,
     RolloutWeek,
+    WeeklyReportResult,
     WeekNumbers,
 )
 
@@ -41,34 +43,16 @@ if TYPE_CHECKING:  # built at run time, so mypy sees only that they are schemas
     ComponentWeekOut: TypeAlias = Schema
     RolloutWeekOut: TypeAlias = Schema
     FleetSummaryOut: TypeAlias = Schema
+    WeeklyReportOut: TypeAlias = Schema
 else:
     PeriodOut = schema_of(WeekNumbers, "PeriodOut")
     JobLossOut = schema_of(JobLoss)
     ComponentWeekOut = schema_of(ComponentWeek)
     RolloutWeekOut = schema_of(RolloutWeek)
     FleetSummaryOut = schema_of(FleetSummaryResult, "FleetSummaryOut")
-
-
-class HistoryWeekOut(Schema):
-    week: str
-    ett_pct: float | None
-
-
-class WeeklyReportOut(Schema):
-    """The weekly report's numbers (ETT_SPEC §7), what the e-mail renders."""
-
-    week: str
-    days: list[str]
-    subject: str
-    this: PeriodOut
-    before: PeriodOut
-    change_pts: float | None
-    change_rel: float | None
-    components: list[ComponentWeekOut]
-    top_jobs: list[JobLossOut]
-    rollouts: list[RolloutWeekOut]
-    history: list[HistoryWeekOut]
-    unrecorded_changes: list[ChangeOut]
+    schema_of(HistoryWeek)
+    schema_of(DetectedChange, "ChangeOut")  # the changes API's name for it
+    WeeklyReportOut = schema_of(WeeklyReportResult, "WeeklyReportOut")
 
 
 @router.get("/fleet/summary", response={200: FleetSummaryOut, 400: ErrorOut, 401: ErrorOut},

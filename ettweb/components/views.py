@@ -80,12 +80,12 @@ def index(request: HttpRequest) -> HttpResponse:
     if table is not None:
         return _index_csv(result, data["range"])
     chart = ""
-    if result.periods and result.shares:
+    if result.periods and result.lost_share_pts:
         chart = figures.to_fragment(fleet_figures.lost_share_lines(
-            result.periods, result.shares, data["interval"]), "components-share")
+            result.periods, result.lost_share_pts, data["interval"]), "components-share")
     context = {**_page_context(form), "result": result, "chart": chart,
                "interval": data["interval"],
-               "rows": [(row, colour_of(row.name)) for row in result.rows],
+               "rows": [(row, colour_of(row.name)) for row in result.components],
                "csv": _csv_links(form, INDEX_TABLES)}
     return render(request, "components/index.html", context)
 
@@ -95,7 +95,7 @@ def _index_csv(result: ComponentsIndexResult, days: DateRange) -> HttpResponse:
         "component", "owner_team", "lost_gpu_hours", "share_of_fleet_lost_pct",
         "lost_share_pts", "rollouts", "owners"), (
         [r.name, r.owner_team, r.lost_gpu_hours, r.share_of_fleet_lost_pct, r.lost_share_pts,
-         r.rollouts, ", ".join(o.username for o in r.owners)] for r in result.rows))
+         r.rollouts, ", ".join(o.username for o in r.owners)] for r in result.components))
 
 
 @login_required

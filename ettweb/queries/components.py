@@ -395,12 +395,20 @@ class ComponentsIndexQuery(Query["ComponentsIndexResult"]):
 
 @dataclass(frozen=True)
 class ComponentRow:
+    """One component in the components page's table: its lost time over the range, and
+    its share of the fleet's wall and lost time there."""
+
+    API_PROPERTIES: ClassVar[tuple[str, ...]] = ("lost_share_pts", "share_of_fleet_lost_pct")
+    API_ORDER: ClassVar[tuple[str, ...]] = ("name", "owner_team", "owners", "lost_gpu_s",
+                                            *API_PROPERTIES, "rollouts")
+
     name: str
-    owner_team: str
-    owners: tuple[Owner, ...]
+    owner_team: str = field(metadata=doc("free-text label: the team to talk to"))
+    owners: tuple[Owner, ...] = field(metadata=doc("who may edit it: its owner-role users, "
+                                                   "by username"))
     lost_gpu_s: float
-    fleet_wall_gpu_s: float
-    fleet_lost_gpu_s: float
+    fleet_wall_gpu_s: float = field(metadata=hidden())  # what the shares are of
+    fleet_lost_gpu_s: float = field(metadata=hidden())
     rollouts: int
 
     @property
@@ -420,28 +428,23 @@ class ComponentRow:
 class ComponentsIndexResult:
     """Components, largest loss first (then by name); totals over the same range."""
 
-    rows: list[ComponentRow]
+    API_ORDER: ClassVar[tuple[str, ...]] = ("fleet_wall_gpu_s", "fleet_lost_gpu_s", "periods",
+                                            "lost_share_pts", "components")
+
+    components: list[ComponentRow]
     fleet_wall_gpu_s: float
     fleet_lost_gpu_s: float
     #: Periods with (filtered) fleet data, and each losing component's share of each
     #: period's wall time in points: which component's loss grew or shrank over the range.
     periods: list[date] = field(default_factory=list)
-    shares: dict[str, list[float]] = field(default_factory=dict)
+    lost_share_pts: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def fleet_lost_gpu_hours(self) -> float:
         return self.fleet_lost_gpu_s / HOUR_S
 
     def as_api(self) -> dict[str, Any]:
-        return {"fleet_wall_gpu_s": self.fleet_wall_gpu_s,
-                "fleet_lost_gpu_s": self.fleet_lost_gpu_s,
-                "periods": [p.isoformat() for p in self.periods],
-                "lost_share_pts": self.shares,
-                "components": [{"name": r.name, "owner_team": r.owner_team,
-                                "owners": [owner.as_api() for owner in r.owners],
-                                "lost_gpu_s": r.lost_gpu_s, "lost_share_pts": r.lost_share_pts,
-                                "share_of_fleet_lost_pct": r.share_of_fleet_lost_pct,
-                                "rollouts": r.rollouts} for r in self.rows]}
+        return as_api(self)
 
 
 @runner_for(ComponentsIndexQuery)
@@ -469,7 +472,7 @@ class ComponentsIndexQueryRunner:
                 for name in sorted({*component_names(), *lost})]
         rows.sort(key=lambda r: (-r.lost_gpu_s, r.name))
         periods, shares = _share_trend(by_period, mapping, [r.name for r in rows if r.lost_gpu_s])
-        return ComponentsIndexResult(rows, wall, fleet_lost, periods, shares)
+        return ComponentsIndexResult(rows, wall, fleet_lost, periods, lost_share_pts=shares)
 
 
 def _share_trend(by_period: Mapping[tuple[date, str], float], mapping: Mapping[str, str],

@@ -6,6 +6,8 @@ exposes: its fields (less those marked ``hidden()``, sums kept to compute a prop
 the properties it names in ``API_PROPERTIES``, each documented by ``doc(...)`` metadata or
 the property's docstring. :func:`as_api` renders those as JSON and ``ettweb.api.schemas``
 builds the response schema from the same list and type hints, so a new field is one line.
+A result's own ``as_api()`` method, where it has one, is ``return as_api(self)`` and nothing
+else: a key written there by hand would be one the schema does not know.
 
 A field marked ``inline()`` holds another result whose fields (or the ones it names) the
 API lists in its place, at the same level (a job's answer shows its headline's numbers and

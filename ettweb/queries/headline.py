@@ -3,8 +3,9 @@ lost, failures per 1,000 GPU-hours, the trend's net change."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any, ClassVar
 
 from ettweb.queries.base import (
     ANY_JOB,
@@ -16,6 +17,7 @@ from ettweb.queries.base import (
     validated,
 )
 from ettweb.queries.day_totals import read_day_totals
+from ettweb.queries.exposed import as_api, hidden
 from ettweb.queries.lifecycle import LifecycleQuery
 from ettweb.queries.lost import LostByComponentQuery
 from ettweb.queries.registry import Query, runner_for
@@ -42,7 +44,15 @@ class FleetHeadlineResult:
     no wall time, or the 7 before would start before the first day); ``gpus_lost`` is lost
     GPU-hours / hours in the range: how many GPUs' worth of capacity the range lost."""
 
-    week: DateRange
+    API_PROPERTIES: ClassVar[tuple[str, ...]] = ("week_from", "week_to")
+    API_ORDER: ClassVar[tuple[str, ...]] = (
+        "week_from", "week_to", "week_ett_pct", "week_change_pts", "week_change_rel_pct",
+        "lost_gpu_hours", "gpus_lost", "failures", "wall_gpu_hours",
+        "failures_per_1k_gpu_hours", "trend_change_pts")
+
+    #: The API names the week's days beside the range's (``date_from``/``date_to``), so
+    #: under names of their own: ``week_from`` and ``week_to``.
+    week: DateRange = field(metadata=hidden())
     week_ett_pct: float | None
     week_change_pts: float | None
     week_change_rel_pct: float | None
@@ -53,15 +63,18 @@ class FleetHeadlineResult:
     failures_per_1k_gpu_hours: float | None
     trend_change_pts: float | None
 
+    @property
+    def week_from(self) -> date:
+        """The first of the range's last 7 days (the ``week_*`` tiles' week)."""
+        return self.week.date_from
+
+    @property
+    def week_to(self) -> date:
+        """The last of the range's last 7 days: the range's last day."""
+        return self.week.date_to
+
     def as_api(self) -> dict[str, Any]:
-        return {"week_from": self.week.date_from.isoformat(),
-                "week_to": self.week.date_to.isoformat(), "week_ett_pct": self.week_ett_pct,
-                "week_change_pts": self.week_change_pts,
-                "week_change_rel_pct": self.week_change_rel_pct,
-                "lost_gpu_hours": self.lost_gpu_hours, "gpus_lost": self.gpus_lost,
-                "failures": self.failures, "wall_gpu_hours": self.wall_gpu_hours,
-                "failures_per_1k_gpu_hours": self.failures_per_1k_gpu_hours,
-                "trend_change_pts": self.trend_change_pts}
+        return as_api(self)
 
 
 @runner_for(FleetHeadlineQuery)

@@ -10,9 +10,9 @@ the values the filters can take.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from django.db.models import Count, F, Q, QuerySet, Sum
 
@@ -30,7 +30,7 @@ from ettweb.queries.base import (
     validated,
 )
 from ettweb.queries.choices import FilterChoicesQuery, FilterChoicesQueryRunner
-from ettweb.queries.exposed import as_api
+from ettweb.queries.exposed import as_api, hidden
 from ettweb.queries.registry import Query, runner_for
 from ettweb.rollups.models import JobLostRollup, JobRollup
 
@@ -117,7 +117,15 @@ class JobListRow:
 
 @dataclass(frozen=True)
 class JobsResult:
-    rows: tuple[JobListRow, ...]
+    """One page of jobs, the filtered set's count and totals, and what the page's filters
+    can take."""
+
+    API_PROPERTIES: ClassVar[tuple[str, ...]] = ("ett_pct",)
+    API_ORDER: ClassVar[tuple[str, ...]] = (
+        "total", "page", "pages", "wall_gpu_s", "productive_gpu_s", "ett_pct", "failures",
+        "lost_by_component_gpu_s", "jobs")
+
+    jobs: tuple[JobListRow, ...]
     total: int
     page: int
     pages: int
@@ -125,8 +133,9 @@ class JobsResult:
     productive_gpu_s: float
     failures: int
     lost_by_component_gpu_s: dict[str, float]
-    quarantined: int
-    choices: dict[str, tuple[str, ...]]
+    #: The page's notes and its filters' values: not what a script paging through asks.
+    quarantined: int = field(metadata=hidden())
+    choices: dict[str, tuple[str, ...]] = field(metadata=hidden())
 
     @property
     def ett_pct(self) -> float:
@@ -141,11 +150,7 @@ class JobsResult:
         return self.wall_gpu_s / HOUR_S
 
     def as_api(self) -> dict[str, Any]:
-        return {"total": self.total, "page": self.page, "pages": self.pages,
-                "wall_gpu_s": self.wall_gpu_s, "productive_gpu_s": self.productive_gpu_s,
-                "ett_pct": self.ett_pct, "failures": self.failures,
-                "lost_by_component_gpu_s": self.lost_by_component_gpu_s,
-                "jobs": [row.as_api() for row in self.rows]}
+        return as_api(self)
 
 
 @runner_for(JobsQuery)
@@ -176,7 +181,7 @@ class JobsQueryRunner:
         page = min(q.page, pages)
         rows = self._ordered()[(page - 1) * q.page_size:page * q.page_size]
         return JobsResult(
-            rows=tuple(_row(r) for r in rows), total=total, page=page, pages=pages,
+            jobs=tuple(_row(r) for r in rows), total=total, page=page, pages=pages,
             wall_gpu_s=float(totals["wall"] or 0.0),
             productive_gpu_s=float(totals["productive"] or 0.0),
             failures=int(totals["failures"] or 0),

@@ -26,7 +26,7 @@ from ettweb.queries.base import (
 )
 from ettweb.queries.changes import ChangesQuery, ChangesQueryRunner, DetectedChange
 from ettweb.queries.day_totals import DayTotalsQuery, DayTotalsQueryRunner, DayTotalsResult
-from ettweb.queries.exposed import as_api, hidden, inline
+from ettweb.queries.exposed import as_api, hidden, inline, shown_as
 from ettweb.queries.impact import ImpactQuery, ImpactQueryRunner
 from ettweb.queries.lifecycle import LifecycleQuery, LifecycleQueryRunner
 from ettweb.queries.lost import lost_by_component_of
@@ -188,27 +188,45 @@ class RolloutWeek:
 class HistoryWeek:
     """One week of the report's chart; ``ett_pct`` is None for a week without data."""
 
-    week: IsoWeek
+    week: IsoWeek = field(metadata=shown_as(str, str))
     ett_pct: float | None
+
+
+def _losses(jobs: list[TopJob]) -> list[dict[str, Any]]:
+    """A report's top jobs as the API lists them: what each lost, without its labels."""
+    return [as_api(job.loss) for job in jobs]
 
 
 @dataclass(frozen=True)
 class WeeklyReportResult:
-    week: IsoWeek
+    """The weekly report's numbers (ETT_SPEC §7), what the e-mail renders."""
+
+    API_PROPERTIES: ClassVar[tuple[str, ...]] = ("days", "subject", "change_pts", "change_rel")
+    API_ORDER: ClassVar[tuple[str, ...]] = (
+        "week", "days", "subject", "this", "before", "change_pts", "change_rel", "components",
+        "top_jobs", "rollouts", "history", "unrecorded_changes")
+
+    week: IsoWeek = field(metadata=shown_as(str, str))
     this: WeekNumbers
     before: WeekNumbers
     components: list[ComponentWeek]
-    top_jobs: list[TopJob]
+    #: The e-mail names each job's team; the API lists what each lost (``JobLoss``).
+    top_jobs: list[TopJob] = field(metadata=shown_as(list[JobLoss], _losses))
     rollouts: list[RolloutWeek] = field(default_factory=list)
     #: The chart: the last weeks up to this one (oldest first) and their rollouts.
     history: list[HistoryWeek] = field(default_factory=list)
-    history_markers: list[RolloutMarker] = field(default_factory=list)
+    history_markers: list[RolloutMarker] = field(default_factory=list, metadata=hidden())
     #: The warm pass's verdicts on those rollouts (``/rollouts/``'s), by id: the chart's key
     #: says them; a rollout not computed yet is missing.
-    history_headlines: dict[int, Headline] = field(default_factory=dict)
+    history_headlines: dict[int, Headline] = field(default_factory=dict, metadata=hidden())
     #: The week's unrecorded changes (ETT_SPEC §6.3: no rollout explains them), every
     #: component's; the e-mail lists its subscriber's.
-    unrecorded: list[DetectedChange] = field(default_factory=list)
+    unrecorded_changes: list[DetectedChange] = field(default_factory=list)
+
+    @property
+    def days(self) -> list[date]:
+        """The week's first and last UTC day: Monday and Sunday."""
+        return [self.week.range.date_from, self.week.range.date_to]
 
     @property
     def change_pts(self) -> float | None:
@@ -232,17 +250,7 @@ class WeeklyReportResult:
 
     def as_api(self) -> dict[str, Any]:
         """The report's numbers as JSON (``/api/v1/reports/weekly``), not rounded."""
-        return {
-            "week": str(self.week), "days": [self.week.range.date_from.isoformat(),
-                                             self.week.range.date_to.isoformat()],
-            "subject": self.subject, "this": as_api(self.this), "before": as_api(self.before),
-            "change_pts": self.change_pts, "change_rel": self.change_rel,
-            "components": [as_api(c) for c in self.components],
-            "top_jobs": [as_api(j.loss) for j in self.top_jobs],
-            "rollouts": [as_api(r) for r in self.rollouts],
-            "history": [{"week": str(h.week), "ett_pct": h.ett_pct} for h in self.history],
-            "unrecorded_changes": [as_api(c) for c in self.unrecorded],
-        }
+        return as_api(self)
 
 
 @dataclass(frozen=True)
@@ -412,4 +420,4 @@ class WeeklyReportQueryRunner:
                                   top_jobs=top, rollouts=_rollouts(q.week),
                                   history=history, history_markers=markers,
                                   history_headlines=stored_headlines(m.id for m in markers),
-                                  unrecorded=_unrecorded(q.week))
+                                  unrecorded_changes=_unrecorded(q.week))

@@ -125,7 +125,7 @@ def context(report: WeeklyReportResult, *, fleet: bool, chart_src: str,
         r for r in report.rollouts if r.rollout.component in followed]
     fleet_params = {"date_from": week.range.date_from.isoformat(),
                     "date_to": week.range.date_to.isoformat()}
-    unrecorded = [c for c in report.unrecorded if not followed or c.component in followed]
+    unrecorded = [c for c in report.unrecorded_changes if not followed or c.component in followed]
     return {
         "report": report, "week": week, "mine": mine, "others": others, "fleet": fleet,
         "rollouts": rollouts, "chart_src": chart_src,

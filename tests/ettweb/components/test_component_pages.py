@@ -130,8 +130,8 @@ def test_unknown_component_is_none() -> None:
 def test_index_lists_every_known_component() -> None:
     Component.objects.filter(name="checkpointing").update(owner_team="storage-team")
     result = calculate(ComponentsIndexQuery(WHOLE))
-    rows = {r.name: r for r in result.rows}
-    assert [r.name for r in result.rows[:2]] == ["pt2_compiler", "checkpointing"]
+    rows = {r.name: r for r in result.components}
+    assert [r.name for r in result.components[:2]] == ["pt2_compiler", "checkpointing"]
     assert {"scheduler", "reliability", "unknown", "evaluation"} <= set(rows)
     assert rows["pt2_compiler"].lost_gpu_hours == 8.0
     assert rows["pt2_compiler"].share_of_fleet_lost_pct == pytest.approx(100 * 8 / 11)
@@ -390,9 +390,10 @@ def test_the_index_draws_each_components_lost_share_per_period(viewer: Client) -
     assert body["periods"] == [p.isoformat() for p in result.periods]
     # Shares of wall time, per period: weighted by the periods' wall, they give the totals.
     walls = [p.wall_gpu_s for p in calculate(TrendQuery(WHOLE, interval="week")).points]
-    for row in result.rows:
+    for row in result.components:
         if row.lost_gpu_s:
-            lost = sum(s / 100 * w for s, w in zip(result.shares[row.name], walls, strict=True))
+            shares = result.lost_share_pts[row.name]
+            lost = sum(s / 100 * w for s, w in zip(shares, walls, strict=True))
             assert lost == pytest.approx(row.lost_gpu_s)
 
 

@@ -41,11 +41,11 @@ def logged_in(client: Client) -> Client:
 
 def test_pages_sort_and_total_the_filtered_set(fleet: None) -> None:
     first = calculate(JobsQuery(sort="-ett_pct", page_size=5))
-    assert (first.total, first.pages, len(first.rows)) == (13, 3, 5)
-    ett = [row.ett_pct for row in first.rows]
+    assert (first.total, first.pages, len(first.jobs)) == (13, 3, 5)
+    ett = [row.ett_pct for row in first.jobs]
     assert ett == sorted(ett, reverse=True)
     third = calculate(JobsQuery(sort="-ett_pct", page_size=5, page=3))
-    assert len(third.rows) == 3 and third.rows[-1].ett_pct <= ett[-1]
+    assert len(third.jobs) == 3 and third.jobs[-1].ett_pct <= ett[-1]
     beyond = calculate(JobsQuery(page=99, page_size=5))
     assert beyond.page == 3  # a page past the end shows the last one
     ads = calculate(JobsQuery(team="ads"))
@@ -72,7 +72,7 @@ def test_a_range_keeps_jobs_whose_window_overlaps_it(fleet: None) -> None:
     from ettweb.queries import DateRange
 
     march_3_to_4 = DateRange(date(2026, 3, 3), date(2026, 3, 4))
-    assert {r.job for r in calculate(JobsQuery(range=march_3_to_4)).rows} == {"ads-02",
+    assert {r.job for r in calculate(JobsQuery(range=march_3_to_4)).jobs} == {"ads-02",
                                                                               "ads-03"}
 
 
