@@ -93,7 +93,8 @@ def _start_worker(env: dict[str, str], queue: str, log: Path, concurrency: int) 
     with open(log, "wb") as out:
         worker = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "ettweb.celery", "worker", "-Q", queue,
-             "--concurrency", str(concurrency), "--loglevel", "INFO", "--without-heartbeat",
+             "-n", f"bench-{queue}@%h", "--concurrency", str(concurrency), "--loglevel", "INFO",
+             "--without-heartbeat",
              "--without-mingle", "--without-gossip"],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60

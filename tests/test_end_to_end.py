@@ -76,7 +76,7 @@ def worker(worker_env: dict[str, str], queue: str, tmp_path: Path) -> Iterator[P
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "ettweb.celery", "worker", "-Q", queue,
-             "--concurrency", "1", "--pool", "solo", "--loglevel", "INFO",
+             "-n", f"e2e-{queue}@%h", "--concurrency", "1", "--pool", "solo", "--loglevel", "INFO",
              "--without-heartbeat", "--without-mingle", "--without-gossip"],
             cwd=ROOT, env=worker_env, stdout=out, stderr=subprocess.STDOUT)
     try:

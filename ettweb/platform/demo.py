@@ -232,7 +232,7 @@ class Demo:
     def start_services(self) -> None:
         _say("4/7", f"starting worker, beat, collector and web server (logs in {self.logs})…")
         credential = self.collector_credential()
-        self.spawn("worker", ["-m", "celery", "-A", "ettweb.celery", "worker",
+        self.spawn("worker", ["-m", "celery", "-A", "ettweb.celery", "worker", "-n", "demo@%h",
                               "--loglevel", "INFO", "--concurrency", "1", "--without-heartbeat",
                               "--without-mingle", "--without-gossip"])
         self.spawn("beat", self.beat_argv())

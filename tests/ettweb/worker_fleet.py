@@ -92,7 +92,8 @@ class Workers:
         log = open(self.tmp_path / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "ettweb.celery", "worker", "-Q", self.queue,
-             "-n", f"{name}@%h", "--concurrency", "1", "--pool", "prefork", "--loglevel", "INFO",
+             "-n", f"{name}-{self.queue}@%h", "--concurrency", "1", "--pool", "prefork",
+             "--loglevel", "INFO",
              "--without-heartbeat", "--without-mingle", "--without-gossip"],
             cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True)  # its own process group: killpg reaches pool children
