@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from ettweb.queries.exposed import as_api, hidden, inline, shown_as, zulu
 from ettweb.queries.impact.windows import Windows
@@ -151,8 +151,35 @@ class LostShare:
         return as_api(self)
 
 
+class Change(Protocol):
+    """A group's change and its interval, as §6.1 and §6.2 give them."""
+
+    @property
+    def change_pts(self) -> float | None: ...
+
+    @property
+    def ci95_pts(self) -> tuple[float, float] | None: ...
+
+
+class Deciding:
+    """What a §6.1 or §6.2 verdict reads: the difference in differences when it has an
+    interval, else the treated group's own change (a fleet-wide rollout has no control)."""
+
+    treated: Change
+    did_pts: float | None
+    did_ci95_pts: tuple[float, float] | None
+
+    @property
+    def deciding_pts(self) -> float | None:
+        return self.did_pts if self.did_ci95_pts is not None else self.treated.change_pts
+
+    @property
+    def deciding_ci95_pts(self) -> tuple[float, float] | None:
+        return self.did_ci95_pts if self.did_ci95_pts is not None else self.treated.ci95_pts
+
+
 @dataclass(frozen=True)
-class ComponentEffect:
+class ComponentEffect(Deciding):
     """ETT_SPEC §6.1: the rollout's component's lost share, treated and control, with
     intervals from the same draws as ETT%'s, and its verdict."""
 
@@ -164,15 +191,6 @@ class ComponentEffect:
     verdict: ComponentVerdict
     verdict_reason: str
     inconclusive: Inconclusive | None
-
-    @property
-    def deciding_pts(self) -> float | None:
-        """The change the verdict reads: the DiD's when it has an interval."""
-        return self.did_pts if self.did_ci95_pts is not None else self.treated.change_pts
-
-    @property
-    def deciding_ci95_pts(self) -> tuple[float, float] | None:
-        return self.did_ci95_pts if self.did_ci95_pts is not None else self.treated.ci95_pts
 
     def as_api(self) -> dict[str, Any]:
         return as_api(self)
@@ -190,7 +208,7 @@ class AdjustedChange:
 
 
 @dataclass(frozen=True)
-class AdjustedEffect:
+class AdjustedEffect(Deciding):
     """ETT_SPEC §6.2: the variance-reduced ETT% change (``ADJUSTED_METHOD``), beside §6's."""
 
     method: str
@@ -204,14 +222,6 @@ class AdjustedEffect:
     jobs_left_out: int
     strata: int
     inconclusive: Inconclusive | None
-
-    @property
-    def deciding_pts(self) -> float | None:
-        return self.did_pts if self.did_ci95_pts is not None else self.treated.change_pts
-
-    @property
-    def deciding_ci95_pts(self) -> tuple[float, float] | None:
-        return self.did_ci95_pts if self.did_ci95_pts is not None else self.treated.ci95_pts
 
     def as_api(self) -> dict[str, Any]:
         return as_api(self)
