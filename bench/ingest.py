@@ -94,8 +94,7 @@ def _start_worker(env: dict[str, str], queue: str, log: Path, concurrency: int) 
         worker = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "ettweb.celery", "worker", "-Q", queue,
              "-n", f"bench-{queue}@%h", "--concurrency", str(concurrency), "--loglevel", "INFO",
-             "--without-heartbeat",
-             "--without-mingle", "--without-gossip"],
+             "--without-heartbeat", "--without-mingle", "--without-gossip"],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while b" ready." not in log.read_bytes():
