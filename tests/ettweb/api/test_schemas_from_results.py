@@ -49,18 +49,11 @@ from ettweb.queries.exposed import as_api, exposed_fields
 from ettweb.queries.impact.result import ImpactResult
 from ettweb.queries.registry import Query
 from ettweb.queries.top_jobs import TopJob
+from tests.subclasses import subclasses_in
 
 
 def api_schemas() -> list[type[Schema]]:
-    for module in pkgutil.iter_modules(ettweb.api.__path__):
-        importlib.import_module(f"ettweb.api.{module.name}")
-    found: list[type[Schema]] = []
-    pending = list(Schema.__subclasses__())
-    while pending:
-        cls = pending.pop()
-        found.append(cls)
-        pending.extend(cls.__subclasses__())
-    return [cls for cls in found if cls.__module__.startswith("ettweb.api")]
+    return subclasses_in(ettweb.api, Schema)
 
 
 def test_every_built_schema_has_its_results_fields() -> None:

@@ -7,26 +7,17 @@ query would silently answer with whichever module was imported last.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 
 import pytest
 
 import ettweb.queries
 from ettweb.queries import Query, calculate, runner_for
+from tests.subclasses import subclasses_in
 
 
 def every_query() -> list[type[Query[object]]]:
-    for module in pkgutil.iter_modules(ettweb.queries.__path__):
-        importlib.import_module(f"ettweb.queries.{module.name}")
-    found: list[type[Query[object]]] = []
-    pending = list(Query.__subclasses__())
-    while pending:
-        cls = pending.pop()
-        found.append(cls)
-        pending.extend(cls.__subclasses__())
-    return [cls for cls in found if cls.__module__.startswith("ettweb.queries")]
+    return subclasses_in(ettweb.queries, Query)
 
 
 def test_every_query_has_its_own_runner() -> None:
