@@ -26,6 +26,9 @@ $(VENV)/.trainer-installed: $(VENV)/.web-installed
 	$(PIP) install -q fbgemm-gpu-cpu==1.8.0
 	$(PIP) install -q --no-deps torchrec==1.8.0
 	$(PIP) install -q tensordict torchmetrics==1.0.3 tqdm pyre-extensions
+	# The framework adapters' extras, held to the torch above (a newer one is a CUDA download).
+	echo torch==2.13.0 > $(VENV)/torch-pin.txt
+	$(PIP) install -q -c $(VENV)/torch-pin.txt -e '.[lightning,transformers]'
 	@touch $@
 
 install: $(VENV)/.web-installed  ## web + worker + dev tools into .venv (no torch)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from collector import live_reporters
+from collector.identity import ATTEMPT_ENV_VARS, attempt_from_env, rank_from_env
 from collector.schema import EventError, dump_event, validate_event
 from collector.spans import PhaseSpan, TrainTracker, traced
 from collector.spool_writer import DEFAULT_SEGMENT_BYTES, FSYNC_POLICIES, SegmentWriter
@@ -32,8 +33,6 @@ __all__ = ["ATTEMPT_ENV_VARS", "DEFAULT_SPOOL_DIR", "PhaseSpan", "Reporter", "Tr
 
 log = logging.getLogger("ett.reporter")
 
-#: Environment variables a launcher sets; the first one present gives the attempt number.
-ATTEMPT_ENV_VARS = ("ETT_ATTEMPT", "TORCHELASTIC_RESTART_COUNT")
 DEFAULT_SPOOL_DIR = "var/spool"
 _STOP = object()
 #: Most events serialized and written in one go by the background thread.
@@ -46,20 +45,6 @@ def _env_int(name: str) -> int | None:
     if not value.isascii() or not value.isdigit():  # "²".isdigit() is True: ASCII only
         return None
     return int(value)
-
-
-def attempt_from_env(default: int = 0) -> int:
-    """The restart count a launcher gave this process (ETT_ATTEMPT, then torchrun's)."""
-    for name in ATTEMPT_ENV_VARS:
-        value = _env_int(name)
-        if value is not None:
-            return value
-    return default
-
-
-def _rank_from_env() -> int:
-    value = _env_int("RANK")
-    return 0 if value is None else value
 
 
 class Reporter:
@@ -98,7 +83,7 @@ class Reporter:
     ) -> None:
         self.job = job
         self.attempt = attempt_from_env() if attempt is None else attempt
-        self.rank = _rank_from_env() if rank is None else rank
+        self.rank = rank_from_env() if rank is None else rank
         self.host = host if host is not None else socket.gethostname()[:200]
         self.spool_dir = Path(spool_dir or os.environ.get("ETT_SPOOL_DIR", DEFAULT_SPOOL_DIR))
         self.heartbeat_s = heartbeat_s
