@@ -16,7 +16,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 from playwright.sync_api import Browser, sync_playwright
+
+from tests.examples import examples
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ettweb.settings.test")
 
@@ -28,6 +31,11 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 
 #: ETT_SPEC §3 "A worked example": ETT 70.80%, wall 113 s, productive 80 s, 4 GPUs.
 WORKED_EXAMPLE_ETT_PCT = 70.80
+
+#: Property tests that name no count draw Hypothesis's default 100, scaled like the others
+#: (tests/examples.py: all of them in ``make test``, a fraction in ``make test-fast``).
+hypothesis_settings.register_profile("ett", max_examples=examples(100))
+hypothesis_settings.load_profile("ett")
 
 
 @pytest.hookimpl(trylast=True)

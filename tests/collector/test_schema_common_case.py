@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from collector import schema
 from collector.schema import EventError, validate_event
+from tests.examples import examples
 
 ANY_VALUE = (st.none() | st.booleans() | st.integers(-3, 2**40) | st.text(max_size=70)
              | st.floats(allow_nan=True, allow_infinity=True) | st.lists(st.integers(), max_size=2)
@@ -52,7 +53,7 @@ def _outcome(event: dict[str, Any]) -> str:
         return f"EventError: {exc}"
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(events())
 def test_common_route_agrees_with_the_full_checks(event: dict[str, Any]) -> None:
     fast = _outcome(dict(event))

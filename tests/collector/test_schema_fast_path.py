@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from collector import schema
 from collector.schema import EventError, is_plain, parse_event, validate_event
+from tests.examples import examples
 
 pytestmark = pytest.mark.skipif(schema._fast_loads is None, reason="orjson is part of the "
                                 "web/worker install; this file tests its fast path")
@@ -55,7 +56,7 @@ def _parsed(line: str) -> dict[str, Any] | str:
         return f"rejected: {type(exc).__name__}"
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(events(), st.booleans())
 def test_fast_and_standard_parsers_agree_value_for_value(event: dict[str, Any],
                                                          ascii_only: bool) -> None:

@@ -24,6 +24,7 @@ from collector.schema import dump_event, parse_event
 from collector.spool import dropped_events
 from collector.spool_reader import read_records
 from collector.spool_writer import SegmentWriter
+from tests.examples import examples
 
 EMITTED = 400
 
@@ -223,7 +224,7 @@ damage_ops = st.lists(
     unique_by=lambda op: (op[1] % RECORDS if op[0] == "cut-newline" else op[1]))
 
 
-@settings(deadline=None, derandomize=True, max_examples=400)
+@settings(deadline=None, derandomize=True, max_examples=examples(400))
 @given(ops=damage_ops)
 def test_random_damage_yields_every_intact_record_and_one_problem_per_destroyed_one(
         tmp_path_factory: Any, ops: list[tuple[str, int, int]]) -> None:

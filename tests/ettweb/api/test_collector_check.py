@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from collector.auth import CHECK_HEADERS, CHECK_PATH, check_body, sign_batch
 from ettweb.ingest.credentials import CHECK_SKEW_S, new_credential, prune_nonces
 from ettweb.ingest.models import CheckNonce, CollectorCredential, CollectorRejection
+from tests.examples import examples
 
 pytestmark = pytest.mark.django_db
 SOURCE = "gpu-node-17"
@@ -164,7 +165,7 @@ HEADER_VALUES = st.one_of(st.none(), st.text(max_size=80),
                           st.sampled_from(["", "0" * 32, "1e308", "-0", "inf", "col-x"]))
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, database=None,
+@settings(max_examples=examples(300), deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(values=st.fixed_dictionaries({field: HEADER_VALUES for field in CHECK_HEADERS}),
        source=st.text(max_size=30))

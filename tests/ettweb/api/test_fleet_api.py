@@ -20,6 +20,7 @@ from ettweb.queries import JobFilter, LifecycleQuery, TrendQuery, calculate
 from tests.ettweb.dashboard import scoped_fleet
 from tests.ettweb.dashboard.scoped_fleet import MARCH, MARCH_PARAMS, H
 from tests.ettweb.dashboard.test_fleet_filters import figure, tile
+from tests.examples import examples
 
 pytestmark = pytest.mark.django_db
 ADS = {**MARCH_PARAMS, "team": "ads"}
@@ -202,7 +203,7 @@ def test_the_openapi_document_lists_every_endpoint(viewer: Client) -> None:
             "compare"} <= names
 
 
-FUZZ = settings(max_examples=300, deadline=None, derandomize=True, database=None,
+FUZZ = settings(max_examples=examples(300), deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
                                        HealthCheck.too_slow])
 

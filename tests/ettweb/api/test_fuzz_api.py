@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from ettweb.access.tokens import issue_token
 from ettweb.rollouts.models import Rollout
+from tests.examples import examples
 
 pytestmark = pytest.mark.django_db
 GOOD: dict[str, Any] = {"name": "async checkpointing", "component": "checkpointing",
@@ -33,7 +34,7 @@ JUNK = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70),
 SCOPES = st.one_of(JUNK, st.fixed_dictionaries({}, optional={
     "teams": JUNK, "models": JUNK, "clusters": JUNK, "job_pattern": JUNK,
     "spam": JUNK}))
-FUZZ = settings(max_examples=600, deadline=None, derandomize=True, database=None,
+FUZZ = settings(max_examples=examples(600), deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
                                        HealthCheck.too_slow])
 
@@ -88,7 +89,7 @@ def test_no_body_is_a_500(client: Client, auth: dict[str, str], body: Any) -> No
     assert Rollout.objects.count() == before
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, database=None,
+@settings(max_examples=examples(300), deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.one_of(st.binary(max_size=200), st.text(max_size=200).map(str.encode)))
 def test_bytes_that_are_not_json_are_400s(client: Client, auth: dict[str, str],
@@ -99,7 +100,7 @@ def test_bytes_that_are_not_json_are_400s(client: Client, auth: dict[str, str],
         _refused_with_a_reason(response)
 
 
-@settings(max_examples=600, deadline=None, derandomize=True, database=None,
+@settings(max_examples=examples(600), deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(path=st.sampled_from(["/api/v1/rollouts/{x}", "/api/v1/rollouts/{x}/impact",
                              "/api/v1/rollouts/1/impact?window={x}", "/api/v1/rollouts?limit={x}",

@@ -23,6 +23,7 @@ from ettweb.attribution.chunk_sums import Assembled, assemble, attribute_in_chun
 from ettweb.attribution.chunk_sweep import ChunkState, segments_from_json, segments_to_json
 from ettweb.attribution.engine import Event, attribute_job
 from tests.ettweb.attribution.test_properties import job_events
+from tests.examples import examples
 
 #: Chunk lengths that divide a day, against timelines of quarter seconds to days.
 CHUNKS = [0.25, 1.0, 3.75, 10.0, 40.0, 3600.0, 86400.0]
@@ -82,7 +83,7 @@ def assert_equal_to_engine(got: Assembled, events: list[Event]) -> None:
         assert _same_map(m.by_category_gpu_s, w.by_category_gpu_s)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(stretched_jobs(), st.sampled_from([1, 3, 20_000]))
 def test_chunk_by_chunk_from_nothing_is_the_engine(job: tuple[list[Event], float],
                                                    group_events: int) -> None:
@@ -134,7 +135,7 @@ class _Store:
             self.chunk_s), done.written
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(stretched_jobs(), st.sampled_from([1, 3, 20_000]), st.randoms(use_true_random=False))
 def test_batches_in_any_order_refresh_to_the_engines_numbers(
         job: tuple[list[Event], float], group_events: int, rng: random.Random) -> None:

@@ -24,6 +24,7 @@ from ettweb.attribution.lanes import (
 from tests.ettweb.attribution.attribution_events import Timeline, worked_example
 from tests.ettweb.attribution.rank_events import SLOW_EXTRA_S, ranked_job
 from tests.ettweb.attribution.test_properties import job_events
+from tests.examples import examples
 
 
 def window(start: float, end: float, attempt: int = 0) -> AttemptWindow:
@@ -192,7 +193,7 @@ def test_shared_pieces_are_laid_side_by_side_and_merged_with_neighbours() -> Non
     assert row.pieces == (("compile", 0, 5.0), ("data_init", 5.0, 20))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(job_events())
 def test_the_timeline_tiles_each_row_with_the_engines_seconds(events: list[dict[str, Any]],
                                                                ) -> None:
@@ -215,7 +216,7 @@ def test_the_timeline_tiles_each_row_with_the_engines_seconds(events: list[dict[
         assert got == pytest.approx(wanted, abs=1e-6)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(job_events())
 def test_every_rank_with_a_span_in_its_window_has_one_lane(events: list[dict[str, Any]],
                                                            ) -> None:

@@ -20,6 +20,7 @@ from ettweb.attribution.engine import (
     attribute_job,
     per_day,
 )
+from tests.examples import examples
 
 PHASES = ["train", "compile", "eval", "checkpoint_save", "publish"]
 STATUSES = ["completed", "failed", "preempted", "cancelled"]
@@ -67,7 +68,7 @@ def _lost_total(job: JobAttribution, gpu: bool = False) -> float:
     return sum((job.lost_gpu_s if gpu else job.lost_s).values())
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(job_events())
 def test_categories_sum_to_wall(events: list[dict[str, Any]]) -> None:
     job = attribute_job(events)
@@ -80,7 +81,7 @@ def test_categories_sum_to_wall(events: list[dict[str, Any]]) -> None:
     assert per_day_total == pytest.approx(job.wall_gpu_s, abs=1e-9)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(job_events())
 def test_segments_tile_the_job_window(events: list[dict[str, Any]]) -> None:
     job = attribute_job(events)
@@ -97,7 +98,7 @@ def test_segments_tile_the_job_window(events: list[dict[str, Any]]) -> None:
         assert sum(segment.shares.values()) == pytest.approx(segment.duration_s, abs=1e-9)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(job_events(), st.randoms(use_true_random=False))
 def test_independent_of_order_and_duplicates(
     events: list[dict[str, Any]], rng: random.Random
@@ -162,7 +163,7 @@ def _naive_totals(events: list[dict[str, Any]], job: JobAttribution) -> dict[str
     return {name: seconds for name, seconds in totals.items() if seconds > 1e-12}
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(job_events())
 def test_sweep_matches_a_naive_reading_of_the_rules(events: list[dict[str, Any]]) -> None:
     job = attribute_job(events)
@@ -174,7 +175,7 @@ def test_sweep_matches_a_naive_reading_of_the_rules(events: list[dict[str, Any]]
 # --- rollups, recoveries and anomalies ---------------------------------------------------------
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(job_events())
 def test_per_day_rollups_sum_to_the_job_totals_per_category(
     events: list[dict[str, Any]],
@@ -191,7 +192,7 @@ def test_per_day_rollups_sum_to_the_job_totals_per_category(
             {k: v for k, v in expected.items() if abs(v) > 1e-9}, abs=1e-9)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(job_events())
 def test_recoveries_follow_time_to_recover_and_anomalies_are_known(
     events: list[dict[str, Any]],
@@ -263,7 +264,7 @@ def _split(span: dict[str, Any], m: float, step: int | None) -> list[dict[str, A
     return [first, second]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(job_events(), st.data())
 def test_independent_of_splitting_a_span_into_two_of_the_same_phase(
     events: list[dict[str, Any]], data: st.DataObject,
@@ -294,7 +295,7 @@ def _near(a: dict[str, float], b: dict[str, float]) -> bool:
     return all(a.get(k, 0.0) == pytest.approx(b.get(k, 0.0), abs=1e-9) for k in keys)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(job_events(), st.sampled_from([0.25, 1.0, 3.75, 10.0, 40.0, 1000.0]))
 def test_a_sweep_in_time_chunks_gives_the_whole_sweeps_numbers(
         events: list[dict[str, Any]], chunk_s: float) -> None:

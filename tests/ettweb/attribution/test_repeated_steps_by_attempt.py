@@ -10,9 +10,10 @@ from hypothesis import given, settings
 from ettweb.attribution.engine import attribute_job
 from tests.ettweb.attribution.attribution_events import Timeline, worked_example
 from tests.ettweb.attribution.test_properties import job_events
+from tests.examples import examples
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(job_events())
 def test_repeated_steps_per_attempt_sum_to_the_total(events: list[dict[str, Any]]) -> None:
     job = attribute_job(events)

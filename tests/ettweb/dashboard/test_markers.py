@@ -23,6 +23,7 @@ from ettweb.platform.text import http_link
 from ettweb.queries import DateRange, RolloutMarker, RolloutMarkersQuery, calculate
 from ettweb.queries.markers import INVALID_SCOPE
 from ettweb.rollouts.models import Rollout
+from tests.examples import examples
 
 MAR1 = datetime(2026, 3, 1, tzinfo=UTC)
 MONTH_S = 31 * 86400.0
@@ -79,7 +80,7 @@ def test_one_lane_per_component_sorted_by_name() -> None:
     assert [c.count for c in lanes["checkpointing"]] == [1]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(offsets=st.lists(st.floats(min_value=0, max_value=MONTH_S), max_size=120),
        components=st.lists(st.sampled_from(["a", "b", "c"]), min_size=120, max_size=120),
        per_lane=st.integers(min_value=1, max_value=40))

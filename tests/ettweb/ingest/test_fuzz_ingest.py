@@ -29,9 +29,10 @@ from ettweb.ingest.models import Event, QuarantinedEvent
 from ettweb.ingest.tasks import ingest_batch
 from tests.ettweb.ingest.conftest import Signer
 from tests.ettweb.ingest.fuzz_corpus import JUNK_VALUES, malformed_batch, valid_mark
+from tests.examples import examples
 
 pytestmark = pytest.mark.django_db
-FUZZ = settings(max_examples=500, deadline=None, derandomize=True, database=None,
+FUZZ = settings(max_examples=examples(500), deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
                                        HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -88,7 +89,7 @@ def test_the_task_survives_any_payload(payload: tuple[Any, Any, Any]) -> None:
     assert result["stored"] == 0  # none of these is signed: nothing may be stored
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, database=None,
+@settings(max_examples=examples(150), deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(rng=st.randoms(use_true_random=False), size=st.integers(1, 15))
 def test_a_signed_batch_of_junk_keeps_its_valid_events(rng: random.Random, size: int,
