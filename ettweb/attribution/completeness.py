@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Final
 
 from collector.schema import TRAIN_PHASE
@@ -148,17 +149,28 @@ class PhaseFacts:
 def phase_facts(spans: Iterable[Event]) -> PhaseFacts:
     """The facts of one attempt's spans (validated, normalized events of kind ``span``)."""
     spans = list(spans)
-    train = [span for span in spans if span["phase"] == TRAIN_PHASE]
-    phases = frozenset(span["phase"] for span in spans)
-    if not train:
+    phases = frozenset(map(_PHASE, spans))
+    if TRAIN_PHASE not in phases:
         return PhaseFacts(phases)
-    rank = min(span["rank"] for span in train)
+    # C-level passes (itemgetter, map): this runs on every event a refresh summarizes.
+    train = [span for span in spans if span["phase"] == TRAIN_PHASE]
+    rank = min(map(_RANK, train))
     mine = [span for span in train if span["rank"] == rank]
-    first = min(mine, key=lambda s: (s["start"], s["end"], s["step_start"], s["step_end"]))
+    first = min(mine, key=_FIRST)
     return PhaseFacts(phases, TrainLead(
         rank, float(first["start"]), float(first["end"]), int(first["step_start"]),
-        int(first["step_end"]), len(mine), sum(s["step_end"] - s["step_start"] for s in mine),
-        sum(s["end"] - s["start"] for s in mine)))
+        int(first["step_end"]), len(mine),
+        sum(map(_STEP_END, mine)) - sum(map(_STEP_START, mine)),
+        sum(map(_END, mine)) - sum(map(_START, mine))))
+
+
+_PHASE: Final = itemgetter("phase")
+_RANK: Final = itemgetter("rank")
+_FIRST: Final = itemgetter("start", "end", "step_start", "step_end")
+_START: Final = itemgetter("start")
+_END: Final = itemgetter("end")
+_STEP_START: Final = itemgetter("step_start")
+_STEP_END: Final = itemgetter("step_end")
 
 
 @dataclass(frozen=True, slots=True)
