@@ -26,7 +26,14 @@ from ninja.errors import HttpError
 
 from ettweb.api.schemas import schema_of
 from ettweb.queries import JobComputing, JobQuery, calculate
-from ettweb.queries.job_detail import AttemptRow, JobResult, LaneRow, RecoveryRow, TimelineRow
+from ettweb.queries.job_detail import (
+    AttemptRow,
+    FindingRow,
+    JobResult,
+    LaneRow,
+    RecoveryRow,
+    TimelineRow,
+)
 
 #: No ``auth`` here: mounted on ``ettweb.api.v1.api``, the router takes the API's (a bearer
 #: token or the browser's CSRF-checked session).
@@ -45,6 +52,7 @@ else:
     schema_of(RecoveryRow, "JobRecoveryOut")
     schema_of(TimelineRow, "JobTimelineOut")
     schema_of(LaneRow, "JobLaneOut")
+    schema_of(FindingRow, "JobFindingOut")
     JobDetailOut = schema_of(JobResult, "JobDetailOut")
     JobComputingOut = schema_of(JobComputing, "JobComputingOut")
 

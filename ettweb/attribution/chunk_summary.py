@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any, Final
 
 from collector.schema import TRAIN_PHASE
 
+from .completeness import PhaseFacts, phase_facts
 from .engine import ANOMALY_KINDS, DAY_S, AttemptWindow, Event, attempt_windows
 
 #: The default fine chunk: a quarter hour (``ETT_CHUNK_S``'s default).
@@ -70,7 +71,8 @@ class AttemptSummary:
     ``lo``/``hi``: the earliest span start or heartbeat and the latest span end or
     heartbeat (what window clamping and the outside-window anomalies look at);
     ``raw_last``: the latest span start or mark time (what "after a later attempt's start"
-    looks at). ``None`` where the chunk has no such event.
+    looks at). ``None`` where the chunk has no such event. ``facts``: what the completeness
+    check reads (``None`` in a summary stored before the check existed).
     """
 
     attempt: int
@@ -88,6 +90,7 @@ class AttemptSummary:
     lo: float | None
     hi: float | None
     raw_last: float
+    facts: PhaseFacts | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"n": self.events, "first": self.first, "last": self.last,
@@ -96,7 +99,8 @@ class AttemptSummary:
                 "em": list(self.end_mark) if self.end_mark else None,
                 "sms": self.start_marks, "ems": self.end_marks, "st": list(self.statuses),
                 "ts": self.train_start, "tstep": self.train_step, "lo": self.lo,
-                "hi": self.hi, "raw": self.raw_last}
+                "hi": self.hi, "raw": self.raw_last,
+                "ph": None if self.facts is None else self.facts.to_json()}
 
     @classmethod
     def from_json(cls, attempt: int, raw: Mapping[str, Any]) -> AttemptSummary:
@@ -107,7 +111,8 @@ class AttemptSummary:
                    end_mark=(float(em[0]), str(em[1]), str(em[2])) if em else None,
                    start_marks=raw["sms"], end_marks=raw["ems"], statuses=tuple(raw["st"]),
                    train_start=raw["ts"], train_step=raw["tstep"], lo=raw["lo"],
-                   hi=raw["hi"], raw_last=raw["raw"])
+                   hi=raw["hi"], raw_last=raw["raw"],
+                   facts=PhaseFacts.from_json(raw["ph"]) if raw.get("ph") else None)
 
 
 def summarize(events: Iterable[Event]) -> dict[int, AttemptSummary]:
@@ -142,15 +147,15 @@ def _summary(attempt: int, events: list[Event]) -> AttemptSummary:
         train_start=min((s["start"] for s in train), default=None),
         train_step=min((s["step_start"] for s in train), default=None),
         lo=min(starts + beats, default=None), hi=max(ends + beats, default=None),
-        raw_last=max(starts + times))
+        raw_last=max(starts + times), facts=phase_facts(spans))
 
 
 class _Folded:
     """One attempt's summaries folded over its chunks (what ``attempt_windows`` reads)."""
 
-    __slots__ = ("attempt", "end_mark", "end_marks", "events", "first", "last",
-                 "last_activity", "start_mark", "start_marks", "statuses", "train_start",
-                 "train_step")
+    __slots__ = ("attempt", "end_mark", "end_marks", "events", "facts", "facts_known",
+                 "first", "last", "last_activity", "start_mark", "start_marks", "statuses",
+                 "train_start", "train_step")
 
     def __init__(self, attempt: int) -> None:
         self.attempt = attempt
@@ -161,6 +166,8 @@ class _Folded:
         self.statuses: set[str] = set()
         self.train_start: float | None = None
         self.train_step: int | None = None
+        self.facts: PhaseFacts | None = None
+        self.facts_known = True  # False once a summary from before the check is folded in
 
     @property
     def start(self) -> float:
@@ -181,6 +188,10 @@ class _Folded:
         self.statuses.update(s.statuses)
         self.train_start = min_known(self.train_start, s.train_start)
         self.train_step = min_known(self.train_step, s.train_step)
+        if s.facts is None:
+            self.facts_known = False
+        else:
+            self.facts = s.facts if self.facts is None else self.facts.merged(s.facts)
 
 
 def min_known(a: Any, b: Any) -> Any:
@@ -206,6 +217,8 @@ class Skeleton:
     anomalies: dict[str, int]
     train_start: float | None
     events: int
+    #: Per attempt: what the completeness check reads (``None``: not known for every chunk).
+    facts: dict[int, PhaseFacts | None] = field(default_factory=dict)
 
 
 def fold(summaries: Iterable[Mapping[int, AttemptSummary]]) -> Skeleton | None:
@@ -246,4 +259,5 @@ def fold(summaries: Iterable[Mapping[int, AttemptSummary]]) -> Skeleton | None:
     return Skeleton(windows=windows, by_attempt={w.attempt: w for w in windows},
                     later_start=later, lowest_step=lowest,
                     anomalies={k: v for k, v in counts.items() if v},
-                    train_start=train_start, events=sum(a.events for a in ordered))
+                    train_start=train_start, events=sum(a.events for a in ordered),
+                    facts={a.attempt: a.facts if a.facts_known else None for a in ordered})

@@ -19,10 +19,11 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any, ClassVar, Final, Literal
 
+from ettweb.attribution.completeness import Finding
 from ettweb.ingest.models import Event, Job, QuarantinedEvent
 from ettweb.platform.deferred import send_once
 from ettweb.queries.base import by_component, phase_components, quarantined_lines
-from ettweb.queries.exposed import as_api, hidden, inline
+from ettweb.queries.exposed import as_api, doc, hidden, inline
 from ettweb.queries.registry import Query, runner_for
 from ettweb.rollups.chunk_store import chunk_index, chunk_lanes, chunk_s
 from ettweb.rollups.marks import rollup_outdated
@@ -38,6 +39,10 @@ REFRESH_TASK: Final = "ett.refresh_outdated_rollups"
 ASK_AGAIN_S: Final = 30.0
 #: Seconds a client is told to wait before asking again for a job being computed.
 RETRY_AFTER_S: Final = 5
+#: Findings of the completeness check the job page lists, largest first: a job restarted a
+#: hundred times without a checkpoint_load span needs a few lines, not a hundred (the API
+#: lists them all).
+SHOWN_FINDINGS: Final = 8
 
 # --------------------------------------------------------------------------- one job
 
@@ -136,6 +141,30 @@ class LaneRow:
 
 
 @dataclass(frozen=True)
+class FindingRow:
+    """One thing that looks missing from an attempt's events (the completeness check,
+    ``ettweb.attribution.completeness``): its kind, the seconds involved, the step training
+    resumed at (a restart) or the phases around a gap, and what to instrument."""
+
+    API_ORDER: ClassVar[tuple[str, ...]] = ("kind", "attempt", "seconds", "step", "before",
+                                            "after", "message", "advice")
+
+    kind: str
+    attempt: int
+    seconds: float
+    step: int | None
+    before: str
+    after: str
+    message: str
+    advice: str
+
+    @classmethod
+    def of(cls, finding: Finding) -> FindingRow:
+        return cls(finding.kind, finding.attempt, finding.seconds, finding.step,
+                   finding.before, finding.after, finding.message, finding.advice)
+
+
+@dataclass(frozen=True)
 class JobHeadline:
     """The numbers a job page shows: exactly the job's rollup row."""
 
@@ -174,7 +203,8 @@ class JobResult:
         "job", "status", "model", "team", "cluster", "ett_pct", "wall_s", "productive_s",
         "wall_gpu_s", "productive_gpu_s", "time_to_start_s", "time_to_recover_s", "failures",
         "repeated_steps", "anomalies", "quarantined", "lost_s", "lost_by_component_s",
-        "lost_by_component_gpu_s", "attempts", "recoveries", "timeline", "lanes")
+        "lost_by_component_gpu_s", "attempts", "recoveries", "timeline", "lanes",
+        "instrumentation")
 
     job: str
     headline: JobHeadline = field(metadata=inline())
@@ -191,6 +221,9 @@ class JobResult:
     #: none asked for, ``lanes_later`` is the job's first chunk.
     lanes_earlier: float | None = field(default=None, metadata=hidden())
     lanes_later: float | None = field(default=None, metadata=hidden())
+    instrumentation: tuple[FindingRow, ...] | None = field(default=None, metadata=doc(
+        "What looks missing from the job's events, largest first within each attempt "
+        "([] when nothing does; null when the job was rolled up before the check existed)"))
 
     @property
     def status(self) -> Literal["ready"]:
@@ -202,6 +235,17 @@ class JobResult:
         """Where the job's clock starts: its first attempt's start."""
         attempts = self.headline.attempts
         return attempts[0].start if attempts else 0.0
+
+    @property
+    def shown_findings(self) -> list[FindingRow]:
+        """The completeness check's largest findings (``SHOWN_FINDINGS`` at most)."""
+        found = sorted(self.instrumentation or (), key=lambda f: (-f.seconds, f.attempt))
+        return found[:SHOWN_FINDINGS]
+
+    @property
+    def more_findings(self) -> int:
+        """How many findings the page leaves out (the API lists them)."""
+        return max(0, len(self.instrumentation or ()) - SHOWN_FINDINGS)
 
     def lanes_of(self, attempt: int) -> list[LaneRow]:
         """One attempt's lanes, lowest rank first."""
@@ -336,7 +380,16 @@ class JobQueryRunner:
             quarantined=quarantined_lines(QuarantinedEvent.objects.filter(job=self.query.job)),
             meta=_job_meta(self.query.job, rollup), timeline=timeline, lanes=lanes.rows,
             lanes_at=lanes.at, lanes_earlier=lanes.earlier, lanes_later=lanes.later,
+            instrumentation=_findings(rollup),
         )
+
+
+def _findings(rollup: JobRollup) -> tuple[FindingRow, ...] | None:
+    """The completeness check's findings stored with the rollup (``None``: not checked)."""
+    stored = rollup.instrumentation
+    if not isinstance(stored, dict):
+        return None
+    return tuple(FindingRow.of(Finding.from_json(raw)) for raw in stored.get("findings", []))
 
 
 @dataclass(frozen=True)

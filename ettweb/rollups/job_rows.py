@@ -15,6 +15,7 @@ from typing import Any
 from django.utils import timezone
 
 from ettweb.attribution import chunk_sums
+from ettweb.attribution.completeness import Finding
 from ettweb.attribution.engine import JobAttribution
 from ettweb.attribution.lanes import Timeline
 from ettweb.rollups.models import AttemptRollup, JobRollup, RecoveryRollup
@@ -44,11 +45,13 @@ class JobRows:
 
 
 def job_rows(attribution: JobAttribution, days: dict[DayKey, DayValues],
-             timeline: Sequence[Timeline], *, events: int, chunk_count: int) -> JobRows:
+             timeline: Sequence[Timeline], *, events: int, chunk_count: int,
+             findings: Sequence[Finding] | None = None) -> JobRows:
     """Every rollup row of one job, unsaved.
 
     ``attribution`` and ``days`` are the job's chunks summed up (``chunk_sums.assemble``),
-    ``timeline`` the job page's category timeline, ``events`` the stored events attributed.
+    ``timeline`` the job page's category timeline, ``events`` the stored events attributed,
+    ``findings`` the completeness check's (``None``: not checked).
     """
     windows = attribution.attempts
     last = windows[-1]
@@ -63,6 +66,8 @@ def job_rows(attribution: JobAttribution, days: dict[DayKey, DayValues],
         failures=attribution.failures, duplicates=attribution.duplicates,
         anomalies=dict(attribution.anomalies), events=events, chunks=chunk_count,
         updated_at=timezone.now(), timeline_digest=digest, **_job_meta(attribution),
+        instrumentation=None if findings is None else {
+            "findings": [finding.to_json() for finding in findings]},
     )
     repeated = attribution.repeated_steps_by_attempt
     attempts = [AttemptRollup(job_id=attribution.job, attempt=w.attempt, start=w.start,

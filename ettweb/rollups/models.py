@@ -67,6 +67,10 @@ class JobRollup(models.Model):
         max_length=32, blank=True, default="",
         help_text="digest of the stored timeline and rank lanes: a refresh rewrites them only "
                   "when it changes; empty for a job rolled up before they were stored")
+    instrumentation = models.JSONField(
+        null=True, blank=True, default=None,
+        help_text='the completeness check: {"findings": [...]} '
+                  "(ettweb.attribution.completeness); null: not checked (rolled up before it)")
 
     class Meta:
         ordering = ["job"]

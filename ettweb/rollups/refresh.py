@@ -25,7 +25,7 @@ from typing import Final
 
 from django.db import connection, transaction
 
-from ettweb.attribution import chunk_refresh, chunk_summary, chunk_sums, chunk_sweep
+from ettweb.attribution import chunk_refresh, chunk_summary, chunk_sums, chunk_sweep, completeness
 from ettweb.attribution.engine import Event, Segment
 from ettweb.attribution.lanes import Timeline
 from ettweb.rollups import chunk_store
@@ -263,5 +263,8 @@ def _summed(job: str, done: chunk_refresh.Refreshed, timelines: dict[int, list[T
     assembled = chunk_sums.assemble(job, done.skeleton, done.states,
                                 lambda ks: kept.read(job, ks), size)
     timeline = chunk_sums.job_timeline(done.skeleton, timelines)
+    findings = completeness.check(assembled.attribution.attempts, timeline,
+                                  done.skeleton.facts)
     return job_rows(assembled.attribution, assembled.days, timeline,
-                    events=done.skeleton.events, chunk_count=len(done.states))
+                    events=done.skeleton.events, chunk_count=len(done.states),
+                    findings=findings)
