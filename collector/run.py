@@ -32,7 +32,7 @@ from typing import Any
 from collector.identity import identity_from_env
 from collector.reporter import DEFAULT_SPOOL_DIR
 from collector.run_attempts import Attempts, Generations, RunIdentity
-from collector.run_exits import Ending, OomEvidence, ending_of
+from collector.run_exits import Ending, OomEvidence, ending_of, shell_exit_code
 from collector.run_procs import process_start, read_stat
 from collector.run_watch import Watcher
 
@@ -195,7 +195,10 @@ class Run:
 
     def run(self) -> int:
         previous = self._pass_signals_on()  # first: a stop from now on is passed on
-        self.attempts.begin(self.first_attempt, self.started)
+        try:
+            self.attempts.begin(self.first_attempt, self.started)
+        except Exception as exc:
+            log.warning("cannot report the start of the attempt: %s", exc)
         try:
             return self._run_command()
         finally:
@@ -210,23 +213,31 @@ class Run:
             code = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
             reason = "command not found" if code == EXIT_NOT_FOUND else "cannot execute"
             print(f"collector.run: {self.command[0]}: {exc.strerror or exc}", file=sys.stderr)
-            self.attempts.end(time.time(), Ending("failed", reason, code))
+            try:
+                self.attempts.end(time.time(), Ending("failed", reason, code))
+            except Exception as error:
+                log.warning("cannot report the end of the attempt: %s", error)
             return code
         watcher = self._watch(self.child.pid)
         if self.stop.signum is not None:  # a stop came while the command was starting
             self._pass(self.stop.signum)
         returncode = self.child.wait()
         exit_ts = time.time()
+        try:
+            self._record_exit(returncode, exit_ts, watcher)
+        except Exception as exc:  # the command's exit code is returned all the same
+            log.warning("cannot report the end of the attempt: %s", exc)
+        return shell_exit_code(returncode)
+
+    def _record_exit(self, returncode: int, exit_ts: float, watcher: Watcher | None) -> None:
         if watcher is not None:
             watcher.stop()
+        assert self.child is not None
         ending = ending_of(returncode, received=self.stop.signum,
                            sigterm_preempts=self.options.sigterm_preempts,
                            oom_killed=self.attempts.oom.checker([self.child.pid]))
-        extra: dict[str, Any] = {}
-        with contextlib.suppress(Exception):
-            extra = self.generations.final_attrs() if returncode != 0 else {}
+        extra = self.generations.final_attrs() if returncode != 0 else {}
         self.attempts.end(exit_ts, ending, **extra)
-        return ending.exit_code if ending.exit_code is not None else 1
 
     def _watch(self, pid: int) -> Watcher | None:
         try:
@@ -299,7 +310,7 @@ def _run_bare(command: list[str]) -> int:
     except OSError as exc:
         print(f"collector.run: {command[0]}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
-    return returncode if returncode >= 0 else 128 - returncode
+    return shell_exit_code(returncode)
 
 
 if __name__ == "__main__":

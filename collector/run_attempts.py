@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,11 +53,9 @@ class Attempts:
     Never raises: a failure to report is logged once and the command runs on.
     """
 
-    def __init__(self, identity: RunIdentity, oom: OomEvidence,
-                 reporter_factory: Callable[..., Reporter] = Reporter) -> None:
+    def __init__(self, identity: RunIdentity, oom: OomEvidence) -> None:
         self.identity = identity
         self.oom = oom
-        self._make_reporter = reporter_factory
         self._lock = threading.RLock()
         self._first = FirstEvents(identity.spool_dir, identity.job)
         self.number: int | None = None
@@ -82,7 +79,7 @@ class Attempts:
             self._first_seen, self._settle_at = None, None
             self.oom.mark()
             try:
-                self._reporter = self._make_reporter(
+                self._reporter = Reporter(
                     self.identity.job, attempt=number, rank=self.identity.rank,
                     spool_dir=self.identity.spool_dir, heartbeat_s=0,
                     install_signal_handlers=False)

@@ -29,9 +29,10 @@ time.sleep(0.2)
 with reporter.phase("model_init"):
     time.sleep(0.1)
 reporter.flush()
-if ident.attempt == 0 and ident.rank == 1:
+first_group = os.environ["TORCHELASTIC_RESTART_COUNT"] == "0"
+if first_group and ident.rank == 1:
     os.kill(os.getpid(), signal.SIGKILL)
-if ident.attempt == 0:
+if first_group:
     time.sleep(60)  # until the launcher stops it
 with reporter.train(start_step=0) as train:
     for step in range(3):

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from collector.run import gpus_of_command, parse
+from collector import run_attempts, run_exits, run_watch
+from collector.run import gpus_of_command, main, parse
 from collector.run_exits import POSSIBLY_OOM, OomEvidence, ending_of
 from collector.run_spool import FirstEvents
 from collector.schema import parse_event
@@ -264,6 +265,18 @@ def test_torchrun_restarts_are_attempts_seen_in_proc(tmp_path: Path) -> None:
     assert job.lost_s["restart_gap"] >= 0.3  # the launcher's rendezvous pause
 
 
+def test_a_worker_reporting_under_another_attempt_is_warned_about(tmp_path: Path) -> None:
+    """ETT_ATTEMPT pins every worker group to one attempt number (it comes before torchrun's
+    restart count), so the restarted workers' events would land in the failed attempt."""
+    seen_file = tmp_path / "seen.json"
+    done = run(tmp_path / "spool", [sys.executable, str(HERE / "fake_torchrun.py"),
+                                    str(seen_file)], ETT_ATTEMPT="0")
+    assert done.returncode == 0
+    assert "rank 0 reports as attempt 0 (from ETT_ATTEMPT) while the wrapper records " \
+           "attempt 1" in done.stderr
+    assert done.stderr.count("reports as attempt") == 1  # once, not per worker
+
+
 # --------------------------------------------------------------------------- never in the way
 
 def test_a_command_that_cannot_start_is_a_failed_attempt(tmp_path: Path) -> None:
@@ -279,6 +292,22 @@ def test_reporting_problems_never_fail_the_command(tmp_path: Path) -> None:
     blocked.write_text("")
     done = run(blocked, [sys.executable, "-c", "print('trained'); raise SystemExit(3)"])
     assert (done.returncode, done.stdout) == (3, "trained\n")
+
+
+@pytest.mark.parametrize("broken", ["Attempts.end", "Attempts.begin", "Watcher.start",
+                                    "OomEvidence.of_this_process"])
+def test_the_wrappers_own_errors_never_change_the_exit_code(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broken: str) -> None:
+    owner, name = broken.split(".")
+    module = {"Attempts": run_attempts, "Watcher": run_watch, "OomEvidence": run_exits}[owner]
+
+    def fails(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("broken on purpose")
+
+    monkeypatch.setattr(getattr(module, owner), name, fails)
+    code = main(["--job", "j", "--spool-dir", str(tmp_path), "--", sys.executable, "-c",
+                 "raise SystemExit(5)"])
+    assert code == 5
 
 
 def test_the_job_and_spool_reach_the_command(tmp_path: Path) -> None:
