@@ -52,6 +52,8 @@ TORCH_GROUP = ("tests/trainer/", "tests/ettweb/test_demo.py", "tests/bench/test_
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.pluginmanager.hasplugin("xdist"):
+        return  # -p no:xdist: one process, no groups (and no xdist_group marker to name)
     for item in items:
         if item.nodeid.startswith(TORCH_GROUP):
             item.add_marker(pytest.mark.xdist_group("torch"))

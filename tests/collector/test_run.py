@@ -250,10 +250,11 @@ def test_torchrun_restarts_are_attempts_seen_in_proc(tmp_path: Path) -> None:
     assert ends[0]["attrs"] == {"status": "failed", "reason": "SIGKILL", "exit_code": 137,
                                 "rank": 1, "restarted_by": "torchrun", "restart_count": 0}
     assert ends[1]["attrs"] == {"status": "completed", "exit_code": 0}
-    # Attempt 0 ends when its last worker exited: after the launcher stopped rank 0, before
-    # it saw it gone; attempt 1 starts when the new workers did (to the clock tick).
-    assert seen["rank1_reaped"] <= ends[0]["ts"] <= seen["group0_gone"]
-    assert abs(starts[1]["ts"] - seen["group1_started"]) <= 0.05
+    # Attempt 0 ends when its last worker exited: after the launcher stopped rank 0, as the
+    # launcher saw it gone (both are woken by that exit; slack for a busy machine); attempt 1
+    # starts when the new workers did (to the clock tick), not when they were noticed.
+    assert seen["rank1_reaped"] <= ends[0]["ts"] <= seen["group0_gone"] + 0.1
+    assert seen["group1_started"] - 0.02 <= starts[1]["ts"] <= seen["group1_started"] + 0.1
     launches = {s["attempt"]: s for s in spans(events, "launch")}
     own = {s["attempt"]: min(e["start"] for e in spans(events, "model_init")
                              if e["attempt"] == s["attempt"]) for s in launches.values()}

@@ -65,7 +65,7 @@ def test_torchrun_restarts_under_collector_run_reach_the_job_page(tmp_path: Path
                 "--rdzv-endpoint", "127.0.0.1:0", str(WORKER), str(STEPS), str(KILL_AT)]
     done = subprocess.run([sys.executable, "-m", "collector.run", "--job", "elastic-1",
                            "--spool-dir", str(spool), "--", *torchrun],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=400)
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
 
     events = _spooled(spool)
