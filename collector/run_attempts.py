@@ -201,7 +201,9 @@ class Generations:
         return [w for w in self.workers if w.restart_count == self.count]
 
     def first_failure(self, workers: list[Worker]) -> Worker | None:
-        failed = [w for w in workers if w.exited and w.returncode not in (0, None)]
+        """The worker that exited first other than cleanly (its status may be unknown:
+        then the cause is unknown, not the SIGTERM torchrun sent the others after it)."""
+        failed = [w for w in workers if w.exited and w.returncode != 0]
         return min(failed, key=lambda w: (w.exit_ts or 0.0, w.rank), default=None)
 
     def failure(self, workers: list[Worker]) -> tuple[Ending, dict[str, Any]]:
