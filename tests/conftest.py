@@ -56,10 +56,12 @@ def pytest_configure(config: pytest.Config) -> None:
 #: and two torch compiles never fight over the two cores while the rest of the suite runs
 #: beside them; two demos at once would also consume each other's default queue.
 TORCH_GROUP = ("tests/trainer/", "tests/ettweb/test_demo.py", "tests/bench/test_bench_lifecycle.py",
-               "tests/bench/test_bench_reporter.py")
+               "tests/bench/test_bench_reporter.py", "tests/collector/test_run_torchrun.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.pluginmanager.hasplugin("xdist"):
+        return  # -p no:xdist: one process, no groups (and no xdist_group marker to name)
     for item in items:
         if item.nodeid.startswith(TORCH_GROUP):
             item.add_marker(pytest.mark.xdist_group("torch"))

@@ -19,6 +19,9 @@ DEFAULT_PHASE_COMPONENTS: Final[dict[str, str]] = {
     "restart_gap": "scheduler",
     "container_start": "cluster_runtime",
     "shutdown": "cluster_runtime",
+    # ETT's addition to ETT_SPEC §4: from an attempt's processes starting to the job's own
+    # first event, as ``python -m collector.run`` sees it from outside.
+    "launch": "cluster_runtime",
     "rendezvous": "distributed_runtime",
     "process_group_init": "distributed_runtime",
     "model_init": "trainer_init",

@@ -27,6 +27,7 @@ CATEGORY_COLOURS: Final[dict[str, str]] = {
     "scheduling": "#5f6b77",
     "container_start": "#8c564b",
     "shutdown": "#c49c94",
+    "launch": "#5e3a31",
     "rendezvous": "#eeca3b",
     "process_group_init": "#b8930c",
     "model_init": "#17becf",

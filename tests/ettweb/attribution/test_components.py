@@ -14,6 +14,7 @@ def test_default_map_follows_spec_table() -> None:
     expected = {
         "scheduling": "scheduler", "restart_gap": "scheduler",
         "container_start": "cluster_runtime", "shutdown": "cluster_runtime",
+        "launch": "cluster_runtime",  # ETT's addition (collector.run)
         "rendezvous": "distributed_runtime", "process_group_init": "distributed_runtime",
         "model_init": "trainer_init", "sharding_plan": "trainer_init",
         "data_init": "data_ingestion", "compile": "pt2_compiler",
