@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -178,7 +179,8 @@ def cut(start: float, end: float, steps: tuple[int, int],
     done, step = 0.0, first
     for index, (low, high) in enumerate(parts):
         done += high - low
-        after = last if index == len(parts) - 1 else first + round((last - first) * done / total)
+        share = (last - first) * done / total
+        after = last if index == len(parts) - 1 else first + int(share + 0.5)  # half up
         pieces.append((low, high, step, after))
         step = after
     return pieces
@@ -233,18 +235,28 @@ def training(fmt: str, job: str, attempt: int, intervals: Sequence[Interval],
     """``train`` spans for an attempt's training ``intervals`` (in time order), cut around
     its blocking ``windows``; with ``compile_first``, the first interval's excess over the
     attempt's typical step (:func:`compile_split`) becomes a ``compile`` span."""
+    ordered = sorted(windows)
+    starts = [low for low, _ in ordered]
+    longest = max((high - low for low, high in ordered), default=0.0)
+
+    def near(interval: Interval) -> list[Window]:
+        """The windows that may overlap ``interval`` (found by bisection: a history has
+        one interval per step and a window per save, so all pairs would be quadratic)."""
+        return ordered[bisect_left(starts, interval.start - longest):
+                       bisect_left(starts, interval.end)]
+
     events: list[Event] = []
-    typical = median([(i.end - i.start - _inside(i, windows)) / i.count
+    typical = median([(i.end - i.start - _inside(i, near(i))) / i.count
                       for i in intervals[1:] if i.count > 0])
     for index, interval in enumerate(intervals):
-        start = interval.start
+        start, inside = interval.start, near(interval)
         if index == 0 and compile_first:
-            boundary = compile_split(start, interval.end - _inside(interval, windows),
+            boundary = compile_split(start, interval.end - _inside(interval, inside),
                                      interval.count, typical)
             if boundary is not None:
                 events.append(span(fmt, job, attempt, "compile", start, boundary, rank=rank,
                                    attrs={"estimated": "first steps beyond the median step"}))
                 start = boundary
-        for low, high, first, last in cut(start, interval.end, interval.steps, windows):
+        for low, high, first, last in cut(start, interval.end, interval.steps, inside):
             events.append(train(fmt, job, attempt, low, high, (first, last), rank=rank))
     return events

@@ -21,6 +21,9 @@ TRANSLATORS: Final[dict[str, Translator]] = {
     goodput.FORMAT: goodput.translate,
     torchtitan.FORMAT: torchtitan.translate,
 }
+#: Formats whose logs name no job: without ``--job``, each file is a job named after it (one
+#: command may be given many runs' logs); the others' files are translated together.
+NAMELESS: Final = frozenset({torchtitan.FORMAT})
 #: One line on what each format is, for ``--help`` and the docs.
 DESCRIPTIONS: Final[dict[str, str]] = {
     nvrx.FORMAT: "NVIDIA resiliency extension ft_launcher logs (restart-cycle profiling "

@@ -79,13 +79,12 @@ class _Log:
     def __init__(self) -> None:
         self.profiled: list[_Profiled] = []
         self.ranks: dict[str, int] = {}
-        self.run_id: str | None = None
-        self.world = 0
+        self.runs: dict[str, str] = {}  # node -> the rendezvous run id it joined
+        self.worlds: dict[str, int] = {}  # run id -> nodes
         self.nproc = 0
         self.offsets: list[float] = []  # local asctime minus UTC, per profiling line
-        self.succeeded: list[float] = []  # local times
-        self.gave_up: list[float] = []
-        self.progress: dict[int, tuple[int, int]] = {}
+        self.ends: list[tuple[float, str]] = []  # (local time, status) of the job's end
+        self.progress: list[tuple[float, int, int]] = []  # (local time, cycle, iteration)
 
     def read(self, number: int, line: str, out: Translation) -> None:
         found = _PROFILING.search(line)
@@ -96,18 +95,20 @@ class _Log:
             out.reject(number, line, "nvrx: profiling line without 'Cycle: N Event: NAME "
                                      "Node: NODE Rank: R Time: YYYY-MM-DD HH:MM:SS.fff UTC'")
         elif joined := _JOINED.search(line):
-            self.run_id = self.run_id or joined["run"]
+            run = joined["run"]
+            self.runs.setdefault(joined["node"], run)
             self.ranks.setdefault(joined["node"], int(joined["rank"]))
-            self.world = max(self.world, int(joined["world"]))
+            self.worlds[run] = max(self.worlds.get(run, 0), int(joined["world"]))
         elif nproc := _NPROC.search(line):
             self.nproc = int(nproc["n"])
-        elif progress := _PROGRESS.search(line):
-            self.progress[int(progress["cycle"])] = (int(progress["start"]),
-                                                     int(progress["end"]))
+        elif local and (progress := _PROGRESS.search(line)):
+            when = self._local(number, line, local, out)
+            if when is not None:
+                self.progress.append((when, int(progress["cycle"]), int(progress["end"])))
         elif local and (_SUCCEEDED in line or any(text in line for text in _GAVE_UP)):
             when = self._local(number, line, local, out)
             if when is not None:
-                (self.succeeded if _SUCCEEDED in line else self.gave_up).append(when)
+                self.ends.append((when, "completed" if _SUCCEEDED in line else "failed"))
         else:
             out.skipped += 1
 
@@ -151,30 +152,62 @@ class _Log:
 
 
 def translate(lines: Iterable[str], options: Options) -> Translation:
-    """Translate an NVRx launcher log (one node's, or several merged) into events."""
+    """Translate NVRx launcher logs (one node's, or several merged) into events.
+
+    A node's events belong to the job of the rendezvous it joined; the job's end (and a
+    cycle's training progress) is logged without a node: it goes to the job that had last
+    started by then.
+    """
     out = Translation()
     log = _Log()
     for number, line in enumerate(lines, start=1):
         out.lines += 1
         log.read(number, line, out)
-    job = options.job_or(log.run_id)
-    gpus = log.world * log.nproc if log.world and log.nproc else options.gpus
-    _Builder(log, job, gpus, out).build()
+    runs = set(log.runs.values())
+    only = next(iter(runs)) if len(runs) == 1 else None
+    by_job: dict[str, list[_Profiled]] = defaultdict(list)
+    for event in log.profiled:
+        by_job[options.job_or(log.runs.get(event.node, only))].append(event)
+    builders: dict[str, _Builder] = {}
+    for job, events in by_job.items():
+        worlds = {log.worlds.get(log.runs.get(e.node, only or ""), 0) for e in events}
+        world = max(worlds)
+        gpus = world * log.nproc if world and log.nproc else options.gpus
+        builders[job] = _Builder(log, job, gpus, out, events)
+    firsts = sorted((min(e.ts for e in events), job) for job, events in by_job.items())
+    offset = log.zone_offset()
+
+    def running(local: float) -> _Builder | None:
+        started = [job for first, job in firsts if first <= local - offset] or [
+            job for _, job in firsts[:1]]
+        return builders[started[-1]] if started else None
+
+    for local, status in log.ends:
+        if (builder := running(local)) is not None:
+            builder.finished.append((local - offset, status))
+    for local, cycle, iteration in log.progress:
+        if (builder := running(local)) is not None:
+            builder.progress[cycle] = iteration
+    for job in sorted(builders):
+        builders[job].build()
     return out
 
 
 class _Builder:
     """The events of one log: spans per node, then one start and end mark per attempt."""
 
-    def __init__(self, log: _Log, job: str, gpus: int, out: Translation) -> None:
-        self.log, self.job, self.gpus, self.out = log, job, gpus, out
+    def __init__(self, log: _Log, job: str, gpus: int, out: Translation,
+                 events: list[_Profiled]) -> None:
+        self.log, self.job, self.gpus, self.out, self.events = log, job, gpus, out, events
+        self.finished: list[tuple[float, str]] = []  # (UTC time, status) of the job's end
+        self.progress: dict[int, int] = {}  # cycle -> checkpoint iteration reached
         self.starts: dict[int, float] = {}  # attempt -> its earliest event
         self.ends: dict[int, float] = {}  # failed attempt -> its last node's termination
         self.detected: dict[int, tuple[float, str]] = {}  # failed attempt -> first detection
 
     def build(self) -> None:
         by_node: dict[str, list[_Profiled]] = defaultdict(list)
-        for event in sorted(self.log.profiled, key=lambda e: (e.ts, e.line)):
+        for event in sorted(self.events, key=lambda e: (e.ts, e.line)):
             by_node[event.node].append(event)
         for node, events in sorted(by_node.items()):
             self._node(node, events)
@@ -246,19 +279,16 @@ class _Builder:
         for attempt, ts in sorted(self.ends.items()):
             attrs: dict[str, Any] = {"status": "failed", "reason": "nvrx failure_detected",
                                      "detected_by": self.detected[attempt][1]}
-            if attempt in self.log.progress:
-                attrs["checkpoint_iteration"] = self.log.progress[attempt][1]
+            if attempt in self.progress:
+                attrs["checkpoint_iteration"] = self.progress[attempt]
             self.out.events.append(mark(FORMAT, self.job, attempt, "attempt_end", ts,
                                         attrs=attrs))
         attempts = sorted({*self.starts, *self.ends})
-        if not attempts or attempts[-1] in self.ends:
+        if not attempts or attempts[-1] in self.ends or not self.finished:
             return
-        offset, last = self.log.zone_offset(), attempts[-1]
-        if self.log.succeeded:
-            self.out.events.append(mark(
-                FORMAT, self.job, last, "attempt_end", max(self.log.succeeded) - offset,
-                attrs={"status": "completed"}))
-        elif self.log.gave_up:
-            self.out.events.append(mark(
-                FORMAT, self.job, last, "attempt_end", max(self.log.gave_up) - offset,
-                attrs={"status": "failed", "reason": "nvrx launcher gave up"}))
+        ts, status = max(self.finished)
+        attrs = {"status": status}
+        if status == "failed":
+            attrs["reason"] = "nvrx launcher gave up"
+        self.out.events.append(mark(FORMAT, self.job, attempts[-1], "attempt_end", ts,
+                                    attrs=attrs))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from collector.schema import dump_event
 from ettweb.importers.common import Options, Rejected
-from ettweb.importers.formats import translate
+from ettweb.importers.formats import NAMELESS, translate
 from ettweb.ingest.batches import quarantine_row
 from ettweb.ingest.imports import (
     DEFAULT_BATCH_LINES,
@@ -61,10 +61,41 @@ def text_lines(path: Path) -> Iterator[str]:
         yield line.decode("utf-8", errors="replace")
 
 
-def _quarantine(rejected: list[Rejected], source: str) -> ImportSummary:
+class _Files:
+    """Several files read as one stream of lines, remembering which file each line was in
+    (a rejected line is quarantined under its own file's name)."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = paths
+        self.ends: list[tuple[int, str]] = []  # (last line number, file name)
+
+    def lines(self) -> Iterator[str]:
+        count = 0
+        for path in self.paths:
+            for line in text_lines(path):
+                count += 1
+                yield line
+            self.ends.append((count, path.name))
+
+    def source(self, line: int) -> str:
+        name = next((name for last, name in self.ends if line <= last), self.paths[-1].name)
+        return f"import:{name}"
+
+
+def groups(fmt: str, paths: list[Path], options: Options) -> list[list[Path]]:
+    """The files translated together: all of them (one job's nodes, attempts or entries,
+    which may be split over files), except logs that name no job when ``--job`` is not
+    given: each of those is a job of its own, named after its file."""
+    if fmt in NAMELESS and options.job is None:
+        return [[path] for path in paths]
+    return [paths]
+
+
+def _quarantine(rejected: list[Rejected], files: _Files) -> ImportSummary:
     """Keep the lines a translator rejected, as the worker keeps the lines it rejects."""
     QuarantinedEvent.objects.bulk_create(
-        [quarantine_row(item.raw, item.reason, source) for item in rejected], batch_size=1000)
+        [quarantine_row(item.raw, item.reason, files.source(item.line)) for item in rejected],
+        batch_size=1000)
     reasons: dict[str, int] = {}
     for item in rejected:
         reasons[item.reason] = reasons.get(item.reason, 0) + 1
@@ -72,20 +103,23 @@ def _quarantine(rejected: list[Rejected], source: str) -> ImportSummary:
                          jobs=())
 
 
-def import_foreign(path: Path, fmt: str, options: Options, *,
+def import_foreign(paths: list[Path], fmt: str, options: Options, *,
                    batch_lines: int = DEFAULT_BATCH_LINES, progress: Progress | None = None,
                    workers: int | None = None) -> tuple[ImportSummary, TranslationSummary]:
-    """Translate ``path`` (format ``fmt``) and store its events through ``import_lines``.
+    """Translate ``paths`` (format ``fmt``, read as one stream) and store the events through
+    ``import_lines``.
 
-    The file is translated whole first (a translator pairs lines from anywhere in it: a
+    The files are translated whole first (a translator pairs lines from anywhere in them: a
     failure with its teardown, a step with the next), then stored batch by batch. Raises
-    ImportFileError when the file cannot be read; call ``refresh_imported`` afterwards.
+    ImportFileError when a file cannot be read; call ``refresh_imported`` afterwards.
     """
-    source = f"import:{path.name}"
-    translation = translate(fmt, text_lines(path), replace(options, source=path.name))
-    summary = _quarantine(translation.rejected, source) if translation.rejected else None
-    stored = import_lines((dump_event(event) for event in translation.events), source=source,
-                          batch_lines=batch_lines, progress=progress, workers=workers)
+    files = _Files(paths)
+    translation = translate(fmt, files.lines(), replace(options, source=paths[0].name))
+    summary = _quarantine(translation.rejected, files) if translation.rejected else None
+    source = "import:" + ", ".join(path.name for path in paths)
+    stored = import_lines((dump_event(event) for event in translation.events),
+                          source=source[:200], batch_lines=batch_lines, progress=progress,
+                          workers=workers)
     counts = TranslationSummary(fmt, translation.lines, len(translation.events),
                                 translation.unattributed, translation.skipped,
                                 len(translation.rejected))

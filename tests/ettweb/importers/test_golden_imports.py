@@ -325,3 +325,21 @@ def test_torchtitan_golden_file_gives_the_documented_categories() -> None:
     titan = [line for line in lines if _TITAN.search(line)]
     assert summary["lines"] == str(len(lines)) and summary["unattributed"] == "0"
     assert int(summary["skipped"]) >= len(lines) - len(titan)  # torchrun, traceback lines
+
+
+@pytest.mark.django_db
+def test_nvrx_logs_of_each_node_in_their_own_file_make_the_same_job(tmp_path: Path) -> None:
+    lines = NVRX.read_text().splitlines()
+    paths = []
+    for rank in ("0", "1"):  # srun --output=%t: one launcher log per node
+        path = tmp_path / f"launcher-{rank}.log"
+        path.write_text("".join(line + "\n" for line in lines if line.startswith(f"{rank}: ")))
+        paths.append(str(path))
+    out = StringIO()
+    call_command("ett_import", *paths, "--format", "nvrx", "--no-progress", "--workers", "1",
+                 stdout=out)
+    assert out.getvalue().startswith(f"imported 2 files: {len(lines)} nvrx lines made ")
+    lost, _, _ = _nvrx_expected()
+    result = _job("llama-70b-ft-0302")
+    _assert_numbers(result, lost, productive=0.0, gpus=8)
+    assert result.headline.anomalies == {}  # one start and one end mark per attempt

@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from ettweb.importers.common import MAX_JOB_CHARS, Options
 from ettweb.importers.formats import DESCRIPTIONS, TRANSLATORS
-from ettweb.ingest.foreign import TranslationSummary, import_foreign
+from ettweb.ingest.foreign import TranslationSummary, groups, import_foreign
 from ettweb.ingest.imports import (
     DEFAULT_BATCH_LINES,
     EMPTY,
@@ -145,9 +145,9 @@ class Command(BaseCommand):
                    workers: int) -> tuple[ImportSummary, TranslationSummary]:
         summary, counts = EMPTY, TranslationSummary(fmt)
         with self._bar(f"importing {fmt}", " events") as bar:
-            for path in paths:
-                bar.set_postfix_str(path.name, refresh=False)
-                stored, made = import_foreign(path, fmt, options, batch_lines=batch_lines,
+            for group in groups(fmt, paths, options):
+                bar.set_postfix_str(group[0].name, refresh=False)
+                stored, made = import_foreign(group, fmt, options, batch_lines=batch_lines,
                                               progress=bar.update, workers=workers)
                 summary, counts = summary + stored, counts + made
         return summary, counts
