@@ -3,6 +3,7 @@ usage refused with one line and exit 2, unreadable lines quarantined with their 
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 from collections.abc import Iterator
@@ -117,3 +118,20 @@ def test_a_runs_attempts_in_several_files_are_one_job_with_job(tmp_path: Path) -
     # without --job, each file is a job of its own, named by the file
     _import(str(first), "--format", "torchtitan")
     assert JobRollup.objects.filter(job="slurm-1").exists()
+
+
+def test_the_cli_reference_shows_the_commands_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/reference/cli.md reproduces ``--help`` at 100 columns, Django's common options
+    written as ``[common options]``."""
+    monkeypatch.setenv("COLUMNS", "100")
+    parser = ett_import.Command().create_parser("manage.py", "ett_import")
+    common = {"--version", "--verbosity", "--settings", "--pythonpath", "--traceback",
+              "--no-color", "--force-color", "--skip-checks"}
+    for action in parser._actions:
+        if common & set(action.option_strings):
+            action.help = argparse.SUPPRESS
+    text = parser.format_help().rstrip("\n").replace(
+        "[--no-progress]\n", "[--no-progress]\n" + " " * 28 + "[common options]\n", 1)
+    reference = (Path(__file__).resolve().parents[3] / "docs" / "reference" / "cli.md")
+    block = reference.read_text().split("## `manage.py ett_import`\n\n```text\n", 1)[1]
+    assert block.split("\n```", 1)[0] == text
