@@ -146,6 +146,12 @@ def _reject(line: Any, reason: str, source: str) -> QuarantinedEvent:
                             job=_job_of(raw[:QUARANTINE_JOB_SCAN_CHARS]))
 
 
+def quarantine_row(line: Any, reason: str, source: str) -> QuarantinedEvent:
+    """An unsaved quarantine row for a line rejected before ingestion (an importer's line
+    that no translator could read), kept exactly as the worker keeps its own rejections."""
+    return _reject(line, reason, source)
+
+
 def sort_lines(lines: Iterable[Any], source: str = "") -> _Sorted:
     """Parse every line; keep each valid event once (first copy wins) and reject the rest."""
     batch = _Sorted()

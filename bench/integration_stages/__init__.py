@@ -1,0 +1,8 @@
+"""The stages of ``python -m bench.integrations``: what bringing your own trainer costs.
+
+One module per stage, so ``make bench``, which runs every ``bench/*.py``, runs the
+integrations bench once and none of its stages on their own:
+
+- ``importers``: each history importer's translation rate (events/s) on a synthetic file made
+  in memory (pure translation, no database).
+"""
