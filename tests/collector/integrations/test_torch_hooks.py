@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +30,6 @@ from collector.integrations import torch as torch_hooks
 from collector.integrations.torch_compile import is_recompile
 from collector.reporter import Reporter
 from collector.schema import parse_event
-from trainer.startup import free_port
 
 EPS = 1e-3  # slack for float timestamps taken by two clocks reads apart
 
@@ -55,6 +55,12 @@ def no_group() -> Iterator[None]:
 def nothing_left_installed() -> Iterator[None]:
     yield
     assert torch_hooks._active is None, "a test left the hooks installed"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def spooled(reporter: Reporter) -> list[dict[str, Any]]:
