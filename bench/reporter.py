@@ -80,7 +80,6 @@ def _build_trainer(spool: Path, embedding_rows: int, batch_size: int) -> Any:
     import torch.distributed as dist
 
     from trainer.config import parse_train_config
-    from trainer.pt2 import CompileWatch
     from trainer.startup import build_trainer, default_distributed_env
 
     torch.set_num_threads(1)
@@ -90,7 +89,7 @@ def _build_trainer(spool: Path, embedding_rows: int, batch_size: int) -> Any:
                               "--embedding-rows", str(embedding_rows),
                               "--batch-size", str(batch_size), "--spool-dir", str(spool)])
     setup = Reporter("bench-setup", attempt=0, spool_dir=spool, heartbeat_s=0)
-    trainer = build_trainer(cfg, setup, 0, 1, CompileWatch(setup))
+    trainer = build_trainer(cfg, setup, 0, 1, None)  # --no-compile: no compile hook
     setup.shutdown()
     return trainer
 

@@ -56,9 +56,9 @@ class Reporter:
         reporter.attempt_start(gpus=8, model="dlrm")
         with reporter.phase("compile"):
             ...
-        with reporter.train(start_step=0) as train:
-            for step in ...:
-                train.advance(step + 1)
+        with reporter.train(start_step=0, steps=1000) as train:
+            for step in train:  # each step counts once its body completes
+                ...
         reporter.attempt_end("completed")
         reporter.shutdown()
     """
@@ -101,6 +101,9 @@ class Reporter:
         self.dropped_invalid = 0
         self._warned: set[str] = set()
         self.last_step: int | None = None
+        #: The train tracker of the loop now running (set by :meth:`train`, cleared when it
+        #: closes): hooks pause it around blocking work they see (collector.integrations).
+        self.tracker: TrainTracker | None = None
         self._heartbeat_stop = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
         self._start_pipeline()
@@ -260,9 +263,11 @@ class Reporter:
         """Context manager and decorator timing one lifecycle phase."""
         return PhaseSpan(self, name, blocking, attrs)
 
-    def train(self, start_step: int) -> TrainTracker:
-        """Track training from ``start_step``; slices are closed every ``train_slice_s``."""
-        return TrainTracker(self, start_step)
+    def train(self, start_step: int = 0, *, steps: int | None = None) -> TrainTracker:
+        """Track training from global step ``start_step`` (the resumed step after a restart)
+        to ``steps`` (the step training stops at, like ``max_steps``; needed only to iterate
+        the tracker); slices are closed every ``train_slice_s``. A context manager."""
+        return TrainTracker(self, start_step, steps)
 
     def _start_heartbeat(self) -> None:
         """Start the heartbeat thread unless one is running; each gets its own stop event so

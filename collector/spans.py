@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 import time
 from collections.abc import Callable, Iterator
 from types import TracebackType
@@ -55,20 +56,39 @@ class PhaseSpan(contextlib.ContextDecorator):
 class TrainTracker:
     """Turns per-step progress into ``train`` spans with step ranges (ETT_SPEC §2).
 
+    The loop, in one of two styles::
+
+        with reporter.train(start_step=resumed, steps=total) as train:
+            for step in train:          # global steps resumed .. total - 1
+                ...                     # the step counts once the body completes
+
+        with reporter.train(start_step=resumed) as train:
+            while ...:
+                ...
+                train.advance()         # one more step done (or advance(step) to say which)
+
     A slice is closed and a new one opened once ``train_slice_s`` has passed, so a crash loses
     at most one slice. Call :meth:`pause` around non-training work inside the loop (a checkpoint
-    save, an eval) so that time is not counted as training.
+    save, an eval) so that time is not counted as training; hooks that see such work
+    themselves (``collector.integrations``) call :meth:`interrupt` and :meth:`resume`. The
+    Reporter keeps the open tracker as ``reporter.tracker`` for those hooks.
     """
 
-    def __init__(self, reporter: Reporter, start_step: int) -> None:
+    def __init__(self, reporter: Reporter, start_step: int, steps: int | None = None) -> None:
         self.reporter = reporter
         self.step = start_step
+        #: The global step training stops at (iteration ends there); None: no end.
+        self.steps = steps
+        #: The thread running the loop: only work on this thread interrupts training.
+        self.thread = threading.get_ident()
         reporter.last_step = start_step
+        reporter.tracker = self
         self._slice_start_step = start_step
         self._slice_start: float | None = time.time()
 
-    def advance(self, step: int) -> None:
-        """Record that global step ``step`` is complete (``step`` = steps done so far).
+    def advance(self, step: int | None = None) -> None:
+        """Record that global step ``step`` is complete (``step`` = steps done so far; None:
+        one more than the last).
 
         After :meth:`pause` without :meth:`resume`, the new slice opens now and still starts
         at the last recorded step, so step ranges stay contiguous (the time of that first
@@ -77,6 +97,8 @@ class TrainTracker:
         starts at ``step``.
         """
         now = time.time()
+        if step is None:
+            step = self.step + 1
         if step < self.step:
             self._close_slice(now)
             self._slice_start, self._slice_start_step = now, step
@@ -87,6 +109,21 @@ class TrainTracker:
         if now - self._slice_start >= self.reporter.train_slice_s:
             self._close_slice(now)
             self._slice_start, self._slice_start_step = now, step
+
+    def __iter__(self) -> Iterator[int]:
+        """The global steps from the current one up to ``steps`` (for ever when None); each
+        is advanced past once the loop body completes, unless the body advanced itself (a
+        rollback included: iteration continues from there). A ``break`` counts no step."""
+        while self.steps is None or self.step < self.steps:
+            step = self.step
+            yield step
+            if self.step == step:
+                self.advance(step + 1)
+
+    @property
+    def running(self) -> bool:
+        """Whether a slice is open (training is being counted)."""
+        return self._slice_start is not None
 
     def _close_slice(self, now: float) -> None:
         if self._slice_start is None:
@@ -108,6 +145,15 @@ class TrainTracker:
             return
         self._close_slice(time.time())
 
+    def interrupt(self) -> bool:
+        """Pause for blocking work seen by a hook, when it runs on the loop's thread while a
+        slice is open; True when it paused (the hook then calls :meth:`resume`). A tracker
+        the loop paused itself, or work on another thread, is left alone."""
+        if self._slice_start is None or threading.get_ident() != self.thread:
+            return False
+        self.pause()
+        return True
+
     def resume(self) -> None:
         if self._slice_start is None:
             self._slice_start, self._slice_start_step = time.time(), self.step
@@ -122,6 +168,8 @@ class TrainTracker:
 
     def close(self) -> None:
         self._close_slice(time.time())
+        if self.reporter.tracker is self:
+            self.reporter.tracker = None
 
     def __enter__(self) -> TrainTracker:
         return self

@@ -56,7 +56,9 @@ def pytest_configure(config: pytest.Config) -> None:
 #: and two torch compiles never fight over the two cores while the rest of the suite runs
 #: beside them; two demos at once would also consume each other's default queue.
 TORCH_GROUP = ("tests/trainer/", "tests/ettweb/test_demo.py", "tests/bench/test_bench_lifecycle.py",
-               "tests/bench/test_bench_reporter.py", "tests/collector/test_run_torchrun.py")
+               "tests/bench/test_bench_reporter.py", "tests/collector/test_run_torchrun.py",
+               "tests/collector/integrations/test_torch_hooks.py",
+               "tests/bench/test_bench_torch_hooks.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -23,6 +23,7 @@ from torchrec.datasets.utils import Batch
 from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.optim.keyed import CombinedOptimizer
 
+from collector.integrations.torch_compile import CompileSpans
 from collector.reporter import Reporter, TrainTracker
 from trainer import checkpoint, publish, recovery
 from trainer.checkpoint import Checkpointer
@@ -30,7 +31,7 @@ from trainer.compile_setup import mega_cache_folder
 from trainer.config import TrainConfig
 from trainer.data import StepLoader
 from trainer.model import DeferredTableInit
-from trainer.pt2 import CompileWatch, save_mega_cache
+from trainer.pt2 import save_mega_cache
 
 #: Recent step times kept for the recovery interval's step time.
 STEP_TIMES_KEPT = 50
@@ -52,7 +53,8 @@ class Trainer:
     optimizer: CombinedOptimizer
     loader: StepLoader
     checkpointer: Checkpointer
-    watch: CompileWatch
+    #: The compile hook (collector.integrations.torch), None where it is not installed.
+    watch: CompileSpans | None
     step: int = 0
     last_saved: int | None = None
     checkpoint_every: int = 0
@@ -70,21 +72,18 @@ class Trainer:
     def __post_init__(self) -> None:
         self._mega_cache_due = self.rank == 0 and mega_cache_folder(self.cfg) is not None
 
-    def train_step(self, batch: Batch, tracker: TrainTracker) -> float:
+    def train_step(self, batch: Batch) -> float:
         """One optimizer step; the embedding optimizer runs fused inside ``backward``.
 
-        The compile watch holds the tracker only here, so a compilation (the first step's, a
-        recompile, a lazily compiled backward) pauses exactly the training it interrupts.
+        A compilation here (the first step's, a recompile, a lazily compiled backward) pauses
+        the train tracker for exactly its seconds: the compile hook pauses the Reporter's open
+        tracker when the compiling thread is the loop's.
         """
-        self.watch.tracker = tracker
-        try:
-            self.optimizer.zero_grad()
-            loss, _ = self.dmp(on_device(batch, self.device))
-            loss.backward()
-            self.optimizer.step()
-            return float(loss.item())
-        finally:
-            self.watch.tracker = None
+        self.optimizer.zero_grad()
+        loss, _ = self.dmp(on_device(batch, self.device))
+        loss.backward()
+        self.optimizer.step()
+        return float(loss.item())
 
     def save_mega_cache(self) -> None:
         """After the first step that compiled (a GPU attempt with ``compile_cache``): keep the
@@ -104,8 +103,9 @@ class Trainer:
     def train(self) -> None:
         """Train from ``self.step`` to ``cfg.steps``, with periodic checkpoints.
 
-        Compile time is not measured here: PyTorch's compile hooks report it (trainer.pt2) and
-        pause the tracker meanwhile, so the train spans hold only training.
+        Compile time is not measured here: PyTorch's compile hooks report it
+        (collector.integrations.torch) and pause the tracker meanwhile, so the train spans
+        hold only training.
         """
         tracker = self.reporter.train(self.step)
         try:
@@ -113,8 +113,8 @@ class Trainer:
                 self.crash_if_due()
                 began = time.monotonic()
                 writing = self.checkpointer.writing
-                loss = self.train_step(self.loader.next_batch(), tracker)
-                if self._mega_cache_due and self.watch.compilations:
+                loss = self.train_step(self.loader.next_batch())
+                if self._mega_cache_due and self.watch is not None and self.watch.compilations:
                     with tracker.paused():
                         self.save_mega_cache()
                 self.step += 1

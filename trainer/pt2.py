@@ -1,47 +1,24 @@
-"""PT2 (torch.compile) for the trainer: compiling the dense part, and reporting compile time
-from PyTorch's own compile hooks.
+"""PT2 (torch.compile) for the trainer: compiling the dense part, its Inductor options, the CPU
+vector-ISA verdict and the portable mega-cache.
 
-Why hooks and not a timer around the first step: compilation also happens later — a
-recompile when a guard fails (a smaller last batch), a backward graph compiled lazily on its
-first use — and those seconds would otherwise hide inside ``train`` spans and count as
-productive. Dynamo calls ``torch._dynamo.callback`` start/end callbacks around every
-compilation (``DYNAMO`` and ``LAZY_BACKWARD`` triggers); :class:`CompileWatch` turns each into
-a ``compile`` span, pauses the train tracker for its duration, and records the PT2 cache hits
-and misses of that compilation in the span's ``attrs``.
+Compile time itself is reported by PyTorch's own compile hooks, through
+``collector.integrations.torch`` (``trainer.train`` installs it): every compilation — the
+first step's, a recompile when a guard fails, a backward graph compiled lazily on its first
+use — becomes a ``compile`` span with the PT2 cache hits and misses in its ``attrs``, and
+pauses the train tracker meanwhile, so those seconds never count as productive.
 """
 
 from __future__ import annotations
 
 import os
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from collector.reporter import Reporter, TrainTracker
 from trainer.compile_store import MEGA_CACHE_FILE, VEC_ISA_FILE
 from trainer.integrity import write_atomic
-
-#: counters[group][name] read from ``torch._dynamo.utils.counters`` → attrs key.
-CACHE_COUNTERS = {
-    ("inductor", "fxgraph_cache_hit"): "fxgraph_cache_hit",
-    ("inductor", "fxgraph_cache_miss"): "fxgraph_cache_miss",
-    ("aot_autograd", "autograd_cache_hit"): "autograd_cache_hit",
-    ("aot_autograd", "autograd_cache_miss"): "autograd_cache_miss",
-    ("stats", "unique_graphs"): "unique_graphs",
-}
-
-
-def compile_counters() -> dict[str, int]:
-    """PT2's cache and graph counters of this process so far."""
-    from torch._dynamo.utils import counters
-
-    return {key: int(counters[group][name]) for (group, name), key in CACHE_COUNTERS.items()}
 
 
 def inductor_options(autotune_pruning: bool, device: str) -> dict[str, Any]:
@@ -207,62 +184,3 @@ def save_mega_cache(folder: Path) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     write_atomic(folder / MEGA_CACHE_FILE, data)
     return len(data)
-
-
-def is_recompile(compile_id: str) -> bool:
-    """Dynamo's compile ids read ``frame/attempt`` (e.g. ``0/1``): attempt > 0 is a recompile
-    of a frame already compiled once, after a guard failed."""
-    _, _, attempt = compile_id.strip("[]").partition("/")
-    digits = attempt.split("_")[0]
-    return digits.isdigit() and int(digits) > 0
-
-
-class CompileWatch:
-    """Reports every PT2 compilation of this process as a ``compile`` span.
-
-    ``tracker`` is set by the trainer only while a training step runs: a compilation then
-    pauses it, so the compile seconds leave the ``train`` span. Compilations in a thread named
-    in ``background`` (the init-overlap warm-up process marks its own) are reported as
-    non-blocking: training was not waiting for them.
-    """
-
-    def __init__(self, reporter: Reporter) -> None:
-        self.reporter = reporter
-        self.tracker: TrainTracker | None = None
-        self.background: set[int] = set()
-        self.compilations = 0
-        self._open: tuple[float, dict[str, int], bool] | None = None
-
-    @contextmanager
-    def installed(self) -> Iterator[CompileWatch]:
-        from torch._dynamo.callback import callback_handler
-
-        callback_handler.register_start_callback(self._on_start)
-        callback_handler.register_end_callback(self._on_end)
-        try:
-            yield self
-        finally:
-            callback_handler.remove_start_callback(self._on_start)
-            callback_handler.remove_end_callback(self._on_end)
-
-    def _on_start(self, args: Any) -> None:
-        in_background = threading.get_ident() in self.background
-        if self.tracker is not None and not in_background:
-            self.tracker.pause()  # first: the train slice must end before the compile starts
-        self._open = (time.time(), compile_counters(), in_background)
-
-    def _on_end(self, args: Any) -> None:
-        if self._open is None:
-            return
-        start, before, in_background = self._open
-        self._open = None
-        self.compilations += 1
-        after = compile_counters()
-        attrs: dict[str, Any] = {key: after[key] - before[key] for key in after}
-        attrs["trigger"] = str(getattr(args.callback_trigger, "name", "DYNAMO")).lower()
-        attrs["compile_id"] = str(args.compile_id)
-        attrs["recompile"] = is_recompile(attrs["compile_id"])
-        self.reporter.span("compile", start, max(time.time(), start),
-                           blocking=not in_background, attrs=attrs)
-        if self.tracker is not None and not in_background:
-            self.tracker.resume()

@@ -2,10 +2,14 @@
 
 Each step is reported as its lifecycle phase (``rendezvous``, ``process_group_init``,
 ``data_init``, ``model_init``, ``sharding_plan``, ``compile``), so the seconds before the
-first training step are attributed to what took them. With ``--device cuda`` the process
-group is ``cpu:gloo,cuda:nccl``: the CPU-sharded embedding tables, checkpoints and object
-collectives use gloo, the GPU-resident dense part's DDP uses NCCL (trainer.model explains
-the hybrid placement).
+first training step are attributed to what took them. ``process_group_init`` and the
+compilations come from PyTorch's own calls, through the hooks ``trainer.train`` installs
+(``collector.integrations.torch``); the rest is timed here, where the hooks see nothing
+(the trainer's data is no DataLoader) or less (a phase is more than one torch call).
+
+With ``--device cuda`` the process group is ``cpu:gloo,cuda:nccl``: the CPU-sharded embedding
+tables, checkpoints and object collectives use gloo, the GPU-resident dense part's DDP uses
+NCCL (trainer.model explains the hybrid placement).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import torch.distributed as dist
 from torchrec.distributed.types import ShardingPlan
 from torchrec.models.dlrm import DLRMTrain
 
+from collector.integrations.torch_compile import CompileSpans
 from collector.reporter import Reporter
 from trainer import checkpoint, plan_cache
 from trainer.checkpoint import Checkpointer
@@ -38,7 +43,6 @@ from trainer.model import (
     sharders,
     table_init_deferrable,
 )
-from trainer.pt2 import CompileWatch
 
 #: Batches the init-overlap data warm-up prepares ahead of training.
 WARM_BATCHES = 4
@@ -78,8 +82,10 @@ def join_process_group(reporter: Reporter, device: torch.device) -> tuple[int, i
     tensors (embedding all-to-alls, checkpoint and object collectives, barriers) go through
     gloo, CUDA tensors (DDP's gradient all-reduce) through NCCL. The GPU is made current
     first, as NCCL requires. NCCL creates its communicator lazily, on the first CUDA
-    collective: one tiny all-reduce here makes that happen inside ``process_group_init``,
-    where its seconds belong, instead of inside the first training step. (Not
+    collective: one tiny all-reduce here makes that happen in a ``process_group_init`` span
+    (stage ``nccl_warm_up``), where its seconds belong, instead of inside the first training
+    step. The ``init_process_group`` call itself is reported by the torch hooks
+    (``collector.integrations.torch``) that ``trainer.train`` installs first. (Not
     ``init_process_group(device_id=...)``: a bound device would also send barriers through
     NCCL, while this trainer's barriers and checkpoint collectives are meant for gloo.)
     """
@@ -95,16 +101,16 @@ def join_process_group(reporter: Reporter, device: torch.device) -> tuple[int, i
             # previous round's peer addresses ("Connection refused" on some restarts). A
             # key prefix per restart keeps the rounds apart.
             store = dist.PrefixStore(f"ett/restart-{restart}", store)
-    with reporter.phase("process_group_init", backend=backend):
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
-        if device.type == "cuda":
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
+    if device.type == "cuda":
+        with reporter.phase("process_group_init", backend=backend, stage="nccl_warm_up"):
             dist.all_reduce(torch.zeros(1, device=device))
             torch.cuda.synchronize(device)
     return rank, world_size
 
 
 def build_trainer(cfg: TrainConfig, reporter: Reporter, rank: int, world_size: int,
-                  watch: CompileWatch, device: torch.device | None = None,
+                  watch: CompileSpans | None, device: torch.device | None = None,
                   compile_warm_up: CompileWarmUp | None = None) -> Trainer:
     """Model, plan, shards, optimizer, data and compiled dense part, phase by phase.
 

@@ -30,15 +30,20 @@ from typing import NoReturn
 import torch
 import torch.distributed as dist
 
+from collector.integrations import torch as torch_hooks
 from collector.reporter import Reporter
 from trainer.compile_setup import start_compile_warm_up
 from trainer.config import LAUNCH_TS_ENV, SUPERVISED_ENV, TrainConfig, parse_train_config
 from trainer.loop import SimulatedFailure
-from trainer.pt2 import CompileWatch
 from trainer.startup import build_trainer, default_distributed_env, dense_device, join_process_group
 
 EXIT_SIMULATED_FAILURE = 1
 EXIT_INTERRUPTED = 130
+#: Torch hooks the trainer does without: its ``checkpoint_save`` and ``checkpoint_load``
+#: spans time more than the DCP call (barriers, the manifest and atomic rename that publish a
+#: save, loading the state into the model; the step in ``attrs``), and its data is no
+#: DataLoader. The two would nest, so the hooks for them stay off.
+TIMED_BY_HAND = ("checkpoint", "data_loader")
 
 
 def report_process_start(reporter: Reporter, start: float | None) -> None:
@@ -80,10 +85,9 @@ def run(cfg: TrainConfig, reporter: Reporter) -> None:
     """The whole life of one attempt on this rank, phase by phase."""
     device = dense_device(cfg)
     compile_warm_up = start_compile_warm_up(cfg)
-    rank, world_size = join_process_group(reporter, device)
-    watch = CompileWatch(reporter)
-    with watch.installed():
-        trainer = build_trainer(cfg, reporter, rank, world_size, watch, device,
+    with torch_hooks.install(reporter, skip=TIMED_BY_HAND) as hooks:
+        rank, world_size = join_process_group(reporter, device)
+        trainer = build_trainer(cfg, reporter, rank, world_size, hooks.compile, device,
                                 compile_warm_up)
         trainer.load_latest_checkpoint()
         trainer.plan_checkpoints()

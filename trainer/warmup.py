@@ -127,14 +127,13 @@ def warm_up(train_argv: list[str]) -> Reporter:
     not matter: parameters are graph inputs. Returns the Reporter holding its compile spans,
     still open (the caller shuts it down once the trainer is released).
     """
-    import threading
-
     import torch
 
+    from collector.integrations.torch_compile import CompileSpans
     from collector.reporter import Reporter
     from trainer.config import parse_train_config
     from trainer.model import ModelShape, build_unsharded, dense_arches
-    from trainer.pt2 import CompileWatch, compile_arches, inductor_options
+    from trainer.pt2 import compile_arches, inductor_options
 
     cfg = parse_train_config(train_argv)
     torch.set_num_threads(cfg.threads)
@@ -150,8 +149,7 @@ def warm_up(train_argv: list[str]) -> Reporter:
                    options=inductor_options(cfg.has("autotune_pruning"), device.type),
                    device_type=device.type)
     reporter = Reporter(cfg.job, spool_dir=cfg.spool_dir, rank=0, heartbeat_s=0)
-    watch = CompileWatch(reporter)
-    watch.background.add(threading.get_ident())  # non-blocking: nobody waits for it yet
+    watch = CompileSpans(reporter, blocking=False)  # nobody waits for these compiles yet
     try:
         with watch.installed():
             dense = arches[0](torch.randn(cfg.batch_size, cfg.dense_features, device=device))

@@ -269,6 +269,56 @@ def test_train_span_closes_when_the_loop_raises(make_reporter: MakeReporter,
     assert (train_span["step_start"], train_span["step_end"]) == (0, 3)
 
 
+def test_iterating_the_tracker_trains_up_to_steps_one_step_per_body(
+        make_reporter: MakeReporter, tmp_path: Path) -> None:
+    """``for step in reporter.train(start_step=..., steps=...)``: the global steps from the
+    resumed one, each counted once its body completes; a body that advances itself (a
+    rollback included) is not advanced again, and a ``break`` counts no step."""
+    reporter = make_reporter()
+    seen = []
+    with reporter.train(start_step=3, steps=9) as train:
+        assert reporter.tracker is train
+        for step in train:
+            seen.append(step)
+            assert reporter.last_step == step  # not advanced before the body ends
+            if step == 5 and seen.count(5) == 1:
+                train.advance(4)  # rolled back in-process: steps 4 and 5 again
+            if step == 7:
+                break
+    assert reporter.tracker is None
+    with reporter.train(start_step=9) as more:
+        more.advance()
+        more.advance()
+    reporter.flush()
+
+    assert seen == [3, 4, 5, 4, 5, 6, 7]
+    ranges = [(t["step_start"], t["step_end"]) for t in spans(spooled(tmp_path), "train")]
+    assert ranges == [(3, 5), (4, 7), (9, 11)]  # step 5 rolled back before completing
+
+
+def test_interrupt_pauses_only_the_loop_thread_and_only_a_running_tracker(
+        make_reporter: MakeReporter, tmp_path: Path) -> None:
+    """What a hook calls around blocking work it sees: a pause on the loop's thread, nothing
+    from another thread, nothing when the loop had paused itself (its resume is its own)."""
+    reporter = make_reporter()
+    with reporter.train(start_step=0) as train:
+        train.advance()
+        from_elsewhere: list[bool] = []
+        worker = threading.Thread(target=lambda: from_elsewhere.append(train.interrupt()))
+        worker.start()
+        worker.join()
+        assert from_elsewhere == [False] and train.running
+        assert train.interrupt() and not train.running
+        train.resume()
+        train.advance()
+        with train.paused():
+            assert not train.interrupt()
+        train.advance()
+    reporter.flush()
+    ranges = [(t["step_start"], t["step_end"]) for t in spans(spooled(tmp_path), "train")]
+    assert ranges == [(0, 1), (1, 2), (2, 3)]
+
+
 # --------------------------------------------------------------------------- heartbeats
 def test_heartbeats_carry_the_last_step_and_stop_at_attempt_end(
         make_reporter: MakeReporter, tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from torchrec.distributed.batched_embedding_kernel import BaseBatchedEmbeddingBa
 from torchrec.distributed.embeddingbag import ShardedEmbeddingBagCollection
 from torchrec.distributed.types import ShardingType
 
+from collector.integrations.torch_compile import CompileSpans
 from collector.reporter import Reporter
 from collector.schema import parse_event
 from trainer import plan_cache
@@ -36,7 +37,7 @@ from trainer.model import (
     sharders,
     table_init_deferrable,
 )
-from trainer.pt2 import CompileWatch, compile_arches, inductor_options, is_recompile
+from trainer.pt2 import compile_arches, inductor_options
 
 SHAPE = ModelShape(embedding_rows=200, embedding_dim=8, dense_features=13, sparse_features=4)
 
@@ -154,9 +155,7 @@ def test_async_checkpoint_blocks_only_for_staging(world: dist.ProcessGroup,
         assert written["start"] >= staged["end"] - 1e-3  # the write follows the staging
 
 
-def test_recompile_ids_and_cpu_autotune_options() -> None:
-    assert [is_recompile(i) for i in ("0/0", "0/1", "[3/2]", "1/0_1")] == [
-        False, True, True, False]
+def test_cpu_autotune_options() -> None:
     assert inductor_options(False, "cpu") == {}
     assert inductor_options(True, "cpu") == {"max_autotune": True,
                                              "max_autotune_gemm_backends": "ATEN"}
@@ -170,17 +169,14 @@ def test_marked_batch_never_recompiles_and_hooks_report_compiles(tmp_path: Path)
                         install_signal_handlers=False)
     torch._dynamo.reset()
     arch = nn.Sequential(nn.Linear(13, 16), nn.ReLU(), nn.Linear(16, 1))
-    watch = CompileWatch(reporter)
-    with watch.installed():
+    with CompileSpans(reporter).installed():
         compile_arches([arch], dynamic_batch=True, options={}, device_type="cpu")
         tracker = reporter.train(0)
-        watch.tracker = tracker
         arch(torch.randn(64, 13)).sum().backward()
         tracker.advance(1)
         with torch.compiler.set_stance("fail_on_recompile"):
             arch(torch.randn(40, 13)).sum().backward()
         tracker.advance(2)
-        watch.tracker = None
         tracker.close()
     events = spooled(reporter)
     reporter.shutdown()
