@@ -48,10 +48,12 @@ def pytest_configure(config: pytest.Config) -> None:
 #: and two torch compiles never fight over the two cores while the rest of the suite runs
 #: beside them; two demos at once would also consume each other's default queue.
 TORCH_GROUP = ("tests/trainer/", "tests/ettweb/test_demo.py", "tests/bench/test_bench_lifecycle.py",
-               "tests/bench/test_bench_reporter.py")
+               "tests/bench/test_bench_reporter.py", "tests/collector/integrations/")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.pluginmanager.hasplugin("xdist"):
+        return  # one process (``-p no:xdist``): nothing to group, and no xdist_group marker
     for item in items:
         if item.nodeid.startswith(TORCH_GROUP):
             item.add_marker(pytest.mark.xdist_group("torch"))
