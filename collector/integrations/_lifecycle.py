@@ -304,8 +304,12 @@ class AttemptLifecycle:
                 self.tracker.pause()
 
     def step_end(self, step: int) -> None:
-        """A training step ended with ``step`` global steps done."""
-        if self.tracker is not None and self.active:
+        """A training step ended with ``step`` global steps done.
+
+        Not while paused (a step cannot end inside a save): the next slice, opened when the
+        pause ends, starts at the last step recorded and takes these steps with it, so the
+        step ranges stay contiguous."""
+        if self.tracker is not None and self.active and not self._paused:
             self.tracker.advance(step)
 
     def pause(self, reason: str) -> None:

@@ -151,7 +151,8 @@ class ETTCallback(TrainerCallback):
         self._life.guard.call("on_step_begin", self._step_begin, state.global_step)
 
     def _step_begin(self, step: int) -> None:
-        self._life.close("save", emit=False)  # expected a save (below) that never came
+        for expected in ("eval", "save"):  # expected by _expect, and never came
+            self._life.close(expected, emit=False)
         self._life.step_begin(step)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
