@@ -1,0 +1,1 @@
+"""The stages of ``python -m bench.integrations``: one module per adapter it measures."""
