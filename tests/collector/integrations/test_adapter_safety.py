@@ -5,6 +5,7 @@ attaches a callback only where ETT is configured and never beside an explicit on
 from __future__ import annotations
 
 import importlib
+import pickle
 import signal
 import tomllib
 from collections.abc import Iterator
@@ -198,3 +199,16 @@ def test_pyproject_registers_a_factory_lightning_can_load(group: str, package: A
     monkeypatch.setenv("ETT_SPOOL_DIR", str(tmp_path))
     (callback,) = factory()
     assert isinstance(callback, package.Callback)
+
+
+def test_a_callback_crosses_to_a_spawned_process_without_its_reporter(tmp_path: Path) -> None:
+    """``ddp_spawn`` pickles the callbacks: a child gets the settings, a fresh lifecycle and
+    no Reporter thread of the parent's."""
+    callback = lightning_adapter.ETTCallback(job="spawned", attempt=2, spool_dir=tmp_path,
+                                             team="nlp")
+    callback.lifecycle.begin(gpus=2, rank_hint=0)
+    child = pickle.loads(pickle.dumps(callback))
+    assert child.lifecycle is not callback.lifecycle and child.lifecycle.reporter is None
+    assert child.lifecycle.started_at == callback.lifecycle.started_at
+    assert child.lifecycle.attrs == {"team": "nlp"} and not child.lifecycle.began
+    callback.lifecycle.end("completed")

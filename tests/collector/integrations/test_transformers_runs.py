@@ -190,3 +190,22 @@ def test_without_its_trainer_the_callback_times_saves_from_the_events(tmp_path: 
     end = [e for e in events if e.get("mark") == "attempt_end"]
     assert [e["attrs"]["status"] for e in end] == ["completed"]
     assert next(e for e in events if e.get("mark") == "attempt_start")["attrs"]["gpus"] == 1
+
+
+def test_compilation_is_a_compile_span_outside_training(tmp_path: Path) -> None:
+    """``torch_compile=True``: accelerate compiles the model, Dynamo compiles at the first
+    step, and that is a ``compile`` span no train span overlaps."""
+    clock, spool = RunClock(), tmp_path / "spool"
+    clock.started[0] = time.time()
+    args = _arguments(tmp_path / "output", max_steps=3, eval_strategy="no", save_strategy="no",
+                      torch_compile=True, torch_compile_backend="eager")
+    trainer = Trainer(model=_model(), args=args, train_dataset=_data(16),
+                      callbacks=[ETTCallback(job="hf-compiled", attempt=0, spool_dir=spool),
+                                 StepClock(clock, 0, None)])
+    trainer.train()
+    spans = [e for e in spool_events(spool) if e["kind"] == "span"]
+    compiles = [s for s in spans if s["phase"] == "compile"]
+    first_step = clock.steps[0][0]
+    assert any(first_step[1] <= c["start"] and c["end"] <= first_step[2] for c in compiles)
+    train = [s for s in spans if s["phase"] == "train"]
+    assert train and not any(overlaps(t, c) for t in train for c in compiles)
