@@ -142,7 +142,17 @@ class _LightningHooks:
                                timed(self._life, "checkpoint_save", pause=False,
                                      blocking=False, stage="async_write"))
 
-    def _leave(self, exc: BaseException | None) -> None:
+    def _begin(self, trainer: Any, pl_module: Any) -> bool:
+        model = self._model or ("" if pl_module is None else type(pl_module).__name__)
+        return self._life.begin(gpus=trainer.world_size, rank_hint=trainer.global_rank,
+                                **({"model": model} if model else {}))
+
+    def _leave(self, exc: BaseException | None, trainer: Any) -> None:
+        """``fit`` ended (``exc``: how). A fit that failed before ``setup`` is reported too:
+        the attempt begins here, so its failure is not lost."""
+        if exc is not None and not self._life.began:
+            self._life.guard.call("late begin", self._begin, trainer,
+                                  getattr(trainer, "lightning_module", None))
         status = status_from_exception(exc)
         detail = {} if exc is None else {"error": type(exc).__name__}
         self._finish(status, **detail)
@@ -158,11 +168,7 @@ class _LightningHooks:
             self._life.guard.call("setup", self._on_setup, trainer, pl_module)
 
     def _on_setup(self, trainer: Any, pl_module: Any) -> None:
-        if not self._enter(trainer, via_fit=False):
-            return
-        model = self._model or type(pl_module).__name__
-        if self._life.begin(gpus=trainer.world_size, rank_hint=trainer.global_rank,
-                            model=model):
+        if self._enter(trainer, via_fit=False) and self._begin(trainer, pl_module):
             self._life.stretch("model_init")  # module setup, configure_model, strategy setup
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
@@ -209,7 +215,7 @@ class _LightningHooks:
         self._life.guard.call("on_train_end", self._life.training_done)
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        self._life.guard.call("on_exception", self._leave, exception)
+        self._life.guard.call("on_exception", self._leave, exception, trainer)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage == "fit" and self._entered and not self._via_fit:
@@ -232,10 +238,10 @@ def _wrap_fit(trainer_class: type[Any]) -> None:
             result = fit(self, *args, **kwargs)
         except BaseException as exc:
             for cb in entered:
-                cb._life.guard.call("fit end", cb._leave, exc)
+                cb._life.guard.call("fit end", cb._leave, exc, self)
             raise
         for cb in entered:
-            cb._life.guard.call("fit end", cb._leave, None)
+            cb._life.guard.call("fit end", cb._leave, None, self)
         return result
 
     ett_fit.__ett_original__ = fit  # type: ignore[attr-defined]

@@ -212,3 +212,20 @@ def test_a_callback_crosses_to_a_spawned_process_without_its_reporter(tmp_path: 
     assert child.lifecycle.started_at == callback.lifecycle.started_at
     assert child.lifecycle.attrs == {"team": "nlp"} and not child.lifecycle.began
     callback.lifecycle.end("completed")
+
+
+class BrokenData(pl.LightningDataModule):
+    def prepare_data(self) -> None:
+        raise OSError("dataset bucket unreachable")
+
+
+def test_a_fit_that_fails_before_setup_is_a_failed_attempt(tmp_path: Path) -> None:
+    callback = lightning_adapter.ETTCallback(job="early", attempt=0, spool_dir=tmp_path)
+    trainer = pl.Trainer(max_steps=STEPS, callbacks=[callback], logger=False,
+                         enable_progress_bar=False, accelerator="cpu", devices=1)
+    with pytest.raises(OSError, match="unreachable"):
+        trainer.fit(Tiny(), datamodule=BrokenData())
+    events = spool_events(tmp_path)
+    assert [e.get("mark", e.get("phase")) for e in events] == [
+        "attempt_start", "model_init", "data_init", "process_group_init", "attempt_end"]
+    assert events[-1]["attrs"] == {"status": "failed", "error": "OSError"}
