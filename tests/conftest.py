@@ -57,8 +57,8 @@ def pytest_configure(config: pytest.Config) -> None:
 #: beside them; two demos at once would also consume each other's default queue.
 TORCH_GROUP = ("tests/trainer/", "tests/ettweb/test_demo.py", "tests/bench/test_bench_lifecycle.py",
                "tests/bench/test_bench_reporter.py", "tests/collector/test_run_torchrun.py",
-               "tests/collector/integrations/test_torch_hooks.py",
-               "tests/bench/test_bench_torch_hooks.py")
+               "tests/collector/integrations/", "tests/bench/test_bench_torch_hooks.py",
+               "tests/bench/test_bench_frameworks.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
