@@ -1,4 +1,4 @@
-"""``make demo``: one real TorchRec job's ETT%, end to end, on this machine alone.
+"""``make demo``: two real jobs' ETT%, end to end, on this machine alone.
 
 What it does, with progress on the console:
   1. starts (or attaches to) the embedded Postgres and Redis — or uses DATABASE_URL /
@@ -14,8 +14,10 @@ What it does, with progress on the console:
      stale-rollup sweep among them), the collector agent and the web server
      (http://127.0.0.1:8000, also the ``ETT_BASE_URL`` of every link in the e-mail report
      unless it is set);
-  5. runs the reference trainer for about two minutes with one injected failure and restart;
-  6. waits until every spooled event is stored, prints the job's ETT%, and serves the dashboard
+  5. runs the reference TorchRec trainer for about two minutes, then a PyTorch Lightning job
+     instrumented by its ``ETTCallback`` alone (``trainer.lightning_job``; ``--no-lightning``
+     skips it), each with one injected failure and a restart from its last checkpoint;
+  6. waits until every spooled event is stored, prints each job's ETT%, and serves the dashboard
      (and last week's e-mail report at /reports/preview/) until Ctrl-C, then shuts everything
      down (the embedded servers too, if it started them).
 
@@ -37,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from ettweb.platform import embedded
+from ettweb.platform import demo_training, embedded
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -255,21 +257,15 @@ class Demo:
         a = self.args
         _say("5/7", f"training job {a.job}: {a.steps} steps, one injected failure at step "
                     f"{a.fail_at_step}, then a restart from the last checkpoint…")
-        cmd = [PY, "-m", "trainer", "--job", a.job, "--steps", str(a.steps),
-               "--fail-at-step", str(a.fail_at_step), "--spool-dir", str(self.spool),
-               "--checkpoint-dir", str(self.work / "checkpoints" / a.job),
-               "--restart-delay", str(a.restart_delay), "--log-every", "100", *a.trainer_arg]
-        trainer = subprocess.Popen(cmd, cwd=REPO_ROOT, env=self.env)
-        try:
-            return trainer.wait()
-        except KeyboardInterrupt:
-            # The supervisor reports the attempt as cancelled on SIGINT; give it time to.
-            trainer.send_signal(signal.SIGINT)
-            try:
-                trainer.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                trainer.kill()
-            raise
+        status = demo_training.train_torchrec(a, self.spool, self.work, self.env)
+        if status != 0 or a.no_lightning:
+            return status
+        print(f"      then the Lightning job {a.lightning_job} ({a.lightning_steps} steps, "
+              "instrumented by its ETTCallback alone), with one failure too…", flush=True)
+        return demo_training.train_lightning(a, self.spool, self.work, self.env)
+
+    def jobs(self) -> list[str]:
+        return [self.args.job] + ([] if self.args.no_lightning else [self.args.lightning_job])
 
     def wait_stored(self) -> dict[str, object]:
         """Wait until every spooled event is stored, then report on the STORED events.
@@ -279,12 +275,14 @@ class Demo:
         printed other numbers than the dashboard (1 attempt instead of 2) without a warning.
         """
         _say("6/7", "waiting for the collector and worker to store every event…")
-        lines = sum(1 for p in self.spool.glob("*.jsonl") for ln in p.open() if ln.strip())
-        out = self.manage("ett_wait_ingested", "--events", str(lines), "--job", self.args.job,
-                          "--timeout", str(self.args.drain_timeout), quiet=True)
-        print(f"      {out.strip()}", flush=True)
+        for job in self.jobs():
+            lines = sum(1 for p in self.spool.glob(f"{job}.a*.jsonl")
+                        for ln in p.open() if ln.strip())
+            out = self.manage("ett_wait_ingested", "--events", str(lines), "--job", job,
+                              "--timeout", str(self.args.drain_timeout), quiet=True)
+            print(f"      {job}: {out.strip()}", flush=True)
         export = self.work / f"{self.args.job}.jsonl"
-        self.manage("ett_export", "--job", self.args.job, "--output", str(export), quiet=True)
+        self.manage("ett_export", "--job", *self.jobs(), "--output", str(export), quiet=True)
         print(f"      stored events exported to {export} "
               f"(offline report: python -m ettweb.attribution {export})", flush=True)
         report = subprocess.run(
@@ -448,6 +446,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="seconds between the crash and the restart (the restart gap)")
     parser.add_argument("--trainer-arg", action="append", default=[], metavar="ARG",
                         help="extra argument for `python -m trainer` (repeatable)")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    parser.add_argument("--lightning-job", default=f"demo-lightning-{stamp}",
+                        help="the Lightning job's id (default: demo-lightning-<timestamp>)")
+    parser.add_argument("--lightning-steps", type=int, default=600,
+                        help="the Lightning job's steps (it fails once at 70%% of them)")
+    parser.add_argument("--no-lightning", action="store_true",
+                        help="train only the TorchRec job, not the Lightning one after it")
     parser.add_argument("--port", type=int, default=8000, help="web server port")
     parser.add_argument("--username", default="demo", help="dashboard login to create")
     parser.add_argument("--var-dir", default=str(embedded.var_dir()),
@@ -466,6 +471,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not 0 < args.fail_at_step < args.steps:
         parser.error("--fail-at-step must be between 1 and --steps - 1")
+    if args.lightning_steps < 5:
+        parser.error("--lightning-steps must be at least 5")
     return args
 
 

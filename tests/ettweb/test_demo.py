@@ -169,10 +169,15 @@ def test_demo_trains_a_job_and_stores_every_event(tmp_path: Path) -> None:
         [sys.executable, "-m", "ettweb.platform.demo", "--no-serve", "--job", job, "--steps", "40",
          "--fail-at-step", "25", "--restart-delay", "1", "--port", str(_free_port()),
          "--var-dir", str(tmp_path), "--trainer-arg=--checkpoint-every=20",
-         "--trainer-arg=--embedding-rows=1000", "--trainer-arg=--batch-size=64"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=420)
+         "--trainer-arg=--embedding-rows=1000", "--trainer-arg=--batch-size=64",
+         "--lightning-job", f"{job}-lightning", "--lightning-steps", "10"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=540)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"job {job}: 2 attempts" in proc.stdout
+    # The Lightning job beside it, reported by its ETTCallback alone: a failure, a resume.
+    assert f"job {job}-lightning: 2 attempts" in proc.stdout
+    lightning = set(Event.objects.filter(job=f"{job}-lightning").values_list("phase", flat=True))
+    assert {"train", "checkpoint_save", "checkpoint_load", "model_init"} <= lightning
     assert "login: demo / " in proc.stdout
     # Step 3 loaded the simulated fleet beside the live job (``[k/7]`` step lines).
     assert "[3/7]" in proc.stdout and "[6/7]" in proc.stdout
@@ -185,7 +190,7 @@ def test_demo_trains_a_job_and_stores_every_event(tmp_path: Path) -> None:
                .values_list("user__username", flat=True)) == {"ada"}
     assert Component.objects.get(name="pt2_compiler").owner_team == "pytorch-compiler"
     spool = tmp_path / "demo" / "spool"
-    spooled = sum(len(p.read_text().splitlines()) for p in spool.glob("*.jsonl"))
+    spooled = sum(len(p.read_text().splitlines()) for p in spool.glob(f"{job}.a*.jsonl"))
     assert Event.objects.filter(job=job).count() == spooled > 0
     # The demo's collector signs with the credential `ett_collector create demo-node` made.
     assert CollectorCredential.objects.filter(name="demo-node", active=True).exists()
