@@ -145,11 +145,14 @@ class TrainTracker:
             return
         self._close_slice(time.time())
 
-    def interrupt(self) -> bool:
+    def interrupt(self, *, any_thread: bool = False) -> bool:
         """Pause for blocking work seen by a hook, when it runs on the loop's thread while a
         slice is open; True when it paused (the hook then calls :meth:`resume`). A tracker
-        the loop paused itself, or work on another thread, is left alone."""
-        if self._slice_start is None or threading.get_ident() != self.thread:
+        the loop paused itself, or work on another thread, is left alone — unless the hook
+        knows the loop waits for that work (``any_thread``): a backward graph compiled on
+        autograd's device thread while the loop blocks in ``backward()``."""
+        if self._slice_start is None or (threading.get_ident() != self.thread
+                                         and not any_thread):
             return False
         self.pause()
         return True

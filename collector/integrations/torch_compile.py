@@ -105,6 +105,11 @@ def is_recompile(compile_id: str) -> bool:
     return digits.isdigit() and int(digits) > 0
 
 
+def _trigger(args: Any) -> str:
+    """What started a compilation (``dynamo``, ``lazy_backward``, …), from Dynamo's args."""
+    return str(getattr(getattr(args, "callback_trigger", None), "name", "DYNAMO")).lower()
+
+
 class CompileSpans:
     """Reports every PT2 compilation of this process as a ``compile`` span.
 
@@ -173,7 +178,10 @@ class CompileSpans:
             tracker = None
             if self.blocking:
                 candidate = self.reporter.tracker
-                if candidate is not None and candidate.interrupt():
+                # A lazily compiled backward runs on autograd's thread (on a GPU, its device
+                # thread) while the loop waits in backward(): it stops training all the same.
+                waited_for = _trigger(args) == "lazy_backward"
+                if candidate is not None and candidate.interrupt(any_thread=waited_for):
                     tracker = candidate  # first: the train slice ends before the compile
             self._open = (time.time(), compile_counters(), tracker)
         except Exception as exc:
@@ -195,8 +203,7 @@ class CompileSpans:
             after = compile_counters()
             attrs: dict[str, Any] = {key: after[key] - before.get(key, 0) for key in after}
             attrs.update(context_metrics())
-            trigger = getattr(args, "callback_trigger", None)
-            attrs["trigger"] = str(getattr(trigger, "name", "DYNAMO")).lower()
+            attrs["trigger"] = _trigger(args)
             attrs["compile_id"] = str(getattr(args, "compile_id", ""))[:MAX_TEXT]
             attrs["recompile"] = is_recompile(attrs["compile_id"])
             self.reporter.span("compile", start, max(time.time(), start),
