@@ -101,9 +101,8 @@ class _LightningHooks:
         life = self._life
         if self._entered or not life.active:
             return self._entered
-        if self.autoloaded and any(isinstance(cb, _LightningHooks) and not cb.autoloaded
-                                   for cb in trainer.callbacks):
-            life.enabled = False  # the user attached one explicitly: that one reports
+        if _reporting_callback(trainer, self) is not self:
+            life.enabled = False  # another ETT callback on this trainer reports its attempt
             return False
         self._entered, self._via_fit = True, via_fit
         if via_fit:
@@ -275,6 +274,14 @@ def _standalone_callback_class() -> type[Any]:
                                       "__doc__": ETTCallback.__doc__,
                                       "__module__": __name__})
     return _standalone_class
+
+
+def _reporting_callback(trainer: Any, callback: Any) -> Any:
+    """The one ETT callback of a trainer that reports: the first the user attached, else the
+    first auto-loaded one (a factory's output passed explicitly, then Lightning's own). A job
+    is never reported twice, however many callbacks reached its trainer."""
+    ours = [cb for cb in getattr(trainer, "callbacks", []) if isinstance(cb, _LightningHooks)]
+    return next((cb for cb in ours if not cb.autoloaded), ours[0] if ours else callback)
 
 
 def _autoloaded(make: Any) -> list[Any]:

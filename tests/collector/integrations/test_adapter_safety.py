@@ -229,3 +229,13 @@ def test_a_fit_that_fails_before_setup_is_a_failed_attempt(tmp_path: Path) -> No
     assert [e.get("mark", e.get("phase")) for e in events] == [
         "attempt_start", "model_init", "data_init", "process_group_init", "attempt_end"]
     assert events[-1]["attrs"] == {"status": "failed", "error": "OSError"}
+
+
+def test_two_callbacks_on_one_trainer_report_one_attempt(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Passed twice, or passed while Lightning auto-loads one too: the job is reported once."""
+    monkeypatch.setenv("ETT_SPOOL_DIR", str(tmp_path))
+    _fit([lightning_adapter.ETTCallback(job="twice"), lightning_adapter.ETTCallback(job="twice"),
+          *lightning_adapter.callbacks_factory()])
+    marks = [e["mark"] for e in spool_events(tmp_path) if e["kind"] == "mark"]
+    assert marks == ["attempt_start", "attempt_end"]
