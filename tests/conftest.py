@@ -51,21 +51,29 @@ def pytest_configure(config: pytest.Config) -> None:
         app.conf.task_default_queue = f"celery-{worker}"
 
 
-#: Tests that compile and train with torch, or run a whole demo: under pytest-xdist they run
-#: one after another in one process (``--dist loadgroup``), so they share its compile cache
-#: and two torch compiles never fight over the two cores while the rest of the suite runs
-#: beside them; two demos at once would also consume each other's default queue.
+#: Tests that compile and train the reference trainer with torch, or run a whole demo: under
+#: pytest-xdist they run one after another in one process (``--dist loadgroup``), so they
+#: share its compile cache and two TorchRec compiles never fight over the two cores while the
+#: rest of the suite runs beside them; two demos at once would also consume each other's
+#: default queue.
 TORCH_GROUP = ("tests/trainer/", "tests/ettweb/test_demo.py", "tests/bench/test_bench_lifecycle.py",
-               "tests/bench/test_bench_reporter.py", "tests/collector/test_run_torchrun.py",
-               "tests/collector/integrations/", "tests/bench/test_bench_torch_hooks.py",
-               "tests/bench/test_bench_frameworks.py")
+               "tests/bench/test_bench_reporter.py")
+#: Tests that train with the framework adapters (Lightning, transformers, plain torch hooks,
+#: torchrun): one after another in a process of their own, beside the TorchRec group rather
+#: than behind it, since they share no compile cache with it. Checked first: the demo's
+#: Lightning job's test lives under tests/trainer/.
+FRAMEWORK_GROUP = ("tests/collector/integrations/", "tests/collector/test_run_torchrun.py",
+                   "tests/bench/test_bench_torch_hooks.py", "tests/bench/test_bench_frameworks.py",
+                   "tests/trainer/test_lightning_job.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not config.pluginmanager.hasplugin("xdist"):
         return  # -p no:xdist: one process, no groups (and no xdist_group marker to name)
     for item in items:
-        if item.nodeid.startswith(TORCH_GROUP):
+        if item.nodeid.startswith(FRAMEWORK_GROUP):
+            item.add_marker(pytest.mark.xdist_group("frameworks"))
+        elif item.nodeid.startswith(TORCH_GROUP):
             item.add_marker(pytest.mark.xdist_group("torch"))
 
 
