@@ -63,7 +63,8 @@ sees, as schema-v1 events in the spool the collector agent ships:
                   to the command, status cancelled (preempted with --sigterm-preempts)
 
 The command gets ETT_JOB_ID and ETT_SPOOL_DIR, so its own Reporter or adapter reports into
-the same job. Job, attempt and rank come from the environment as for every reporter
+the same job, and ETT_SUPERVISED=1, so the adapters and the reference trainer leave the
+attempt marks to this wrapper. Job, attempt and rank come from the environment as for every reporter
 (ETT_JOB_ID, TORCHELASTIC_RUN_ID, SLURM_JOB_ID, Kubernetes labels; ETT_ATTEMPT,
 TORCHELASTIC_RESTART_COUNT, SLURM_RESTART_COUNT; RANK, SLURM_PROCID), so a scheduler that
 reruns this wrapper gives each run its attempt, and the time between a failed attempt and
@@ -191,7 +192,11 @@ class Run:
         self.generations = Generations(self.attempts)
 
     def child_env(self) -> dict[str, str]:
-        return {**os.environ, "ETT_JOB_ID": self.job, "ETT_SPOOL_DIR": str(self.spool_dir)}
+        """The command's environment: this job and spool, and ``ETT_SUPERVISED`` so the
+        adapters and the reference trainer leave the attempt marks to this process (each
+        attempt is then marked once)."""
+        return {**os.environ, "ETT_JOB_ID": self.job, "ETT_SPOOL_DIR": str(self.spool_dir),
+                "ETT_SUPERVISED": "1"}
 
     def run(self) -> int:
         previous = self._pass_signals_on()  # first: a stop from now on is passed on

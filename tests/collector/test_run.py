@@ -373,3 +373,12 @@ def test_help_explains_the_wrapper_and_is_in_the_cli_reference() -> None:
         assert words in shown
     reference = (ROOT / "docs" / "reference" / "cli.md").read_text()
     assert f"```text\n{shown}```" in reference
+
+
+def test_the_command_is_told_the_wrapper_marks_its_attempts(tmp_path: Path) -> None:
+    """ETT_SUPERVISED: an adapter or the reference trainer under the wrapper sends no
+    attempt marks of its own, so each attempt is marked once (by the wrapper)."""
+    shown = "import os; print(os.environ['ETT_SUPERVISED'], os.environ['ETT_JOB_ID'])"
+    done = run(tmp_path, [sys.executable, "-c", shown])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "j1"]
