@@ -7,34 +7,24 @@ the start of an evaluation or a checkpoint load; neither reports compilation. NV
 resiliency extension times Lightning's saves the same way (it wraps the trainer's checkpoint
 IO). Every wrap here is of one object's attribute (never a class the user shares with other
 trainers, except where noted), keeps the wrapped call's result and exception untouched, and
-is undone when the attempt ends (:class:`Patches`). torch is imported only when a watch is
-installed, so this module imports with the collector's core alone.
+is undone when the attempt ends (:class:`Patches`). The compile watch is the plain-PyTorch
+hook's (``torch_compile.CompileSpans``) reporting through the adapter's lifecycle, so both
+ways in report compilations alike. torch is imported only when a watch is installed, so this
+module imports with the collector's core alone.
 """
 
 from __future__ import annotations
 
 import functools
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 from collector.integrations._lifecycle import AttemptLifecycle
+from collector.integrations.torch_compile import CompileSpans
 
 __all__ = ["CompileWatch", "Patches", "ProcessGroupWatch", "timed"]
 
 Wrapper = Callable[[Callable[..., Any]], Callable[..., Any]]
-
-#: Compile-cache counters (``torch._dynamo.utils.counters[group][name]``) put in a compile
-#: span's attrs as the change over that compilation: a cache rollout's saving shows per job.
-CACHE_COUNTERS = {
-    ("inductor", "fxgraph_cache_hit"): "fxgraph_cache_hit",
-    ("inductor", "fxgraph_cache_miss"): "fxgraph_cache_miss",
-    ("aot_autograd", "autograd_cache_hit"): "autograd_cache_hit",
-    ("aot_autograd", "autograd_cache_miss"): "autograd_cache_miss",
-    ("stats", "unique_graphs"): "unique_graphs",
-}
-
 
 class Patches:
     """Attributes an adapter replaced on objects it does not own, put back by :meth:`undo`."""
@@ -90,86 +80,40 @@ def timed(life: AttemptLifecycle, phase: str, *, pause: bool = True,
     return wrapper
 
 
-def _compile_counters() -> dict[str, int]:
-    from torch._dynamo.utils import counters
+class CompileWatch(CompileSpans):
+    """Reports every ``torch.compile`` compilation of this process as a ``compile`` span,
+    through the adapter's attempt lifecycle.
 
-    return {key: int(counters[group][name]) for (group, name), key in CACHE_COUNTERS.items()}
-
-
-class CompileWatch:
-    """Reports every ``torch.compile`` compilation of this process as a ``compile`` span.
-
-    Dynamo calls its start/end callbacks (``torch._dynamo.callback``) around each
-    compilation: the first step's, a recompile after a guard failed, a backward graph
-    compiled lazily on its first use. So the compile seconds are measured where they happen,
-    not guessed from a slow first step, and training is paused meanwhile: they leave the
-    ``train`` span. The span's attrs carry the trigger, Dynamo's compile id, whether it was a
-    recompile, and the compile-cache hits and misses of that compilation.
+    The plain-PyTorch hook's :class:`CompileSpans` (the same callbacks, counters and attrs)
+    with three steps changed: a compilation counts only while the attempt is open, training
+    is paused through the lifecycle (which owns the adapters' train tracker), and the span
+    goes through the lifecycle, which holds it until the attempt's Reporter exists.
     """
 
     def __init__(self, life: AttemptLifecycle) -> None:
+        super().__init__(None)
         self.life = life
-        self.compilations = 0
-        self._open: dict[int, tuple[float, dict[str, int]]] = {}
-        self._installed = False
 
     def install(self) -> bool:
-        try:
-            from torch._dynamo.callback import callback_handler
-        except ImportError:  # a torch without Dynamo's callbacks: compile time stays in train
-            return False
-        callback_handler.register_start_callback(self._on_start)
-        callback_handler.register_end_callback(self._on_end)
-        self._installed = True
-        return True
+        return self.register() is None
 
     def remove(self) -> None:
-        if not self._installed:
-            return
-        from torch._dynamo.callback import callback_handler
+        if self._registered:
+            self.unregister()
 
-        self._installed = False
-        for callbacks, fn in ((callback_handler.start_callbacks, self._on_start),
-                              (callback_handler.end_callbacks, self._on_end)):
-            if fn in callbacks:
-                callbacks.remove(fn)
+    def wanted(self) -> bool:
+        return self.life.active
 
-    def _on_start(self, args: Any) -> None:
-        self.life.guard.call("compile start", self._start)
-
-    def _on_end(self, args: Any) -> None:
-        self.life.guard.call("compile end", self._end, args)
-
-    def _start(self) -> None:
-        if not self.life.active:
-            return
+    def pause(self, args: Any) -> Any:
         self.life.pause("compile")  # first: the train slice must end before the compile
-        self._open[threading.get_ident()] = (time.time(), _compile_counters())
+        return True
 
-    def _end(self, args: Any) -> None:
-        opened = self._open.pop(threading.get_ident(), None)
-        if opened is None:
-            return
-        start, before = opened
-        self.compilations += 1
-        after = _compile_counters()
-        attrs: dict[str, Any] = {key: after[key] - before[key] for key in after}
-        compile_id = str(getattr(args, "compile_id", ""))
-        attrs["trigger"] = str(getattr(getattr(args, "callback_trigger", None), "name",
-                                       "DYNAMO")).lower()
-        attrs["compile_id"] = compile_id
-        attrs["recompile"] = _is_recompile(compile_id)
-        try:
-            self.life.span("compile", start, time.time(), attrs=attrs)
-        finally:
+    def resume(self, paused: Any) -> None:
+        if paused:
             self.life.resume("compile")
 
-
-def _is_recompile(compile_id: str) -> bool:
-    """Dynamo's compile ids read ``frame/attempt`` (``0/1``): attempt > 0 recompiles a frame."""
-    _, _, attempt = compile_id.strip("[]").partition("/")
-    digits = attempt.split("_")[0]
-    return digits.isdigit() and int(digits) > 0
+    def emit(self, start: float, end: float, attrs: dict[str, Any]) -> None:
+        self.life.span("compile", start, end, attrs=attrs)
 
 
 class ProcessGroupWatch:

@@ -120,7 +120,7 @@ class CompileSpans:
     end callback when the last one ends, possibly on another thread: one span covers them.
     """
 
-    def __init__(self, reporter: Reporter, *, blocking: bool = True) -> None:
+    def __init__(self, reporter: Reporter | None, *, blocking: bool = True) -> None:
         self.reporter = reporter
         self.blocking = blocking
         #: Compilations reported so far.
@@ -175,17 +175,37 @@ class CompileSpans:
 
     def on_start(self, args: Any) -> None:
         try:
-            tracker = None
-            if self.blocking:
-                candidate = self.reporter.tracker
-                # A lazily compiled backward runs on autograd's thread (on a GPU, its device
-                # thread) while the loop waits in backward(): it stops training all the same.
-                waited_for = _trigger(args) == "lazy_backward"
-                if candidate is not None and candidate.interrupt(any_thread=waited_for):
-                    tracker = candidate  # first: the train slice ends before the compile
-            self._open = (time.time(), compile_counters(), tracker)
+            if self.wanted():
+                paused = self.pause(args)  # first: the train slice ends before the compile
+                self._open = (time.time(), compile_counters(), paused)
         except Exception as exc:
             self._warn_once(exc)
+
+    # What a subclass reporting through something else than a Reporter overrides (the
+    # framework adapters' lifecycle, collector.integrations._patches.CompileWatch).
+    def wanted(self) -> bool:
+        """Whether this compilation is reported at all."""
+        return True
+
+    def pause(self, args: Any) -> Any:
+        """Stop the train span for the compilation; what :meth:`resume` needs, else None."""
+        if not self.blocking or self.reporter is None:
+            return None
+        tracker = self.reporter.tracker
+        # A lazily compiled backward runs on autograd's thread (on a GPU, its device thread)
+        # while the loop waits in backward(): it stops training all the same.
+        waited_for = _trigger(args) == "lazy_backward"
+        if tracker is not None and tracker.interrupt(any_thread=waited_for):
+            return tracker
+        return None
+
+    def resume(self, paused: Any) -> None:
+        if paused is not None:
+            paused.resume()
+
+    def emit(self, start: float, end: float, attrs: dict[str, Any]) -> None:
+        if self.reporter is not None:
+            self.reporter.span("compile", start, end, blocking=self.blocking, attrs=attrs)
 
     def on_end(self, args: Any) -> None:
         try:
@@ -197,7 +217,7 @@ class CompileSpans:
         opened, self._open = self._open, None
         if opened is None:
             return
-        start, before, tracker = opened
+        start, before, paused = opened
         try:
             self.compilations += 1
             after = compile_counters()
@@ -206,8 +226,6 @@ class CompileSpans:
             attrs["trigger"] = _trigger(args)
             attrs["compile_id"] = str(getattr(args, "compile_id", ""))[:MAX_TEXT]
             attrs["recompile"] = is_recompile(attrs["compile_id"])
-            self.reporter.span("compile", start, max(time.time(), start),
-                               blocking=self.blocking, attrs=attrs)
+            self.emit(start, max(time.time(), start), attrs)
         finally:
-            if tracker is not None:
-                tracker.resume()
+            self.resume(paused)
