@@ -23,7 +23,10 @@ from lightning.pytorch.plugins.io import AsyncCheckpointIO
 from torch.utils.data import DataLoader, TensorDataset
 
 from collector.integrations.lightning import ETTCallback
-from ettweb.ingest import partitions
+
+#: A real run measures its own steps: one intra-op thread, and no partition cache left
+#: from a rolled-back test (tests/collector/integrations/conftest.py).
+pytestmark = pytest.mark.usefixtures("fresh_partition_cache", "one_thread")
 
 JOB = "lightning-adapter-run"
 STEP_S = 0.02
@@ -101,24 +104,6 @@ def _trainer(clock: RunClock, callbacks: list[Any], **options: Any) -> TimedTrai
     trainer = TimedTrainer(callbacks=callbacks, **{**settings, **options})
     trainer.clock = clock
     return trainer
-
-
-@pytest.fixture(autouse=True)
-def fresh_partition_cache() -> Any:
-    """Partitions made inside a rolled-back test transaction are gone: forget them."""
-    partitions.forget_known()
-    yield
-    partitions.forget_known()
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Any:
-    """One intra-op thread: on a loaded two-core machine two threads only fight, and the
-    steps' lengths (what the test measures) would wander."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.django_db

@@ -26,7 +26,10 @@ from transformers import (
 )
 
 from collector.integrations.transformers import ETTCallback
-from ettweb.ingest import partitions
+
+#: A real run measures its own steps: one intra-op thread, and no partition cache left
+#: from a rolled-back test (tests/collector/integrations/conftest.py).
+pytestmark = pytest.mark.usefixtures("fresh_partition_cache", "one_thread")
 
 JOB = "hf-adapter-run"
 STEP_S = 0.02
@@ -97,24 +100,6 @@ def _arguments(output: Path, **options: Any) -> TrainingArguments:
         eval_steps=EVAL_EVERY, use_cpu=True, report_to=[], disable_tqdm=True,
         logging_steps=1000, dataloader_num_workers=0, seed=0)
     return TrainingArguments(**{**settings, **options})
-
-
-@pytest.fixture(autouse=True)
-def fresh_partition_cache() -> Any:
-    """Partitions made inside a rolled-back test transaction are gone: forget them."""
-    partitions.forget_known()
-    yield
-    partitions.forget_known()
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Any:
-    """One intra-op thread: on a loaded two-core machine two threads only fight, and the
-    steps' lengths (what the test measures) would wander."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.django_db
