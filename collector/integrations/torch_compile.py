@@ -17,7 +17,9 @@ the PT2 caches in the span's ``attrs`` (so a compile-cache rollout's saving show
 
 Everything read from torch is looked up defensively (another torch release lacks a name: the
 value is left out), and nothing here raises into Dynamo, hence into the user's model call: a
-failure is logged once and the compilation goes on unreported.
+failure is logged once and the compilation goes on unreported. The same class serves plain
+PyTorch (a Reporter) and the framework adapters (their attempt's lifecycle): it reports to a
+``collector.integrations._hooks.Target``.
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from collector.integrations._hooks import ReporterTarget, Resume, Target
+
 if TYPE_CHECKING:
     from collector.reporter import Reporter
-    from collector.spans import TrainTracker
 
 __all__ = ["CACHE_COUNTERS", "CompileSpans", "compile_counters", "is_recompile"]
 
@@ -108,19 +111,21 @@ def is_recompile(compile_id: str) -> bool:
 class CompileSpans:
     """Reports every PT2 compilation of this process as a ``compile`` span.
 
-    A compilation on the thread of the Reporter's open train tracker pauses it, so the
-    compile seconds leave the ``train`` span. ``blocking=False`` reports every compilation as
-    background work (a warm-up process that fills the caches while nobody waits for it).
+    Given a Reporter, a compilation on the thread of its open train tracker pauses it, so the
+    compile seconds leave the ``train`` span; given another :class:`Target` (an adapter's
+    lifecycle), the target decides what pausing training means. ``blocking=False`` reports
+    every compilation as background work (a warm-up process that fills the caches while
+    nobody waits for it).
     Dynamo runs the start callback when the first of concurrent compilations starts and the
     end callback when the last one ends, possibly on another thread: one span covers them.
     """
 
-    def __init__(self, reporter: Reporter, *, blocking: bool = True) -> None:
-        self.reporter = reporter
+    def __init__(self, target: Reporter | Target, *, blocking: bool = True) -> None:
+        self.target = target if isinstance(target, Target) else ReporterTarget(target)
         self.blocking = blocking
         #: Compilations reported so far.
         self.compilations = 0
-        self._open: tuple[float, dict[str, int], TrainTracker | None] | None = None
+        self._open: tuple[float, dict[str, int], Resume | None] | None = None
         self._registered = False
         self._warned = False
 
@@ -170,12 +175,9 @@ class CompileSpans:
 
     def on_start(self, args: Any) -> None:
         try:
-            tracker = None
-            if self.blocking:
-                candidate = self.reporter.tracker
-                if candidate is not None and candidate.interrupt():
-                    tracker = candidate  # first: the train slice ends before the compile
-            self._open = (time.time(), compile_counters(), tracker)
+            # First: the train slice ends before the compile starts.
+            resume = self.target.interrupt("compile") if self.blocking else None
+            self._open = (time.time(), compile_counters(), resume)
         except Exception as exc:
             self._warn_once(exc)
 
@@ -189,7 +191,7 @@ class CompileSpans:
         opened, self._open = self._open, None
         if opened is None:
             return
-        start, before, tracker = opened
+        start, before, resume = opened
         try:
             self.compilations += 1
             after = compile_counters()
@@ -199,8 +201,8 @@ class CompileSpans:
             attrs["trigger"] = str(getattr(trigger, "name", "DYNAMO")).lower()
             attrs["compile_id"] = str(getattr(args, "compile_id", ""))[:MAX_TEXT]
             attrs["recompile"] = is_recompile(attrs["compile_id"])
-            self.reporter.span("compile", start, max(time.time(), start),
-                               blocking=self.blocking, attrs=attrs)
+            self.target.span("compile", start, max(time.time(), start),
+                             blocking=self.blocking, attrs=attrs)
         finally:
-            if tracker is not None:
-                tracker.resume()
+            if resume is not None:
+                resume()
