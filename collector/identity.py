@@ -12,6 +12,12 @@ in a documented order (``docs/instrument.md``), and an explicit argument always 
 - **attempt**: ``ETT_ATTEMPT``, ``TORCHELASTIC_RESTART_COUNT``, ``SLURM_RESTART_COUNT``, else 0.
 - **rank**: ``RANK``, ``SLURM_PROCID``, else 0.
 
+Who marks the attempt is part of the same contract: a supervisor that emits
+``attempt_start``/``attempt_end`` itself (``collector.run``, the reference trainer's
+``python -m trainer``) sets ``ETT_SUPERVISED=1`` (:data:`SUPERVISED_ENV`) in its command's
+environment, and what runs inside — an adapter, the reference trainer — then reports phases
+and training but no attempt marks of its own, so each attempt has exactly one of each.
+
 Nothing here raises: a malformed value is skipped as if unset, and a process with no job id
 anywhere gets a local one (``local-HOST-PPID``), so a forgotten variable costs a mislabelled
 job, not a crashed trainer.
@@ -25,12 +31,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ATTEMPT_ENV_VARS", "JOB_ENV_VARS", "K8S_JOB_LABELS", "RANK_ENV_VARS", "Identity",
-           "attempt_from_env", "identity_from_env", "job_from_env", "rank_from_env"]
+__all__ = ["ATTEMPT_ENV_VARS", "JOB_ENV_VARS", "K8S_JOB_LABELS", "RANK_ENV_VARS",
+           "SUPERVISED_ENV", "Identity", "attempt_from_env", "identity_from_env",
+           "job_from_env", "rank_from_env"]
 
 JOB_ENV_VARS = ("ETT_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID")
 ATTEMPT_ENV_VARS = ("ETT_ATTEMPT", "TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")
 RANK_ENV_VARS = ("RANK", "SLURM_PROCID")
+#: Set (to ``1``) by a supervisor that marks the attempts itself: nothing inside marks them.
+SUPERVISED_ENV = "ETT_SUPERVISED"
 K8S_JOB_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 DEFAULT_K8S_LABELS_FILE = "/etc/podinfo/labels"
 #: torchrun's run id when none was given: every such job would share it.

@@ -4,7 +4,8 @@ what only the outside sees.
 Why a wrapper: a job's own Reporter (or a framework adapter) cannot report the seconds before
 it was imported, nor an attempt killed by SIGKILL or the OOM killer, nor how long torchrun
 took to restart its workers. This process starts the command, passes it ``ETT_JOB_ID`` and
-``ETT_SPOOL_DIR`` so the job's own events land in the same job, and writes through a
+``ETT_SPOOL_DIR`` so the job's own events land in the same job (and ``ETT_SUPERVISED=1``:
+the attempt marks are the wrapper's, an adapter inside sends none), and writes through a
 :class:`collector.Reporter`: ``attempt_start`` when the command starts, a ``launch`` span
 until the job's own first event, and ``attempt_end`` with the status its exit says. With
 ``torchrun --max-restarts``, each worker group is an attempt (``collector.run_watch``).
@@ -29,7 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from collector.identity import identity_from_env
+from collector.identity import SUPERVISED_ENV, identity_from_env
 from collector.reporter import DEFAULT_SPOOL_DIR
 from collector.run_attempts import Attempts, Generations, RunIdentity
 from collector.run_exits import Ending, OomEvidence, ending_of, shell_exit_code
@@ -63,12 +64,12 @@ sees, as schema-v1 events in the spool the collector agent ships:
                   to the command, status cancelled (preempted with --sigterm-preempts)
 
 The command gets ETT_JOB_ID and ETT_SPOOL_DIR, so its own Reporter or adapter reports into
-the same job, and ETT_SUPERVISED=1, so the adapters and the reference trainer leave the
-attempt marks to this wrapper. Job, attempt and rank come from the environment as for every reporter
-(ETT_JOB_ID, TORCHELASTIC_RUN_ID, SLURM_JOB_ID, Kubernetes labels; ETT_ATTEMPT,
-TORCHELASTIC_RESTART_COUNT, SLURM_RESTART_COUNT; RANK, SLURM_PROCID), so a scheduler that
-reruns this wrapper gives each run its attempt, and the time between a failed attempt and
-the next is counted as restart_gap.
+the same job, and ETT_SUPERVISED=1, so an adapter (Lightning, Hugging Face) or the reference
+trainer leaves the attempt marks to the wrapper. Job, attempt and rank come from the
+environment as for every reporter (ETT_JOB_ID, TORCHELASTIC_RUN_ID, SLURM_JOB_ID, Kubernetes
+labels; ETT_ATTEMPT, TORCHELASTIC_RESTART_COUNT, SLURM_RESTART_COUNT; RANK, SLURM_PROCID), so
+a scheduler that reruns this wrapper gives each run its attempt, and the time between a
+failed attempt and the next is counted as restart_gap.
 
 torchrun --max-restarts: each worker group is one attempt. The wrapper watches the
 command's processes in /proc; a worker's environment carries TORCHELASTIC_RESTART_COUNT and
@@ -192,11 +193,11 @@ class Run:
         self.generations = Generations(self.attempts)
 
     def child_env(self) -> dict[str, str]:
-        """The command's environment: this job and spool, and ``ETT_SUPERVISED`` so the
-        adapters and the reference trainer leave the attempt marks to this process (each
-        attempt is then marked once)."""
+        """The command's environment: the job and spool to report into, and
+        ``ETT_SUPERVISED=1``, since this wrapper marks the attempts (an adapter or the
+        reference trainer inside then marks none: one ``attempt_start``/``attempt_end`` each)."""
         return {**os.environ, "ETT_JOB_ID": self.job, "ETT_SPOOL_DIR": str(self.spool_dir),
-                "ETT_SUPERVISED": "1"}
+                SUPERVISED_ENV: "1"}
 
     def run(self) -> int:
         previous = self._pass_signals_on()  # first: a stop from now on is passed on

@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import NoReturn
 
+from collector.identity import SUPERVISED_ENV as SUPERVISED_ENV
 from collector.reporter import DEFAULT_SPOOL_DIR
 
 #: Criteo's layout: 13 dense ("integer") features and 26 categorical ones.
@@ -43,9 +44,9 @@ DEVICES = ("auto", "cpu", "cuda")
 # both sides import it).
 #: Set by the supervisor just before it spawns a training process (epoch seconds).
 LAUNCH_TS_ENV = "ETT_LAUNCH_TS"
-#: Set by the supervisor, which marks the attempts; without it (torchrun restarting the ranks
-#: itself, or a bare ``python -m trainer.train``) rank 0 marks its own attempt.
-SUPERVISED_ENV = "ETT_SUPERVISED"
+# SUPERVISED_ENV (imported from collector.identity, one name for every supervisor): set by
+# the supervisor, or by collector.run, which mark the attempts; without it (torchrun
+# restarting the ranks itself, or a bare ``python -m trainer.train``) rank 0 marks its own.
 #: What makes a process join the job's process group: a helper process (compile warm-up,
 #: publisher) is started without it, so it never mistakes itself for a rank.
 RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK",

@@ -29,7 +29,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from collector.identity import identity_from_env
+# SUPERVISED_ENV: set by a supervisor that marks the attempt itself (``collector.run``, the
+# reference trainer's): an adapter then reports phases and training, never a second
+# ``attempt_start``/``attempt_end``.
+from collector.identity import SUPERVISED_ENV, identity_from_env
 from collector.reporter import Reporter
 from collector.spans import TrainTracker
 
@@ -42,9 +45,6 @@ log = logging.getLogger("ett.integrations")
 DISABLE_ENV = "ETT_DISABLE"
 #: ``ETT_AUTOLOAD=0``: the Lightning entry point attaches no callback (explicit ones still work).
 AUTOLOAD_ENV = "ETT_AUTOLOAD"
-#: Set by a supervisor that marks the attempt itself (the reference trainer's, ``collector.run``):
-#: an adapter then reports phases and training, never a second ``attempt_start``/``attempt_end``.
-SUPERVISED_ENV = "ETT_SUPERVISED"
 #: What tells the entry point that ETT is in use on this node (see :func:`autoload_wanted`).
 CONFIGURED_ENV = ("ETT_JOB_ID", "ETT_SPOOL_DIR")
 #: Spans kept before the Reporter exists (set-up before the framework names the rank).

@@ -32,7 +32,7 @@ from collector.integrations._lifecycle import (
     autoload_wanted,
     status_from_exception,
 )
-from collector.integrations._patches import CompileWatch, Patches, timed
+from collector.integrations._patches import Patches, TorchWatch, timed
 from collector.reporter import Reporter
 
 try:
@@ -76,7 +76,7 @@ class _LightningHooks:
     def _setup(self) -> None:
         self._life = AttemptLifecycle(**self._config)
         self._patches = Patches()
-        self._compile = CompileWatch(self._life)
+        self._torch = TorchWatch(self._life)
         self._entered = False
         self._via_fit = False
         self._resuming = False
@@ -115,7 +115,7 @@ class _LightningHooks:
         self._patches.wrap(trainer, "save_checkpoint", timed(life, "checkpoint_save"))
         self._patches.wrap(trainer.strategy, "load_checkpoint", self._timed_load)
         self._wrap_async_save(trainer)
-        self._compile.install()
+        self._torch.watch_compile()
         return True
 
     def _timed_load(self, original: Any) -> Any:
@@ -158,7 +158,7 @@ class _LightningHooks:
 
     def _finish(self, status: str, **detail: Any) -> None:
         self._life.end(status, **detail)
-        self._compile.remove()
+        self._torch.remove()
         self._patches.undo()
 
     # ------------------------------------------------------------------ hooks

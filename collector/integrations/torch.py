@@ -25,7 +25,9 @@ wins over every other phase). Each hook replaces one attribute (or registers a c
 and the returned :class:`Uninstall` puts back what it found; installing while installed
 does nothing. A name this torch lacks is left out and said so (``Uninstall.not_hooked`` and
 one log line), never an error. A hook never raises into the caller: the hooked call's own
-exceptions pass through untouched, and a failing Reporter is logged once.
+exceptions pass through untouched, and a failing Reporter is logged once. The process-group
+and compile hooks are the ones the Lightning and Hugging Face adapters install too
+(``_hooks``, ``torch_compile``): one implementation, reporting to a Reporter here.
 """
 
 from __future__ import annotations
@@ -40,13 +42,20 @@ from concurrent.futures import CancelledError
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from collector.integrations._hooks import (
+    Hooks,
+    Patch,
+    Patches,
+    ReporterTarget,
+    process_group_attrs,
+    process_group_patches,
+)
 from collector.integrations.torch_compile import CompileSpans
 
 if TYPE_CHECKING:
     from collector.reporter import Reporter
-    from collector.spans import TrainTracker
 
-__all__ = ["HOOKS", "Uninstall", "install"]
+__all__ = ["HOOKS", "Uninstall", "install", "process_group_attrs"]
 
 log = logging.getLogger("ett.integrations.torch")
 
@@ -58,33 +67,8 @@ CHECKPOINT_CALLS = {"save": "checkpoint_save", "async_save": "checkpoint_save",
 #: Where a DataLoader iterator keeps the start of its ``data_init`` until its first batch.
 FIRST_BATCH = "_ett_data_init"
 MAX_TEXT = 200
-_MISSING = object()
 _lock = threading.Lock()
 _active: Uninstall | None = None
-
-Begun = tuple[float, "TrainTracker | None"]
-Describe = Callable[[], dict[str, Any]]
-
-
-class _Patch:
-    """One attribute replaced by a hook, and what was there before."""
-
-    def __init__(self, owner: Any, name: str, wrapper: Any) -> None:
-        self.owner, self.name, self.wrapper = owner, name, wrapper
-        self.original = vars(owner).get(name, _MISSING)  # _MISSING: inherited, not its own
-
-    def apply(self) -> None:
-        setattr(self.owner, self.name, self.wrapper)
-
-    def restore(self) -> bool:
-        """Put the original back; False (and nothing done) when someone replaced the hook."""
-        if vars(self.owner).get(self.name, _MISSING) is not self.wrapper:
-            return False
-        if self.original is _MISSING:
-            delattr(self.owner, self.name)
-        else:
-            setattr(self.owner, self.name, self.original)
-        return True
 
 
 class Uninstall:
@@ -92,13 +76,13 @@ class Uninstall:
     (or leave its ``with`` block). Calling it twice does nothing more."""
 
     def __init__(self, hooked: list[str], not_hooked: dict[str, str],
-                 compile_spans: CompileSpans | None, patches: list[_Patch]) -> None:
+                 compile_spans: CompileSpans | None, patches: Patches) -> None:
         self.hooked = hooked
         self.not_hooked = not_hooked
         #: The compile hook, when installed: its ``compilations`` counts what it reported.
         self.compile = compile_spans
         self._patches = patches
-        self._done = not (hooked or patches)
+        self._done = not (hooked or len(patches))
 
     @property
     def active(self) -> bool:
@@ -110,11 +94,10 @@ class Uninstall:
             if self._done:
                 return
             self._done = True
-            for patch in reversed(self._patches):
-                if not patch.restore():
-                    log.warning("ETT torch hooks: %s.%s was replaced after install; left as "
-                                "it is", getattr(patch.owner, "__name__", patch.owner),
-                                patch.name)
+            for patch in self._patches.undo():
+                log.warning("ETT torch hooks: %s.%s was replaced after install; left as "
+                            "it is", getattr(patch.owner, "__name__", patch.owner),
+                            patch.name)
             if self.compile is not None:
                 self.compile.unregister()
             if _active is self:
@@ -128,85 +111,12 @@ class Uninstall:
         self()
 
 
-class _Hooks:
-    """The wrappers of one installation, all reporting to one Reporter."""
+class _Hooks(Hooks):
+    """The wrappers of one installation, all reporting to one Reporter: the shared timed
+    wrapper (:class:`collector.integrations._hooks.Hooks`) and the DCP and DataLoader ones."""
 
     def __init__(self, reporter: Reporter) -> None:
-        self.reporter = reporter
-        self._warned = False
-        self._local = threading.local()
-
-    def warn_once(self, exc: BaseException) -> None:
-        if not self._warned:
-            self._warned = True
-            log.warning("ETT torch hooks: a span was lost (%r); training goes on and further "
-                        "failures are not logged", exc)
-
-    # ------------------------------------------------------------ spans
-    def begin(self) -> Begun:
-        """Pause the train tracker if this thread runs it, then note the start."""
-        tracker = None
-        try:
-            candidate = self.reporter.tracker
-            if candidate is not None and candidate.interrupt():
-                tracker = candidate
-        except Exception as exc:
-            self.warn_once(exc)
-        return time.time(), tracker
-
-    def end(self, phase: str, begun: Begun, describe: Describe,
-            error: BaseException | None = None) -> float:
-        """Emit the blocking span begun at ``begun`` and resume the tracker; its end time."""
-        start, tracker = begun
-        end = max(time.time(), start)
-        try:
-            attrs = describe()
-            if error is not None:
-                attrs["error"] = type(error).__name__
-            self.reporter.span(phase, start, end, blocking=True, attrs=attrs)
-        except Exception as exc:
-            self.warn_once(exc)
-        finally:
-            if tracker is not None:
-                try:
-                    tracker.resume()
-                except Exception as exc:
-                    self.warn_once(exc)
-        return end
-
-    def _nested(self, phase: str) -> bool:
-        """Whether this thread is already inside a hooked call of ``phase`` (one span)."""
-        return phase in self._open_phases()
-
-    def _open_phases(self) -> set[str]:
-        phases: set[str] | None = getattr(self._local, "phases", None)
-        if phases is None:
-            phases = self._local.phases = set()
-        return phases
-
-    def timed(self, phase: str, original: Callable[..., Any],
-              describe: Callable[[tuple[Any, ...], dict[str, Any]], dict[str, Any]]
-              ) -> Callable[..., Any]:
-        """``original`` reporting each outermost call as a blocking span of ``phase``."""
-        hooks = self
-
-        @functools.wraps(original)
-        def hooked(*args: Any, **kwargs: Any) -> Any:
-            if hooks._nested(phase):
-                return original(*args, **kwargs)
-            begun = hooks.begin()
-            hooks._open_phases().add(phase)
-            error: BaseException | None = None
-            try:
-                return original(*args, **kwargs)
-            except BaseException as exc:
-                error = exc
-                raise
-            finally:
-                hooks._open_phases().discard(phase)
-                hooks.end(phase, begun, lambda: describe(args, kwargs), error)
-
-        return hooked
+        super().__init__(ReporterTarget(reporter))
 
     # ------------------------------------------------------------ async_save
     def async_save(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -215,10 +125,10 @@ class _Hooks:
 
         @functools.wraps(original)
         def async_save(*args: Any, **kwargs: Any) -> Any:
-            if hooks._nested("checkpoint_save"):
+            if hooks.nested("checkpoint_save"):
                 return original(*args, **kwargs)
-            begun = hooks.begin()
-            hooks._open_phases().add("checkpoint_save")
+            begun = hooks.begin("checkpoint_save")
+            hooks.open_phases().add("checkpoint_save")
             error: BaseException | None = None
             staged = begun[0]
             try:
@@ -227,7 +137,7 @@ class _Hooks:
                 error = exc
                 raise
             finally:
-                hooks._open_phases().discard("checkpoint_save")
+                hooks.open_phases().discard("checkpoint_save")
                 staged = hooks.end("checkpoint_save", begun,
                                    lambda: checkpoint_attrs("async_save", kwargs, "staging"),
                                    error)
@@ -256,8 +166,8 @@ class _Hooks:
                     failure = CancelledError() if future.cancelled() else future.exception()
                     if failure is not None:
                         attrs["error"] = type(failure).__name__
-                    self.reporter.span("checkpoint_save", staged, end, blocking=False,
-                                       attrs=attrs)
+                    self.target.span("checkpoint_save", staged, end, blocking=False,
+                                     attrs=attrs)
                 except Exception as exc:
                     self.warn_once(exc)
 
@@ -273,7 +183,7 @@ class _Hooks:
 
         @functools.wraps(original)
         def __iter__(loader: Any) -> Any:
-            begun = hooks.begin()
+            begun = hooks.begin("data_init")
             try:
                 iterator = original(loader)
             except BaseException as exc:
@@ -321,24 +231,6 @@ class _Hooks:
         return __next__
 
 
-def process_group_attrs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The backend, world size and kind of rendezvous of an ``init_process_group`` call."""
-    attrs: dict[str, Any] = {}
-    backend = kwargs.get("backend", args[0] if args else None)
-    init_method = kwargs.get("init_method", args[1] if len(args) > 1 else None)
-    dist = importlib.import_module("torch.distributed")
-    if dist.is_initialized():
-        backend = backend or dist.get_backend()
-        attrs["world_size"] = int(dist.get_world_size())
-    if backend:
-        attrs["backend"] = str(backend)[:MAX_TEXT]
-    if isinstance(init_method, str) and "://" in init_method:
-        attrs["init_method"] = init_method.split("://", 1)[0][:MAX_TEXT]
-    elif kwargs.get("store") is not None:
-        attrs["init_method"] = "store"
-    return attrs
-
-
 def checkpoint_attrs(call: str, kwargs: dict[str, Any], stage: str = "") -> dict[str, Any]:
     attrs: dict[str, Any] = {"api": f"dcp.{call}"}
     if call != "load":
@@ -360,22 +252,11 @@ def loader_attrs(loader: Any) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- finding what to hook
-Found = dict[str, "list[_Patch] | str"]
+Found = dict[str, "list[Patch] | str"]
 
 
 def _process_group(hooks: _Hooks) -> Found:
-    dist = importlib.import_module("torch.distributed")
-    if not dist.is_available():
-        return {"process_group": "torch.distributed is not available in this build"}
-    c10d = importlib.import_module("torch.distributed.distributed_c10d")
-    original = getattr(c10d, "init_process_group", None)
-    if original is None:
-        return {"process_group": "torch.distributed has no init_process_group"}
-    wrapper = hooks.timed("process_group_init", original, process_group_attrs)
-    # Both names: ``dist.init_process_group`` and the module that defines it.
-    return {"process_group": [_Patch(owner, "init_process_group", wrapper)
-                              for owner in (dist, c10d)
-                              if getattr(owner, "init_process_group", None) is original]}
+    return {"process_group": process_group_patches(hooks)}
 
 
 def _checkpoint(hooks: _Hooks) -> Found:
@@ -389,10 +270,10 @@ def _checkpoint(hooks: _Hooks) -> Found:
         if original is None:
             found[f"checkpoint.{call}"] = f"torch.distributed.checkpoint has no {call}"
         elif call == "async_save":
-            found[f"checkpoint.{call}"] = [_Patch(dcp, call, hooks.async_save(original))]
+            found[f"checkpoint.{call}"] = [Patch(dcp, call, hooks.async_save(original))]
         else:
             wrapper = hooks.timed(phase, original, functools.partial(_dcp_attrs, call))
-            found[f"checkpoint.{call}"] = [_Patch(dcp, call, wrapper)]
+            found[f"checkpoint.{call}"] = [Patch(dcp, call, wrapper)]
     return found
 
 
@@ -405,8 +286,8 @@ def _data_loader(hooks: _Hooks) -> Found:
                                "_BaseDataLoaderIter.__next__"}
     hooked_next = hooks.data_loader_next(vars(base_iter)["__next__"])
     hooked_iter = hooks.data_loader_iter(loader.__iter__, hooked_next)  # a function
-    return {"data_loader": [_Patch(loader, "__iter__", hooked_iter),
-                            _Patch(base_iter, "__next__", hooked_next)]}
+    return {"data_loader": [Patch(loader, "__iter__", hooked_iter),
+                            Patch(base_iter, "__next__", hooked_next)]}
 
 
 FINDERS: dict[str, Callable[[_Hooks], Found]] = {
@@ -430,18 +311,18 @@ def install(reporter: Reporter, *, skip: Iterable[str] = ()) -> Uninstall:
     with _lock:
         if _active is not None:
             log.warning("ETT torch hooks: already installed; this install() does nothing")
-            return Uninstall([], {"all": "already installed"}, None, [])
+            return Uninstall([], {"all": "already installed"}, None, Patches())
         hooks = _Hooks(reporter)
         hooked: list[str] = []
         not_hooked: dict[str, str] = {}
-        patches: list[_Patch] = []
+        patches = Patches()
         compile_spans = None
         for name in HOOKS:
             if name in skipped:
                 not_hooked[name] = "skipped"
                 continue
             if name == "compile":
-                candidate = CompileSpans(reporter)
+                candidate = CompileSpans(hooks.target)
                 why = candidate.register()
                 if why is None:
                     compile_spans = candidate
@@ -457,10 +338,11 @@ def install(reporter: Reporter, *, skip: Iterable[str] = ()) -> Uninstall:
                 if isinstance(result, str):
                     not_hooked[hook] = result
                     continue
-                for patch in result:
-                    patch.apply()
-                patches += result
-                hooked.append(hook)
+                refused = [p.name for p in result if not patches.apply(p)]
+                if refused:
+                    not_hooked[hook] = f"cannot replace {', '.join(refused)}"
+                else:
+                    hooked.append(hook)
         handle = Uninstall(hooked, not_hooked, compile_spans, patches)
         if handle.active:
             _active = handle

@@ -17,7 +17,9 @@ the PT2 caches in the span's ``attrs`` (so a compile-cache rollout's saving show
 
 Everything read from torch is looked up defensively (another torch release lacks a name: the
 value is left out), and nothing here raises into Dynamo, hence into the user's model call: a
-failure is logged once and the compilation goes on unreported.
+failure is logged once and the compilation goes on unreported. The same class serves plain
+PyTorch (a Reporter) and the framework adapters (their attempt's lifecycle): it reports to a
+``collector.integrations._hooks.Target``.
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from collector.integrations._hooks import ReporterTarget, Resume, Target
+
 if TYPE_CHECKING:
     from collector.reporter import Reporter
-    from collector.spans import TrainTracker
 
 __all__ = ["CACHE_COUNTERS", "CompileSpans", "compile_counters", "is_recompile"]
 
@@ -113,19 +116,21 @@ def _trigger(args: Any) -> str:
 class CompileSpans:
     """Reports every PT2 compilation of this process as a ``compile`` span.
 
-    A compilation on the thread of the Reporter's open train tracker pauses it, so the
-    compile seconds leave the ``train`` span. ``blocking=False`` reports every compilation as
-    background work (a warm-up process that fills the caches while nobody waits for it).
+    Given a Reporter, a compilation on the thread of its open train tracker pauses it, so the
+    compile seconds leave the ``train`` span; given another :class:`Target` (an adapter's
+    lifecycle), the target decides what pausing training means. ``blocking=False`` reports
+    every compilation as background work (a warm-up process that fills the caches while
+    nobody waits for it).
     Dynamo runs the start callback when the first of concurrent compilations starts and the
     end callback when the last one ends, possibly on another thread: one span covers them.
     """
 
-    def __init__(self, reporter: Reporter | None, *, blocking: bool = True) -> None:
-        self.reporter = reporter
+    def __init__(self, target: Reporter | Target, *, blocking: bool = True) -> None:
+        self.target = target if isinstance(target, Target) else ReporterTarget(target)
         self.blocking = blocking
         #: Compilations reported so far.
         self.compilations = 0
-        self._open: tuple[float, dict[str, int], TrainTracker | None] | None = None
+        self._open: tuple[float, dict[str, int], Resume | None] | None = None
         self._registered = False
         self._warned = False
 
@@ -175,37 +180,14 @@ class CompileSpans:
 
     def on_start(self, args: Any) -> None:
         try:
-            if self.wanted():
-                paused = self.pause(args)  # first: the train slice ends before the compile
-                self._open = (time.time(), compile_counters(), paused)
+            # First: the train slice ends before the compile starts. A lazily compiled
+            # backward runs on autograd's thread (on a GPU, its device thread) while the loop
+            # waits in backward(): it stops training all the same.
+            lazy = _trigger(args) == "lazy_backward"
+            resume = self.target.interrupt("compile", any_thread=lazy) if self.blocking else None
+            self._open = (time.time(), compile_counters(), resume)
         except Exception as exc:
             self._warn_once(exc)
-
-    # What a subclass reporting through something else than a Reporter overrides (the
-    # framework adapters' lifecycle, collector.integrations._patches.CompileWatch).
-    def wanted(self) -> bool:
-        """Whether this compilation is reported at all."""
-        return True
-
-    def pause(self, args: Any) -> Any:
-        """Stop the train span for the compilation; what :meth:`resume` needs, else None."""
-        if not self.blocking or self.reporter is None:
-            return None
-        tracker = self.reporter.tracker
-        # A lazily compiled backward runs on autograd's thread (on a GPU, its device thread)
-        # while the loop waits in backward(): it stops training all the same.
-        waited_for = _trigger(args) == "lazy_backward"
-        if tracker is not None and tracker.interrupt(any_thread=waited_for):
-            return tracker
-        return None
-
-    def resume(self, paused: Any) -> None:
-        if paused is not None:
-            paused.resume()
-
-    def emit(self, start: float, end: float, attrs: dict[str, Any]) -> None:
-        if self.reporter is not None:
-            self.reporter.span("compile", start, end, blocking=self.blocking, attrs=attrs)
 
     def on_end(self, args: Any) -> None:
         try:
@@ -217,7 +199,7 @@ class CompileSpans:
         opened, self._open = self._open, None
         if opened is None:
             return
-        start, before, paused = opened
+        start, before, resume = opened
         try:
             self.compilations += 1
             after = compile_counters()
@@ -226,6 +208,8 @@ class CompileSpans:
             attrs["trigger"] = _trigger(args)
             attrs["compile_id"] = str(getattr(args, "compile_id", ""))[:MAX_TEXT]
             attrs["recompile"] = is_recompile(attrs["compile_id"])
-            self.emit(start, max(time.time(), start), attrs)
+            self.target.span("compile", start, max(time.time(), start),
+                             blocking=self.blocking, attrs=attrs)
         finally:
-            self.resume(paused)
+            if resume is not None:
+                resume()

@@ -30,7 +30,7 @@ from typing import Any
 from transformers import Trainer, TrainerCallback
 
 from collector.integrations._lifecycle import AttemptLifecycle, status_from_exception
-from collector.integrations._patches import CompileWatch, Patches, ProcessGroupWatch, timed
+from collector.integrations._patches import Patches, TorchWatch, timed
 from collector.reporter import Reporter
 
 __all__ = ["ETTCallback"]
@@ -63,11 +63,10 @@ class ETTCallback(TrainerCallback):
             started_at=started_at, marks_attempt=marks_attempt, attrs=attrs)
         self._model = model
         self._patches = Patches()
-        self._compile = CompileWatch(life)
-        self._process_group = ProcessGroupWatch(life)
+        self._torch = TorchWatch(life)
         self._trainer: Trainer | None = None
         self._times_train = self._times_eval = self._times_save = False
-        life.guard.call("process group watch", self._process_group.install)
+        life.guard.call("process group hook", self._torch.watch_process_group)
         # Until on_init_end: the arguments (device, process group), the model, the Trainer.
         life.guard.call("model_init", life.stretch, "model_init", life.started_at)
         if trainer is not None:
@@ -113,8 +112,7 @@ class ETTCallback(TrainerCallback):
 
     def _finish(self, status: str, **detail: Any) -> None:
         self._life.end(status, **detail)
-        self._compile.remove()
-        self._process_group.remove()
+        self._torch.remove()
         self._patches.undo()
 
     def _begin(self, args: Any, model: Any) -> None:
@@ -125,7 +123,7 @@ class ETTCallback(TrainerCallback):
         name = self._model or _model_name(model)
         if life.begin(gpus=gpus, rank_hint=getattr(args, "process_index", None),
                       **({"model": name} if name else {})):
-            self._compile.install()
+            self._torch.watch_compile()
 
     # ------------------------------------------------------------------ events
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

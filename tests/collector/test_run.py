@@ -311,13 +311,15 @@ def test_the_wrappers_own_errors_never_change_the_exit_code(
     assert code == 5
 
 
-def test_the_job_and_spool_reach_the_command(tmp_path: Path) -> None:
-    show = [sys.executable, "-c",
-            "import os; print(os.environ['ETT_JOB_ID'], os.environ['ETT_SPOOL_DIR'])"]
+def test_the_job_spool_and_supervision_reach_the_command(tmp_path: Path) -> None:
+    """ETT_SUPERVISED=1: an adapter or the reference trainer inside leaves the attempt marks
+    to the wrapper (tests/collector/integrations/test_adapter_under_run.py runs one)."""
+    show = [sys.executable, "-c", "import os; print(os.environ['ETT_JOB_ID'], "
+            "os.environ['ETT_SPOOL_DIR'], os.environ['ETT_SUPERVISED'])"]
     done = subprocess.run(wrapper(Path("relative-spool"), show), capture_output=True,
                           text=True, env=environment(ETT_JOB_ID="from-env"), cwd=tmp_path,
                           timeout=60)
-    assert done.stdout.split() == ["from-env", str(tmp_path / "relative-spool")]
+    assert done.stdout.split() == ["from-env", str(tmp_path / "relative-spool"), "1"]
 
 
 def test_the_command_line() -> None:
