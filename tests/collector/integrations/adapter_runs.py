@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from collector.spool import unframe
 
 
@@ -154,6 +156,27 @@ def ingest_spool(spool: Path, job: str) -> Any:
     result = calculate(JobQuery(job=job))
     assert isinstance(result, JobResult), result
     return result
+
+
+#: What a crashed-then-resumed run must show on its job page besides productive time.
+LOST_CATEGORIES = ("checkpoint_save", "checkpoint_load", "eval", "restart_gap",
+                   "repeated_training", "model_init", "data_init")
+
+
+def assert_resumed_run_matches(result: Any, expected: Expected, *, model: str,
+                               team: str) -> None:
+    """A crash and a resume, as the query layer reads them, against the test's own clock:
+    attempts failed then completed, the repeated steps exactly, wall and ETT% within 1%,
+    and every lifecycle category the run went through."""
+    headline = result.headline
+    assert [a.status for a in headline.attempts] == ["failed", "completed"]
+    assert headline.repeated_steps == expected.repeated_steps
+    assert headline.wall_s == pytest.approx(expected.wall_s, rel=0.01)
+    assert headline.ett_pct == pytest.approx(expected.ett_pct, rel=0.01)
+    assert headline.lost_s["repeated_training"] == pytest.approx(expected.repeated_s, abs=0.005)
+    assert result.meta.model == model and result.meta.team == team
+    for category in LOST_CATEGORIES:
+        assert headline.lost_s.get(category, 0) > 0, (category, headline.lost_s)
 
 
 def overlaps(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -17,7 +17,14 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
-from adapter_runs import RunClock, assert_spans_hold, ingest_spool, overlaps, spool_events
+from adapter_runs import (
+    RunClock,
+    assert_resumed_run_matches,
+    assert_spans_hold,
+    ingest_spool,
+    overlaps,
+    spool_events,
+)
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import AsyncCheckpointIO
 from torch.utils.data import DataLoader, TensorDataset
@@ -131,17 +138,7 @@ def test_a_crashed_then_resumed_fit_reports_the_ett_the_test_measured(tmp_path: 
 
     expected = clock.expected()
     assert expected.repeated_steps == CRASH_AT - 20
-    result = ingest_spool(spool, JOB)
-    headline = result.headline
-    assert [a.status for a in headline.attempts] == ["failed", "completed"]
-    assert headline.repeated_steps == expected.repeated_steps
-    assert headline.wall_s == pytest.approx(expected.wall_s, rel=0.01)
-    assert headline.ett_pct == pytest.approx(expected.ett_pct, rel=0.01)
-    assert headline.lost_s["repeated_training"] == pytest.approx(expected.repeated_s, abs=0.005)
-    assert result.meta.model == "Tiny" and result.meta.team == "research"
-    for category in ("checkpoint_save", "checkpoint_load", "eval", "restart_gap",
-                     "repeated_training", "model_init", "data_init"):
-        assert headline.lost_s.get(category, 0) > 0, (category, headline.lost_s)
+    assert_resumed_run_matches(ingest_spool(spool, JOB), expected, model="Tiny", team="research")
 
     events = spool_events(spool)
     spans = [e for e in events if e["kind"] == "span"]
