@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from ettweb.ingest import partitions
 
@@ -26,3 +27,13 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def no_group() -> Iterator[None]:
+    """The test creates the default process group itself (that is what is hooked); gone
+    after."""
+    assert not dist.is_initialized()
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()

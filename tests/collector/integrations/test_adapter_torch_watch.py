@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +25,6 @@ from collector.integrations._patches import Patches, TorchWatch
 def plain_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("RANK", "SLURM_PROCID", "ETT_SUPERVISED", "ETT_DISABLE", "ETT_ATTEMPT"):
         monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def no_group() -> Iterator[None]:
-    """The test creates the default process group itself (that is what is hooked)."""
-    assert not dist.is_initialized()
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def _life(tmp_path: Path) -> AttemptLifecycle:

@@ -42,15 +42,6 @@ def reporter(tmp_path: Path) -> Iterator[Reporter]:
     made.shutdown()
 
 
-@pytest.fixture
-def no_group() -> Iterator[None]:
-    """The test creates the default process group itself (that is what it hooks); gone after."""
-    assert not dist.is_initialized()
-    yield
-    if dist.is_initialized():
-        dist.destroy_process_group()
-
-
 @pytest.fixture(autouse=True)
 def nothing_left_installed() -> Iterator[None]:
     yield
