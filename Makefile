@@ -67,8 +67,8 @@ test: install install-trainer install-browser  ## the whole test suite (embedded
 	rm -rf "$(SCREENSHOTS)"
 	$(TEST_ENV) ETT_SCREENSHOT_DIR="$(SCREENSHOTS)" $(PY) -m pytest $(XDIST)
 
-test-fast: install install-trainer  ## the inner loop: every test but browsers and real processes, a fifth of the property tests' examples, stop at the first failure
-	$(TEST_ENV) ETT_TEST_EXAMPLES=0.2 $(PY) -m pytest $(XDIST) -q -x -m "not integration and not browser"
+test-fast: install install-trainer  ## the inner loop: every test but browsers, real servers and the slow ones, a fifth of the property tests' examples, stop at the first failure
+	$(TEST_ENV) ETT_TEST_EXAMPLES=0.2 $(PY) -m pytest $(XDIST) -q -x -m "not integration and not browser and not slow"
 
 test-integration: install install-trainer  ## only the tests that run real processes against real servers
 	$(TEST_ENV) $(PY) -m pytest $(XDIST) -m integration

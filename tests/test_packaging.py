@@ -10,9 +10,12 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_the_wheel_ships_every_template_and_static_file(tmp_path: Path) -> None:
     source = tmp_path / "src"  # a copy: setuptools builds in the source tree (build/)
     source.mkdir()

@@ -40,6 +40,7 @@ def ignores_control(treated: Group, control: Group | None,
     return point, point + (draws - np.nanmean(draws)) / 3
 
 
+@pytest.mark.slow
 def test_a_broken_estimator_fails_its_false_positive_target(
         null_fleet: calibration.FleetDays) -> None:
     real = calibration.run_placebos(PLAN, null_fleet, 40, seed=5)
@@ -91,6 +92,7 @@ def _late(shifts: list[Shift]) -> list[Shift]:
     return [Shift(s.index + 3, s.before_pct, s.after_pct) for s in shifts]
 
 
+@pytest.mark.slow
 def test_a_broken_change_detector_fails_its_targets(
         null_fleet: calibration.FleetDays,
         planted_fleet: tuple[calibration.FleetDays, list[Counterfactual]]) -> None:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -20,6 +22,7 @@ def test_bench_reporter_quick_prints_emit_percentiles() -> None:
     assert "overhead_pct_direct" not in result  # --no-torch: no training step was timed
 
 
+@pytest.mark.slow
 def test_bench_reporter_times_the_real_torchrec_step() -> None:
     proc = subprocess.run([sys.executable, "-m", "bench.reporter", "--quick"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_the_bare_and_the_reported_loop_run_side_by_side() -> None:
     proc = subprocess.run([sys.executable, "-m", "bench.integration_stages.torch_hooks",
                            "--steps", "50", "--step-ms", "2"],

@@ -215,6 +215,7 @@ def test_a_sigterm_the_command_gets_from_elsewhere_is_a_failure(tmp_path: Path) 
 
 # --------------------------------------------------------------------------- restarts
 
+@pytest.mark.slow
 def test_an_outer_scheduler_restarting_the_wrapper_gives_each_run_its_attempt(
         tmp_path: Path) -> None:
     """The job from the environment (no --job), the attempt from SLURM_RESTART_COUNT; the
@@ -235,6 +236,7 @@ def test_an_outer_scheduler_restarting_the_wrapper_gives_each_run_its_attempt(
     assert job.lost_s["launch"] > 0
 
 
+@pytest.mark.slow
 def test_torchrun_restarts_are_attempts_seen_in_proc(tmp_path: Path) -> None:
     """A torch-free launcher that behaves as torchrun --max-restarts 1: each worker group is
     one attempt, bounded by its workers' exits and starts, not by when they were noticed."""
@@ -266,6 +268,7 @@ def test_torchrun_restarts_are_attempts_seen_in_proc(tmp_path: Path) -> None:
     assert job.lost_s["restart_gap"] >= 0.3  # the launcher's rendezvous pause
 
 
+@pytest.mark.slow
 def test_a_worker_reporting_under_another_attempt_is_warned_about(tmp_path: Path) -> None:
     """ETT_ATTEMPT pins every worker group to one attempt number (it comes before torchrun's
     restart count), so the restarted workers' events would land in the failed attempt."""

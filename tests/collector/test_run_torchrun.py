@@ -52,6 +52,7 @@ def _spooled(spool: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_torchrun_restarts_under_collector_run_reach_the_job_page(tmp_path: Path) -> None:
     spool = tmp_path / "spool"
     env = {key: value for key, value in os.environ.items()

@@ -105,6 +105,7 @@ def _group_gone(pgid: int) -> bool:
     return not demo_module.group_alive(pgid)
 
 
+@pytest.mark.slow
 def test_stopping_the_demo_stops_every_process_group_it_spawned(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     demo = Demo(parse_args(["--var-dir", str(tmp_path)]))
@@ -118,6 +119,7 @@ def test_stopping_the_demo_stops_every_process_group_it_spawned(
     assert demo.children == [] and not (tmp_path / "demo" / "processes.json").exists()
 
 
+@pytest.mark.slow
 def test_a_second_signal_during_the_shutdown_does_not_abort_it(tmp_path: Path) -> None:
     demo = Demo(parse_args(["--var-dir", str(tmp_path)]))
     demo.spawn("worker", ["-c", POOL])
@@ -138,6 +140,7 @@ def test_a_second_signal_during_the_shutdown_does_not_abort_it(tmp_path: Path) -
     assert _group_gone(pgid)
 
 
+@pytest.mark.slow
 def test_stop_stops_what_a_killed_demo_left_running(tmp_path: Path) -> None:
     """``make stop`` after a demo died without cleaning up (SIGKILL): its recorded groups
     are stopped; a recorded pid now used by another process is left alone."""

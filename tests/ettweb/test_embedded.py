@@ -44,6 +44,7 @@ def _cli(root: Path, command: str) -> subprocess.CompletedProcess[str]:
                           env=environ, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_start_attach_stop(var_root: Path) -> None:
     urls = embedded.start(root=var_root)
     assert urls.database_url and urls.broker_url
@@ -63,6 +64,7 @@ def test_start_attach_stop(var_root: Path) -> None:
     assert embedded.stop(var_root) == {"postgres": False, "redis": False}
 
 
+@pytest.mark.slow
 def test_cli_status_and_restart_keeps_data(var_root: Path) -> None:
     assert "not running" in _cli(var_root, "status").stdout
     urls = embedded.start(root=var_root)
@@ -115,6 +117,7 @@ def _redis_up(root: Path) -> bool:
     return embedded.status(root)["redis"] is not None
 
 
+@pytest.mark.slow
 def test_a_session_stops_the_servers_it_started(var_root: Path) -> None:
     embedded.start(root=var_root, hold=True)
     assert all(embedded.status(var_root).values())
@@ -166,6 +169,7 @@ def test_a_dead_sessions_lease_keeps_nothing_up(var_root: Path) -> None:
     assert not lease.exists() and not _redis_up(var_root)
 
 
+@pytest.mark.slow
 def test_a_pytest_session_stops_the_embedded_redis_it_started(var_root: Path) -> None:
     """The real thing: a pytest run (its conftest's last hook) on a private ETT_VAR_DIR with
     DATABASE_URL set, so it starts only Redis, and leaves none running when it ends."""

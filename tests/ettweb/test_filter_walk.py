@@ -160,6 +160,7 @@ def _ask(client: Client, path: str, params: dict[str, str], **extra: str) -> Any
 
 
 @pytest.mark.parametrize("path", list(WALK))
+@pytest.mark.slow
 def test_each_filter_is_applied_echoed_and_equal_to_the_page(
         fleet: None, viewer: Client, auth: dict[str, str], openapi: dict[str, Any],
         path: str) -> None:
@@ -244,6 +245,7 @@ def test_login_keeps_next_and_refuses_the_rest(client: Client) -> None:
     assert refused.status_code == 400 and b"nxt: unknown parameter" in refused.content
 
 
+@pytest.mark.slow
 def test_every_link_on_every_page_is_taken(fleet: None, admin_client: Client) -> None:
     """A page's links and filter forms carry only what their target takes: follow every
     in-site link from the main pages (an admin sees every edit link), submit every GET form

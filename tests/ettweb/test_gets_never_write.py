@@ -285,6 +285,7 @@ def _clients() -> dict[str, Client]:
     return clients
 
 
+@pytest.mark.slow
 def test_no_get_writes(site: Site, queued: Callable[[], list[QueuedTask]]) -> None:
     """Every GET of every page and endpoint, as each kind of caller, writes nothing; what
     they found missing went to the worker instead."""

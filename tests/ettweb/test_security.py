@@ -653,6 +653,7 @@ def test_client_address_trusts_only_as_many_forwarded_hops_as_proxies() -> None:
 
 # --------------------------------------------------------------------------- check --deploy
 
+@pytest.mark.slow
 def test_check_deploy_is_clean_on_production_settings() -> None:
     proc = _production([str(REPO / "manage.py"), "check", "--deploy", "--fail-level",
                         "WARNING"], **_deploy_env())
@@ -665,6 +666,7 @@ def test_check_deploy_is_clean_on_production_settings() -> None:
     ({"DJANGO_HSTS_SECONDS": "0"}, "security.W004"),
     ({"DJANGO_SECURE_COOKIES": "false"}, "security.W012"),
 ], ids=["no-redirect", "no-hsts", "insecure-cookies"])
+@pytest.mark.slow
 def test_check_deploy_fails_when_a_protection_is_turned_off(overrides: dict[str, str],
                                                             warning: str) -> None:
     """The check above can fail: each switch an operator may turn off is reported."""

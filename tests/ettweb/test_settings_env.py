@@ -129,6 +129,7 @@ def test_production_rejects_non_postgres_database() -> None:
     assert proc.stderr.strip() == "configuration error: DATABASE_URL: not a postgres:// URL"
 
 
+@pytest.mark.slow
 def test_production_collectstatic_includes_local_plotly(tmp_path: Path) -> None:
     """The image's build step: plotly.js must be collected, hashed and compressed."""
     proc = subprocess.run(
@@ -180,6 +181,7 @@ def test_embedded_failure_is_one_configuration_line(tmp_path: Path) -> None:
     assert proc.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_production_reads_the_broker_password_from_its_file(tmp_path: Path) -> None:
     """As compose starts web, worker and beat: the URL without a password, the password in a
     secret file; an unreadable file stops start-up naming the variable."""

@@ -15,6 +15,7 @@ from trainer.lightning_job import parse_args
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_a_crash_and_a_resume_are_two_attempts_with_repeated_steps(tmp_path: Path) -> None:
     env = {**os.environ, "ETT_SPOOL_DIR": str(tmp_path / "spool")}
     env.pop("ETT_JOB_ID", None)

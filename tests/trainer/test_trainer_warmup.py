@@ -34,6 +34,7 @@ def test_waiting_gives_up_while_the_lock_is_still_held(tmp_path: Path) -> None:
     assert warmup.wait(lock, timeout_s=1).startswith("failed: the warm-up exited")
 
 
+@pytest.mark.slow
 def test_a_warm_up_that_cannot_start_says_why_and_releases_the_lock(tmp_path: Path) -> None:
     lock = tmp_path / "bad.lock"
     process = warmup.spawn(["--steps", "zero"], lock)

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from adapter_runs import spool_events
 
 from collector.schema import validate_event
@@ -35,6 +36,7 @@ def _environment() -> dict[str, str]:
     return {**env, "PYTHONPATH": str(ROOT)}
 
 
+@pytest.mark.slow
 def test_a_lightning_fit_under_the_wrapper_has_one_attempt_start_and_one_end(
         tmp_path: Path) -> None:
     spool, out = tmp_path / "spool", tmp_path / "child.json"

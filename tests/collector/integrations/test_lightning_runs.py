@@ -114,6 +114,7 @@ def _trainer(clock: RunClock, callbacks: list[Any], **options: Any) -> TimedTrai
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_a_crashed_then_resumed_fit_reports_the_ett_the_test_measured(tmp_path: Path) -> None:
     clock, spool, checkpoints = RunClock(), tmp_path / "spool", tmp_path / "checkpoints"
     for attempt in (0, 1):

@@ -75,6 +75,7 @@ def apart(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a["end"] <= b["start"] + EPS or b["end"] <= a["start"] + EPS
 
 
+@pytest.mark.slow
 def test_a_plain_torch_loop_reports_every_phase_and_trains_only_between_them(
         reporter: Reporter, tmp_path: Path, no_group: None) -> None:
     """Process group, DataLoader, a loop whose first step compiles, a save and an async save

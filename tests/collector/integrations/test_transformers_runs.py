@@ -110,6 +110,7 @@ def _arguments(output: Path, **options: Any) -> TrainingArguments:
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_a_crashed_then_resumed_run_reports_the_ett_the_test_measured(tmp_path: Path) -> None:
     clock, spool, output = RunClock(), tmp_path / "spool", tmp_path / "output"
     data = _data(400)
@@ -148,6 +149,7 @@ def test_a_crashed_then_resumed_run_reports_the_ett_the_test_measured(tmp_path: 
     assert {s["attempt"] for s in spans if s["phase"] == "checkpoint_load"} == {1}
 
 
+@pytest.mark.slow
 def test_without_its_trainer_the_callback_times_saves_from_the_events(tmp_path: Path) -> None:
     """Added after the Trainer was built, the callback wraps nothing: a save is timed from
     the step's end to ``on_save`` (it includes that step's evaluation-free logging), an
@@ -174,6 +176,7 @@ def test_without_its_trainer_the_callback_times_saves_from_the_events(tmp_path: 
     assert next(e for e in events if e.get("mark") == "attempt_start")["attrs"]["gpus"] == 1
 
 
+@pytest.mark.slow
 def test_compilation_is_a_compile_span_outside_training(tmp_path: Path) -> None:
     """``torch_compile=True``: accelerate compiles the model, Dynamo compiles at the first
     step, and that is a ``compile`` span no train span overlaps."""

@@ -80,6 +80,7 @@ def _reason(response: Any) -> str:
 
 # --------------------------------------------------------------------------- viewers
 
+@pytest.mark.slow
 def test_a_viewer_is_refused_every_write_everywhere() -> None:
     """Path parameters get the walker's first sample, ``1``: rollout 1 and component ``1``
     exist, so a refusal is the role's, not a 404 for a missing target."""

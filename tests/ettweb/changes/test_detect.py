@@ -38,6 +38,7 @@ def _stepped(seed: int, position: int, size: float, sd: float, *, outliers: floa
     return values
 
 
+@pytest.mark.slow
 def test_every_step_of_a_point_or_more_is_found_within_a_day() -> None:
     """Six sizes from 1 to 4 points, up and down, at every fifth day from 10 to 80 of 90, in
     noise of sd 0.2 points: exactly one change each, within a day of the step, its size
@@ -58,6 +59,7 @@ def test_every_step_of_a_point_or_more_is_found_within_a_day() -> None:
     (0.3, 0.0, (1.0, -1.0, 1.5, -2.0)),
     (0.25, 0.02, (1.0, -1.0, 1.5, -2.0)),
     (0.6, 0.02, (2.5, -2.5, 4.0))])
+@pytest.mark.slow
 def test_in_more_noise_nearly_every_step_is_found_within_a_day(
         sd: float, outliers: float, sizes: tuple[float, ...]) -> None:
     """Where a day's noise is a third of the step, or an outlier day (6 sds up, 3 down) can
@@ -76,6 +78,7 @@ def test_in_more_noise_nearly_every_step_is_found_within_a_day(
 
 
 @pytest.mark.parametrize("rho", [0.0, 0.3, 0.5])
+@pytest.mark.slow
 def test_flat_noisy_series_show_at_most_one_change_per_90_days(rho: float) -> None:
     """Nothing changes: sd 0.2, 0.4 and 0.6 points, 2% outlier days, each day correlated
     ``rho`` with the day before (jobs span days), 40 seeds each."""

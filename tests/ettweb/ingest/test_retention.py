@@ -118,6 +118,7 @@ def test_a_drop_waits_for_marked_chunks_to_be_refreshed() -> None:
     assert _numbers("long") == _approx(_engine(b.events))
 
 
+@pytest.mark.slow
 def test_a_carry_no_recompute_can_read_is_let_go() -> None:
     """Spans open across chunk boundaries (one per rank) are kept with each chunk for the
     next one's recompute; once both sides are final, nothing reads them."""

@@ -131,6 +131,7 @@ def test_every_text_is_readable_on_a_phone(seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", range(60))
+@pytest.mark.slow
 def test_week_labels_never_touch_a_rollout_line(seed: int) -> None:
     """Whatever the weeks and rollouts: no week's label crosses a rollout's line, another
     label, the ETT% line or a dot, and each stays inside the picture."""

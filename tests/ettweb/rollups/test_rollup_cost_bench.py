@@ -17,6 +17,7 @@ KEYS = {"per_batch_refresh_s", "full_recompute_s", "ratio", "events", "jobs", "b
 
 @pytest.mark.django_db
 @pytest.mark.timeout(240)
+@pytest.mark.slow
 def test_rollup_cost_reports_the_ratio_and_drops_its_database() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "bench.rollup_cost", "--jobs", "6", "--batch-size", "40",

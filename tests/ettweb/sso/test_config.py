@@ -72,6 +72,7 @@ def test_production_refuses_a_plain_http_issuer() -> None:
         "client secret and the ID tokens travel to and from it)"]
 
 
+@pytest.mark.slow
 def test_check_deploy_stays_clean_with_sso_and_its_secret_in_a_file(tmp_path: Path) -> None:
     secret = tmp_path / "oidc-secret"
     secret.write_text(secrets.token_urlsafe(32) + "\n")
