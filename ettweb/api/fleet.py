@@ -43,11 +43,10 @@ from ettweb.queries.components import (
     ComponentPoint,
     ComponentResult,
     ComponentRollout,
-    ComponentRow,
-    ComponentsIndexResult,
     Owner,
     RolloutsOutside,
 )
+from ettweb.queries.components_index import ComponentRow, ComponentsIndexResult
 from ettweb.queries.exposed import as_api
 from ettweb.queries.headline import FleetHeadlineResult
 from ettweb.queries.lifecycle import LifecyclePoint, LifecycleResult

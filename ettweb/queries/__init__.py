@@ -48,12 +48,8 @@ from ettweb.queries.collectors import (
     CollectorsResult,
     RejectedRow,
 )
-from ettweb.queries.components import (
-    ComponentQuery,
-    ComponentResult,
-    ComponentsIndexQuery,
-    ComponentsIndexResult,
-)
+from ettweb.queries.components import ComponentQuery, ComponentResult
+from ettweb.queries.components_index import ComponentsIndexQuery, ComponentsIndexResult
 from ettweb.queries.day_totals import DayTotalsQuery, DayTotalsQueryRunner, DayTotalsResult
 from ettweb.queries.headline import (
     FleetHeadlineQuery,

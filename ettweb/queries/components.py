@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any, ClassVar, Final
 
+from django.db import connection
 from django.db.models import Count, Max, Min, Q, Sum
 
 from ettweb.access.roles import component_owners
@@ -273,7 +274,7 @@ class ComponentQueryRunner:
         if q.name not in component_names():
             return None
         mapping = phase_components()
-        by_period = _period_category_sums(q.range, q.interval, q.jobs)
+        by_period = period_category_sums(q.range, q.interval, q.jobs)
         categories = owned_categories(q.name, {c for _, c in by_period}, mapping)
         points = _points(by_period, categories)
         markers = _markers(q.range, q.name, q.jobs)
@@ -315,7 +316,7 @@ def _markers(query_range: DateRange, component: str, jobs: JobFilter) -> list[Ro
         .calculate().markers
 
 
-def _period_category_sums(query_range: DateRange, interval: Interval,
+def period_category_sums(query_range: DateRange, interval: Interval,
                           jobs: JobFilter) -> dict[tuple[date, str], float]:
     """The (filtered) fleet's GPU-s per (period, category), productive included: one grouped
     read."""
@@ -339,13 +340,19 @@ def _points(by_period: Mapping[tuple[date, str], float],
     return [ComponentPoint(p, lost[p], wall[p]) for p in sorted(wall)]
 
 
+def _lost_by_job(query_range: DateRange, categories: set[str], jobs: JobFilter) -> Any:
+    """Each job's GPU-s lost to ``categories`` inside the range (a queryset of ``job_id`` and
+    ``lost``): only those categories' day rows are read."""
+    return (day_rows(query_range, jobs).filter(category__in=categories).values("job_id")
+            .annotate(lost=Sum("gpu_seconds")))
+
+
 def _top_jobs(query_range: DateRange, categories: set[str], top: int,
               jobs: JobFilter) -> list[ComponentJob]:
     if not categories:
         return []
-    rows = list(day_rows(query_range, jobs).values("job_id")
-                .annotate(lost=Sum("gpu_seconds", filter=Q(category__in=categories)))
-                .filter(lost__gt=0).order_by("-lost", "job_id")[:top])
+    rows = list(_lost_by_job(query_range, categories, jobs).filter(lost__gt=0)
+                .order_by("-lost", "job_id")[:top])
     ids = [row["job_id"] for row in rows]
     walls = dict(day_rows(query_range).filter(job_id__in=ids).values("job_id")
                  .annotate(wall=Sum("gpu_seconds")).values_list("job_id", "wall"))
@@ -359,13 +366,21 @@ def _top_jobs(query_range: DateRange, categories: set[str], top: int,
 
 def _top_models(query_range: DateRange, categories: set[str], top: int,
                 jobs: JobFilter) -> list[ComponentModel]:
+    """The models whose jobs lost the most to ``categories``, with how many jobs lost any.
+
+    Grouped per job first, then per model: grouping the day rows by model directly joined
+    every row to its job and counted distinct jobs by sorting them.
+    """
     if not categories:
         return []
-    rows = (day_rows(query_range, jobs).filter(category__in=categories).values("job__model")
-            .annotate(lost=Sum("gpu_seconds"), jobs=Count("job_id", distinct=True))
-            .filter(lost__gt=0).order_by("-lost", "job__model")[:top])
-    return [ComponentModel(row["job__model"] or NO_MODEL, row["lost"], row["jobs"])
-            for row in rows]
+    sql, params = _lost_by_job(query_range, categories, jobs).query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT r.model, SUM(l.lost), COUNT(*) FROM ({sql}) l "
+            f"JOIN {JobRollup._meta.db_table} r ON r.job = l.job_id GROUP BY r.model "
+            "HAVING SUM(l.lost) > 0 ORDER BY 2 DESC, 1 LIMIT %s", [*params, top])
+        rows = cursor.fetchall()
+    return [ComponentModel(model or NO_MODEL, lost, count) for model, lost, count in rows]
 
 
 def _measured(markers: list[RolloutMarker]) -> list[ComponentRollout]:
@@ -378,121 +393,3 @@ def _measured(markers: list[RolloutMarker]) -> list[ComponentRollout]:
         rows.append(ComponentRollout(marker, impact,
                                      headline=Headline.of(impact, now) if impact else None))
     return rows
-
-
-# --------------------------------------------------------------------------- every component
-
-@dataclass(frozen=True)
-class ComponentsIndexQuery(Query["ComponentsIndexResult"]):
-    """Every component with its lost time over ``range`` (of the jobs ``jobs`` keeps; the
-    rollout counts are of the rollouts whose scope can reach them)."""
-
-    range: DateRange
-    jobs: JobFilter = ANY_JOB
-    #: The periods of the lost-share trend the page draws above its table.
-    interval: Interval = "day"
-
-
-@dataclass(frozen=True)
-class ComponentRow:
-    """One component in the components page's table: its lost time over the range, and
-    its share of the fleet's wall and lost time there."""
-
-    API_PROPERTIES: ClassVar[tuple[str, ...]] = ("lost_share_pts", "share_of_fleet_lost_pct")
-    API_ORDER: ClassVar[tuple[str, ...]] = ("name", "owner_team", "owners", "lost_gpu_s",
-                                            *API_PROPERTIES, "rollouts")
-
-    name: str
-    owner_team: str = field(metadata=doc("free-text label: the team to talk to"))
-    owners: tuple[Owner, ...] = field(metadata=doc("who may edit it: its owner-role users, "
-                                                   "by username"))
-    lost_gpu_s: float
-    fleet_wall_gpu_s: float = field(metadata=hidden())  # what the shares are of
-    fleet_lost_gpu_s: float = field(metadata=hidden())
-    rollouts: int
-
-    @property
-    def lost_gpu_hours(self) -> float:
-        return self.lost_gpu_s / HOUR_S
-
-    @property
-    def lost_share_pts(self) -> float:
-        return pct(self.lost_gpu_s, self.fleet_wall_gpu_s)
-
-    @property
-    def share_of_fleet_lost_pct(self) -> float:
-        return pct(self.lost_gpu_s, self.fleet_lost_gpu_s)
-
-
-@dataclass(frozen=True)
-class ComponentsIndexResult:
-    """Components, largest loss first (then by name); totals over the same range."""
-
-    API_ORDER: ClassVar[tuple[str, ...]] = ("fleet_wall_gpu_s", "fleet_lost_gpu_s", "periods",
-                                            "lost_share_pts", "components")
-
-    components: list[ComponentRow]
-    fleet_wall_gpu_s: float
-    fleet_lost_gpu_s: float
-    #: Periods with (filtered) fleet data, and each losing component's share of each
-    #: period's wall time in points: which component's loss grew or shrank over the range.
-    periods: list[date] = field(default_factory=list)
-    lost_share_pts: dict[str, list[float]] = field(default_factory=dict)
-
-    @property
-    def fleet_lost_gpu_hours(self) -> float:
-        return self.fleet_lost_gpu_s / HOUR_S
-
-    def as_api(self) -> dict[str, Any]:
-        return as_api(self)
-
-
-@runner_for(ComponentsIndexQuery)
-class ComponentsIndexQueryRunner:
-    def __init__(self, query: ComponentsIndexQuery) -> None:
-        self.query = query
-
-    def calculate(self) -> ComponentsIndexResult:
-        q = self.query
-        mapping = phase_components()
-        by_period = _period_category_sums(q.range, q.interval, q.jobs)
-        sums: dict[str, float] = defaultdict(float)
-        for (_, category), gpu_s in by_period.items():
-            sums[category] += gpu_s
-        lost: dict[str, float] = defaultdict(float)
-        for category, gpu_s in sums.items():
-            if category != PRODUCTIVE:
-                lost[component_of(category, mapping)] += gpu_s
-        wall = sum(sums.values())
-        fleet_lost = sum(lost.values())
-        teams, owners = owner_teams(), owners_by_component()
-        counts = _rollout_counts(self.query.range, self.query.jobs)
-        rows = [ComponentRow(name, teams.get(name, ""), owners.get(name, ()), lost.get(name, 0.0),
-                             wall, fleet_lost, counts.get(name, 0))
-                for name in sorted({*component_names(), *lost})]
-        rows.sort(key=lambda r: (-r.lost_gpu_s, r.name))
-        periods, shares = _share_trend(by_period, mapping, [r.name for r in rows if r.lost_gpu_s])
-        return ComponentsIndexResult(rows, wall, fleet_lost, periods, lost_share_pts=shares)
-
-
-def _share_trend(by_period: Mapping[tuple[date, str], float], mapping: Mapping[str, str],
-                 names: list[str]) -> tuple[list[date], dict[str, list[float]]]:
-    """Each of ``names``' lost GPU-seconds as points of its period's wall time, for every
-    period with wall time (in the order of ``names``: largest loser first)."""
-    wall: dict[date, float] = defaultdict(float)
-    lost: dict[tuple[date, str], float] = defaultdict(float)
-    for (period, category), gpu_s in by_period.items():
-        wall[period] += gpu_s
-        if category != PRODUCTIVE:
-            lost[(period, component_of(category, mapping))] += gpu_s
-    periods = [p for p in sorted(wall) if wall[p] > 0]
-    return periods, {name: [pct(lost[(p, name)], wall[p]) for p in periods] for name in names}
-
-
-def _rollout_counts(query_range: DateRange, jobs: JobFilter) -> dict[str, int]:
-    low, high = query_range.epoch_bounds
-    rows: Any = (reaching(Rollout.objects.filter(at__gte=datetime.fromtimestamp(low, UTC),
-                                                 at__lt=datetime.fromtimestamp(high, UTC)),
-                          jobs)
-                 .values("component").annotate(n=Count("id")))
-    return {row["component"]: row["n"] for row in rows}

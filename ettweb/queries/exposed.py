@@ -29,6 +29,7 @@ such a field would be documented, computed and silently never sent.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from collections.abc import Callable
@@ -91,10 +92,15 @@ def _inlined(field: dataclasses.Field[Any], hint: Any) -> list[Exposed]:
             for sub in exposed_fields(inner[0]) if only is True or sub.name in only]
 
 
-def exposed_fields(result: type) -> list[Exposed]:
+@functools.cache
+def exposed_fields(result: type) -> tuple[Exposed, ...]:
     """The fields ``result`` (a dataclass) shows, in the order the API lists them: its own
     fields first (an inlined result's in its place), then ``API_PROPERTIES``; or
-    ``API_ORDER``'s order."""
+    ``API_ORDER``'s order.
+
+    Cached per class: a class's fields never change once defined, and resolving its type
+    hints on every response cost an API page more than some of its queries.
+    """
     hints = typing.get_type_hints(result)
     shown: list[Exposed] = []
     for f in dataclasses.fields(result):
@@ -117,7 +123,7 @@ def exposed_fields(result: type) -> list[Exposed]:
             raise TypeError(f"{result.__name__}.API_ORDER must name each exposed field once: "
                             f"{sorted(by_name)}")
         shown = [by_name[name] for name in order]
-    return shown
+    return tuple(shown)
 
 
 def as_json(value: Any) -> Any:
@@ -137,7 +143,8 @@ def as_json(value: Any) -> Any:
 def as_api(result: Any) -> dict[str, Any]:
     """The exposed fields of ``result`` (a dataclass instance) as a JSON-ready dict."""
     shown: dict[str, Any] = {}
-    for field in exposed_fields(type(result)):
+    kind: type = type(result)
+    for field in exposed_fields(kind):
         value = result
         for name in field.path:
             value = None if value is None else getattr(value, name)

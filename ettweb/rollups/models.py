@@ -75,9 +75,11 @@ class JobRollup(models.Model):
     class Meta:
         ordering = ["job"]
         indexes = [models.Index(fields=["window_start"], name="jobrollup_start"),
-                   # The labels every filter names: the filters' choices are an index-only
-                   # scan, not a read of the wide rows.
-                   models.Index(fields=["model", "team", "cluster"], name="jobrollup_labels")]
+                   # The labels every filter names, with the job: the filters' choices, a
+                   # rollout's scope and a component's lost time by model are index-only
+                   # scans, not reads of the wide rows (each holds its chunk list).
+                   models.Index(fields=["model", "team", "cluster"], include=["job"],
+                                name="jobrollup_labels")]
 
     def __str__(self) -> str:
         return f"{self.job}: {self.ett_pct:.2f}%"
@@ -152,7 +154,11 @@ class DailyCategoryRollup(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["day", "job", "category"],
                                                name="dailyrollup_unique")]
-        indexes = [models.Index(fields=["job", "day"], name="dailyrollup_job_day")]
+        indexes = [models.Index(fields=["job", "day"], name="dailyrollup_job_day"),
+                   # A component's top jobs and models read its categories' rows of a range
+                   # alone (an index-only scan), not every category's.
+                   models.Index(fields=["category", "day"], include=["job", "gpu_seconds"],
+                                name="dailyrollup_category_day")]
 
     def __str__(self) -> str:
         return f"{self.day} {self.job_id} {self.category}: {self.gpu_seconds:.1f} GPU-s"
