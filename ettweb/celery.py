@@ -3,7 +3,8 @@
 Configuration comes from Django settings (``CELERY_*``), so web and worker can never disagree
 about the broker. Tasks are found by autodiscovery (``ettweb/<app>/tasks.py``) because
 ``ettweb/__init__.py`` stays empty: importing Django there would tax every ``import ettweb``
-(the offline report, the collector's tests).
+(the offline report, the collector's tests). On Redis every worker keeps the messages it holds
+from going to another worker while it lives (``ettweb.platform.visibility``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from celery import Celery
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from ettweb.platform import brokerfix
+from ettweb.platform import brokerfix, visibility
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ettweb.settings.local")
 
@@ -34,3 +35,4 @@ brokerfix.install()
 app = Celery("ettweb")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+visibility.install(app)

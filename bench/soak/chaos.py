@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.soak.rig import PUBLISH_TIMEOUT_S, VISIBILITY_S, Node, Rig, read_state, say
+from bench.soak.redelivery import Kill, held_tasks
+from bench.soak.rig import PUBLISH_TIMEOUT_S, Node, Rig, read_state, say
 from bench.soak.rig import segment_sizes as sizes_of
 from collector.schema import dump_event, validate_event
 from collector.spool import dropped_events, frame
@@ -141,6 +142,7 @@ class Chaos:
         self.outcomes: list[Outcome] = []
         self.damage: list[Damage] = []
         self.backlogs: list[Backlog] = []
+        self.kills: list[Kill] = []  # every worker_kill, with the tasks its victim held
         self.locks: dict[str, threading.Lock] = {}
         self._mutex = threading.Lock()
         self._stop = threading.Event()
@@ -234,8 +236,13 @@ class Chaos:
     def _worker_kill(self, fault: Fault, rng: random.Random, out: Outcome) -> None:
         worker = self.rig.workers[fault.target]
         out.effective = worker.alive()
+        killed_at = time.time()
         worker.kill()
         out.injected = True
+        if out.effective:
+            held = held_tasks(worker.log.read_text(errors="replace"))
+            with self._mutex:
+                self.kills.append(Kill(worker.name, killed_at, held))
         time.sleep(rng.uniform(0.2, 2.0))
         worker.start()
 
@@ -243,7 +250,7 @@ class Chaos:
         """Every worker away for longer than any timeout (visibility, publish, retry):
         killed whole, stopped warmly, or frozen (SIGSTOP) and thawed."""
         mode = rng.choice(("kill", "term", "freeze"))
-        away = VISIBILITY_S + 2.0 + rng.uniform(0.0, 3.0)
+        away = self.rig.visibility_s + 2.0 + rng.uniform(0.0, 3.0)
         began = time.monotonic()
         workers = self.rig.workers
         for worker in workers:

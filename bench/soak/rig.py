@@ -37,8 +37,6 @@ from bench.soak.services import (
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE_FILE = ".collector-state.json"
-#: Redis restores a killed worker's message after this long (the settings' minimum).
-VISIBILITY_S = 10.0
 PUBLISH_TIMEOUT_S = 2.0
 WORKERS = 2
 
@@ -65,6 +63,10 @@ class Profile:
     backlog_events: int = 400
     refresh_delay_s: float = 2.0
     drain_timeout_s: float = 180.0
+    #: Redis restores a killed worker's message once its last beat is this old. The settings'
+    #: minimum keeps each workers_stopped fault (longer than it) short; ``--visibility-timeout
+    #: 90`` measures a killed worker's redelivery as production's default gives it.
+    visibility_s: float = 10.0
 
 
 PROFILES: dict[str, Profile] = {
@@ -164,6 +166,7 @@ class Rig:
                  spool_full: str, minutes: float, keep_shipped_s: float = 0.0,
                  rabbitmq_node: str = "auto") -> None:
         self.profile, self.seed, self.work, self.minutes = profile, seed, work, minutes
+        self.visibility_s = profile.visibility_s
         self.logs = work / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.queue = f"ett-soak-{secrets.token_hex(4)}"
@@ -286,7 +289,7 @@ class Rig:
         return dict(os.environ, DJANGO_SETTINGS_MODULE="ettweb.settings.production",
                     DJANGO_SECRET_KEY=self.secret_key, DJANGO_ALLOWED_HOSTS="localhost",
                     DATABASE_URL=self.pg.url, CELERY_BROKER_URL=self.broker.url,
-                    ETT_BROKER_VISIBILITY_TIMEOUT_S=str(VISIBILITY_S),
+                    ETT_BROKER_VISIBILITY_TIMEOUT_S=str(self.visibility_s),
                     ETT_ROLLUP_REFRESH_DELAY_S=str(self.profile.refresh_delay_s),
                     PYTHONUNBUFFERED="1")
 

@@ -17,11 +17,14 @@ nothing else; rollups must equal a from-scratch recompute, late days included.
 Human progress goes to stderr; the last stdout line is one JSON object. Exit status 0 when
 the books balance and the rollups match (``passed``), 1 otherwise. ``meets_targets`` says
 whether the run was also as big as issue 13 asks of the long profile (>= 1,000,000 events,
->= 50 faults of every kind). When events are missing on Redis, ``lost_trace`` follows them
-through the broker's append-only file (bench.soak.aoftrace) to the hop that lost them;
-``known_defects`` lists the shortfalls the soak recognises by their evidence, and
-``passed_except_known`` says whether everything else was exact. A failed soak keeps its
-work directory (logs, spools, the broker's data) and names it in ``work_dir``.
+>= 50 faults of every kind) and whether every message a killed worker held reached a worker
+again within 120 s (issue 31: ``worker_kill_redelivery_worst_s``, bench.soak.redelivery;
+``--visibility-timeout 90`` runs the workers with production's timeout). When events are
+missing on Redis, ``lost_trace`` follows them through the broker's append-only file
+(bench.soak.aoftrace) to the hop that lost them; ``known_defects`` lists the shortfalls the
+soak recognises by their evidence, and ``passed_except_known`` says whether everything else
+was exact. A failed soak keeps its work directory (logs, spools, the broker's data) and
+names it in ``work_dir``.
 
 Rerun a failure with its seed; ``--only KINDS --faults-per-kind N`` concentrates the
 faults that caused it, ``--keep-shipped S`` keeps shipped segments to find missing ids in.
@@ -44,11 +47,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.soak.redelivery import measure
 from bench.soak.rig import PROFILES, ROOT, Rig, backlog_bytes, say
 from bench.soak.services import REGISTRY, PrivateRedis
 
 EVENTS_TARGET = 1_000_000
 FAULTS_TARGET = 50
+#: The longest a killed worker's held messages may take to reach a worker again (issue 31).
+REDELIVERY_TARGET_S = 120.0
 
 
 def _wait(what: str, check: Callable[[], bool], timeout: float, rig: Rig,
@@ -121,7 +127,8 @@ def soak(args: argparse.Namespace, result: dict[str, Any]) -> None:
     profile = dataclasses.replace(
         PROFILES[args.profile],
         **{k: v for k, v in (("nodes", args.nodes), ("trainers", args.trainers),
-                             ("rate", args.rate), ("faults_per_kind", args.faults_per_kind))
+                             ("rate", args.rate), ("faults_per_kind", args.faults_per_kind),
+                             ("visibility_s", args.visibility_timeout))
            if v is not None})
     minutes = args.minutes if args.minutes is not None else profile.minutes
     began = time.monotonic()
@@ -133,7 +140,8 @@ def soak(args: argparse.Namespace, result: dict[str, Any]) -> None:
     result.update({"profile": profile.name, "broker": args.broker, "seed": args.seed,
                    "nodes": profile.nodes, "trainers": profile.trainers, "minutes": minutes,
                    "rate_per_trainer": profile.rate,
-                   "faults_per_kind_planned": profile.faults_per_kind})
+                   "faults_per_kind_planned": profile.faults_per_kind,
+                   "visibility_timeout_s": profile.visibility_s})
     try:
         rig.setup()
         kinds, skipped = chaos.available_kinds(rig)
@@ -212,6 +220,12 @@ def soak(args: argparse.Namespace, result: dict[str, Any]) -> None:
         drain_s = time.monotonic() - drain_began
         if not settled:
             result["broker_state"] = rig.broker.diagnostics(rig.queue)
+        elif any(kill.held for kill in schedule.kills):
+            # A batch a killed worker committed but never acked waits in the broker for its
+            # visibility timeout, then goes to a worker again: unmeasured if we stop first.
+            _wait("the killed workers' messages to be delivered again",
+                  lambda: rig.broker.pending(rig.queue) == 0, profile.visibility_s + 30, rig,
+                  progress, died)
         for worker in rig.workers:
             worker.stop(timeout=60)
         say("books: per event id; rollups: against a recompute")
@@ -239,6 +253,8 @@ def soak(args: argparse.Namespace, result: dict[str, Any]) -> None:
         failed = [f"{o.fault.kind}@{o.fault.at}: {o.note}" for o in schedule.outcomes
                   if not o.injected]
         faults_by_kind = {kind: injected.get(kind, 0) for kind in kinds}
+        redelivered = measure(schedule.kills, [worker.log for worker in rig.workers])
+        worst = redelivered["worker_kill_redelivery_worst_s"]
         wall = time.monotonic() - began
         exact = (drained and books_out["duplicated"] == 0 and books_out["miscounted"] == 0
                  and books_out["unknown_stored"] == 0
@@ -259,6 +275,7 @@ def soak(args: argparse.Namespace, result: dict[str, Any]) -> None:
             "lost": books_out["lost"], "duplicated": books_out["duplicated"],
             "faults": faults_by_kind, "faults_skipped": skipped,
             "faults_not_injected": failed, "faults_ineffective": dict(ineffective),
+            **redelivered,
             "rollups_equal": rollups["rollups_equal"],
             "late_days_recomputed": rollups["late_days_recomputed"],
             "late_days": rollups["late_days"],
@@ -286,7 +303,9 @@ def soak(args: argparse.Namespace, result: dict[str, Any]) -> None:
             and (health["health_reports_agree"] or health["health_problems_known"]),
             "meets_targets": passed and books_out["events_emitted"] >= EVENTS_TARGET
             and len(skipped) == 0
-            and all(n >= FAULTS_TARGET for n in faults_by_kind.values()),
+            and all(n >= FAULTS_TARGET for n in faults_by_kind.values())
+            and worst is not None and worst <= REDELIVERY_TARGET_S
+            and not redelivered["worker_kill_not_redelivered"],
         })
     finally:
         keep = args.keep or bool(args.work_dir) or not result.get("passed")
@@ -311,6 +330,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, help="emission time")
     parser.add_argument("--rate", type=float, help="events per second per trainer")
     parser.add_argument("--faults-per-kind", type=int, help="faults of every kind")
+    parser.add_argument("--visibility-timeout", type=float,
+                        help="the workers' ETT_BROKER_VISIBILITY_TIMEOUT_S (Redis; default: the "
+                             "profile's 10 s, which keeps workers_stopped short; 90 is "
+                             "production's, to measure a killed worker's redelivery)")
     parser.add_argument("--rabbitmq-node", choices=("auto", "private", "shared"),
                         default="auto",
                         help="RabbitMQ: a private node of the soak's own (restarted, memory-"
@@ -334,6 +357,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in ("minutes", "rate"):
         if getattr(args, name) is not None and getattr(args, name) <= 0:
             parser.error(f"--{name} must be > 0")
+    if args.visibility_timeout is not None and args.visibility_timeout < 10:
+        parser.error("--visibility-timeout must be >= 10 (the settings' minimum)")
     from bench.soak.chaos import KINDS
 
     unknown = sorted(set(args.only or ()) - set(KINDS))

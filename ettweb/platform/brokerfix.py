@@ -1,15 +1,15 @@
-"""Two things a worker needs from the broker that Celery and kombu do not give by default.
+"""Three things a worker needs from the broker that Celery and kombu do not give by default.
 
-1. **A killed worker's batch comes back in minutes, not an hour.** With late acks on Redis a
-   delivered message sits in kombu's ``unacked`` hash until the worker acks it. A worker that
-   shuts down cleanly puts it back; one killed with ``kill -9`` cannot, and then only the
-   *visibility timeout* brings it back: any worker's event loop restores messages older than
-   that. kombu's default is 3,600 s, so a batch of a killed worker went missing for an hour
-   (and kombu 5.7 scans only on every 10th 10-s tick). Settings set the timeout to
-   ``ETT_BROKER_VISIBILITY_TIMEOUT_S`` (600 s) and scan on every tick, so such a batch is back
-   within the timeout plus 10 s. It must stay above any countdown a task is sent with (ours: the 5 s
-   rollup debounce, retry backoff capped at 300 s) — a held message older than it is handed to
-   another worker too; every ETT task is idempotent, so that costs work, never data.
+1. **A killed worker's batch comes back within two minutes, not an hour.** With late acks on
+   Redis a delivered message sits in kombu's ``unacked`` hash until the worker acks it. A
+   worker that shuts down cleanly puts it back; one killed with ``kill -9`` cannot, and then
+   only the *visibility timeout* brings it back: any worker's event loop restores messages
+   older than that. kombu's default is 3,600 s, so a batch of a killed worker went missing
+   for an hour (and kombu 5.7 scans only on every 10th 10-s tick). Settings set the timeout to
+   ``ETT_BROKER_VISIBILITY_TIMEOUT_S`` (90 s) and scan on every tick, so such a batch is back
+   within the timeout plus 10 s. A message a live worker holds longer than that (a task waiting
+   out a database outage, a long refresh, a countdown) is not handed to another worker: the
+   worker re-scores what it holds every third of the timeout (``ettweb.platform.visibility``).
 
 2. **A Redis outage while a message is held does not kill the worker** (celery 5.7.0, kombu
    5.7.0, redis-py 8.1.0). On a lost connection the consumer first collects the connection
@@ -83,8 +83,9 @@ return false
 #: pins kombu to it. Another release may move what the guards replace (private methods).
 TESTED_KOMBU: Final = "5.7"
 
-#: The private kombu callables the guards wrap or stand in for, with the parameters they are
-#: called with: (class name in ``kombu.transport.redis``, method) -> parameter names.
+#: The private kombu callables the guards wrap or stand in for, and the restore scan the
+#: heartbeat (``ettweb.platform.visibility``) keeps live workers' messages from, with their
+#: parameters: (class name in ``kombu.transport.redis``, method) -> parameter names.
 SIGNATURES: Final[dict[tuple[str, str], tuple[str, ...]]] = {
     ("QoS", "restore_unacked"): ("self", "client"),
     ("QoS", "ack"): ("self", "delivery_tag"),
@@ -95,10 +96,14 @@ SIGNATURES: Final[dict[tuple[str, str], tuple[str, ...]]] = {
     ("Channel", "basic_consume"): ("self", "queue", "args", "kwargs"),
     ("Channel", "_q_for_pri"): ("self", "queue", "pri"),
     ("Transport", "register_with_event_loop"): ("self", "connection", "loop"),
+    ("QoS", "restore_visible"): ("self", "start", "num", "interval"),
 }
-#: Attributes of ``Channel`` the replacement delivery reads.
+#: Attributes of ``Channel`` the replacement delivery and the heartbeat read.
 CHANNEL_ATTRIBUTES: Final = ("unacked_key", "unacked_index_key", "priority_steps",
-                             "global_keyprefix", "client")
+                             "global_keyprefix", "client", "visibility_timeout",
+                             "conn_or_acquire")
+#: Attributes of ``QoS`` the heartbeat reads: the delivered tags and those settled since.
+QOS_ATTRIBUTES: Final = ("_delivered", "_dirty")
 #: Text each original method's source must still hold: what the guards assume it does.
 SOURCE_FACTS: Final[dict[tuple[str, str], tuple[str, ...]]] = {
     # POP_AND_HOLD writes the unacked record in append's layout, under append's keys.
@@ -110,6 +115,9 @@ SOURCE_FACTS: Final[dict[tuple[str, str], tuple[str, ...]]] = {
                                   "send_command"),
     # The guarded ack falls back to the plain virtual QoS ack for an unknown tag.
     ("QoS", "ack"): ("super().ack(delivery_tag)",),
+    # The heartbeat re-scores the index with the time: the scan restores by that score.
+    ("QoS", "restore_visible"): ("ceil = time() - self.visibility_timeout",
+                                 "self.unacked_index_key, ceil, 0"),
 }
 #: The originals, as they were before :func:`install` replaced them (the check reads these).
 _ORIGINALS: dict[tuple[str, str], Any] = {}
@@ -137,8 +145,9 @@ def install() -> None:
 
 def shape_problems() -> list[str]:
     """What the guards rely on in kombu and do not find, one line each (empty: all there):
-    the release series, each wrapped method's parameters, the channel's attributes, and the
-    facts of :data:`SOURCE_FACTS`. Read from the originals once the guards are installed."""
+    the release series, each wrapped method's parameters, the channel's and the QoS's
+    attributes, and the facts of :data:`SOURCE_FACTS`. Read from the originals once the guards
+    are installed."""
     import inspect
 
     import kombu
@@ -165,6 +174,8 @@ def shape_problems() -> list[str]:
                                 f"{fact!r}")
     problems += [f"kombu.transport.redis.Channel.{name} is gone" for name in CHANNEL_ATTRIBUTES
                  if not hasattr(kombu_redis.Channel, name)]
+    problems += [f"kombu.transport.redis.QoS.{name} is gone" for name in QOS_ATTRIBUTES
+                 if not hasattr(kombu_redis.QoS, name)]
     return problems
 
 

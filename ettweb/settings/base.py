@@ -281,14 +281,20 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = "UTC"
-# Redis: a message a killed worker held is restored after this many seconds (kombu's default
-# is an hour), by a scan each worker runs every 10 s (kombu 5.7 scans only every 10th time by
-# default: up to 100 s more); ettweb/platform/brokerfix.py says why and what it must stay above.
-ETT_BROKER_VISIBILITY_TIMEOUT_S: float = env.float_("ETT_BROKER_VISIBILITY_TIMEOUT_S", 600.0,
+# Redis: a message a worker held is restored (handed to another worker) once it is this many
+# seconds old, by a scan each worker runs every 10 s (kombu 5.7 scans only every 10th time by
+# default: up to 100 s more); a live worker re-scores what it holds every third of this
+# (ettweb/platform/visibility.py), so only a dead or stuck worker's messages age past it. A
+# killed worker's batch is back within this plus 10 s: 90 s keeps that under two minutes while
+# a live worker may miss two beats in a row (docs/explanation/delivery.md, section 3). The
+# scan's lock expires after a third of it (kombu's default: 300 s), so a worker killed
+# mid-scan holds the restores up for no longer than that.
+ETT_BROKER_VISIBILITY_TIMEOUT_S: float = env.float_("ETT_BROKER_VISIBILITY_TIMEOUT_S", 90.0,
                                                     minimum=10.0)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": ETT_BROKER_VISIBILITY_TIMEOUT_S,
                                    "unacked_restore_interval": 10,
-                                   "unacked_restore_throttle": 1}
+                                   "unacked_restore_throttle": 1,
+                                   "unacked_mutex_expire": ETT_BROKER_VISIBILITY_TIMEOUT_S / 3}
 # Periodic tasks (``celery beat``): one schedule module, ettweb/platform/schedule.py.
 CELERY_BEAT_SCHEDULE = BEAT_SCHEDULE
 

@@ -13,6 +13,8 @@ import json
 import random
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ import pytest
 
 from bench.soak.aoftrace import fates
 from bench.soak.chaos import damage_unread, plan
+from bench.soak.redelivery import Kill, held_tasks, measure
 from bench.soak.rig import rabbitmq_reachable
 from collector.spool_reader import read_records
 from collector.spool_writer import SegmentWriter
@@ -165,3 +168,46 @@ def test_soak_help_and_bad_arguments() -> None:
     refused = subprocess.run([sys.executable, "-m", "bench.soak", "--minutes", "0"], cwd=ROOT,
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "--minutes" in refused.stderr
+    too_short = subprocess.run([sys.executable, "-m", "bench.soak", "--visibility-timeout", "5"],
+                               cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert too_short.returncode == 2 and "--visibility-timeout" in too_short.stderr
+
+
+def _task_line(at: float, process: str, task: str, what: str) -> str:
+    """A line as Celery's worker logs it (local time, milliseconds)."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    return f"[{stamp},{int(at % 1 * 1000):03d}: INFO/{process}] Task {task} {what}\n"
+
+
+def test_redelivery_runs_from_the_kill_to_the_next_receipt_of_each_held_task(
+        tmp_path: Path) -> None:
+    """The victim's current run held what it received and did not finish (a batch mid-insert,
+    a countdown refresh); each is back when any worker receives it again after the kill."""
+    batch, refresh, done, old = (f"ett.ingest_batch[{uuid.uuid4()}]",
+                                 f"ett.refresh_rollups[{uuid.uuid4()}]",
+                                 f"ett.ingest_batch[{uuid.uuid4()}]",
+                                 f"ett.ingest_batch[{uuid.uuid4()}]")
+    t0 = float(int(time.time()) - 600)
+    victim = tmp_path / "worker-0.log"
+    victim.write_text(
+        "\n==== start #1 at 0\n" + _task_line(t0, "MainProcess", old, "received")
+        + "\n==== start #2 at 1\n" + _task_line(t0 + 10, "MainProcess", done, "received")
+        + _task_line(t0 + 11, "ForkPoolWorker-1", done, "succeeded in 1.0s: {}")
+        + _task_line(t0 + 12, "MainProcess", batch, "received")
+        + _task_line(t0 + 12.5, "MainProcess", refresh, "received"))
+    kill = Kill("worker-0", t0 + 20.0, held_tasks(victim.read_text()))
+    assert sorted(kill.held.values()) == ["ett.ingest_batch", "ett.refresh_rollups"]
+    rescuer = tmp_path / "worker-1.log"
+    rescuer.write_text(_task_line(t0 + 5, "MainProcess", batch, "received")  # before: not it
+                       + _task_line(t0 + 97.4, "MainProcess", batch, "received")
+                       + _task_line(t0 + 99, "MainProcess", batch, "received"))
+    found = measure([kill], [victim, rescuer])
+    assert found["worker_kill_redelivery_worst_s"] == 77.4
+    assert found["worker_kill_held_messages"] == 2
+    assert found["worker_kill_not_redelivered"] == [refresh]
+    victim.write_text(victim.read_text() + "\n==== start #3 at 2\n"
+                      + _task_line(t0 + 30.5, "MainProcess", refresh, "received"))
+    found = measure([kill], [victim, rescuer])
+    assert found["worker_kill_not_redelivered"] == []
+    assert found["worker_kill_redelivery"] == [{"worker": "worker-0", "held": 2,
+                                                "worst_s": 77.4}]

@@ -12,6 +12,7 @@ from typing import Any
 import kombu
 import pytest
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
 
 from ettweb.platform import brokerfix
 
@@ -83,6 +84,26 @@ def test_a_changed_unacked_layout_and_a_missing_method_are_named(
     assert "kombu.transport.redis.QoS.append no longer does 'self.unacked_index_key'" in problems
     assert "kombu.transport.redis.Channel._q_for_pri is gone" in problems
     assert "kombu.transport.redis.Channel.unacked_index_key is gone" in problems
+
+
+def test_a_restore_scan_the_heartbeat_no_longer_matches_is_named(
+        monkeypatch: pytest.MonkeyPatch, guards: None) -> None:
+    """The heartbeat (``ettweb.platform.visibility``) re-scores the index with the time and
+    reads the held tags off the QoS: a scan that ages messages otherwise, or a QoS that keeps
+    its tags elsewhere, would let a live worker's messages go to another worker."""
+
+    def restore_visible(self: Any, start: int = 0, num: int = 10, interval: int = 10) -> None:
+        """Restores by a per-message deadline instead of the delivery time."""
+
+    _change(monkeypatch, kombu_redis.QoS, "restore_visible", restore_visible)
+    monkeypatch.delattr(virtual.QoS, "_dirty")
+    problems = brokerfix.shape_problems()
+    assert problems == [
+        "kombu.transport.redis.QoS.restore_visible no longer does "
+        "'ceil = time() - self.visibility_timeout'",
+        "kombu.transport.redis.QoS.restore_visible no longer does "
+        "'self.unacked_index_key, ceil, 0'",
+        "kombu.transport.redis.QoS._dirty is gone"]
 
 
 def test_another_kombu_release_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
