@@ -102,7 +102,9 @@ class Reporter:
         self.heartbeat_s = heartbeat_s
         self.train_slice_s = train_slice_s
         self._queue_size = queue_size
-        self._wake_at = max(1, queue_size // 4)
+        # A burst wakes the writer once a batch is queued: events left queued by the tens of
+        # thousands take fresh memory pages, and a page fault costs more than an emit.
+        self._wake_at = max(1, min(queue_size // 4, WRITE_BATCH))
         self._flush_interval_s = flush_interval_s
         self._fsync = _fsync_policy(fsync)
         self._fsync_interval_s = fsync_interval_s

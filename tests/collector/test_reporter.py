@@ -434,6 +434,21 @@ def test_an_invalid_identity_drops_every_event(make_reporter: MakeReporter,
     assert reporter.dropped_invalid == 2 and spooled(tmp_path) == []
 
 
+def test_a_burst_is_written_once_a_batch_is_queued(make_reporter: MakeReporter,
+                                                   tmp_path: Path) -> None:
+    """A burst wakes the writer at WRITE_BATCH events, not at the next interval (an hour
+    here): its events are written while it lasts instead of piling up in memory."""
+    from collector.reporter import WRITE_BATCH
+
+    reporter = make_reporter(flush_interval_s=3600.0)
+    for i in range(WRITE_BATCH):
+        reporter.span("eval", float(i), float(i) + 1.0)
+    deadline = time.monotonic() + 10.0
+    while not list(tmp_path.glob("*.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert list(tmp_path.glob("*.jsonl"))
+
+
 def test_the_identity_is_read_only(make_reporter: MakeReporter) -> None:
     reporter = make_reporter(job="j", attempt=2)
     with pytest.raises(AttributeError):
