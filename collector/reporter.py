@@ -133,7 +133,10 @@ class Reporter:
         # ``flush_interval_s`` (or at once when asked to flush or stop) and drains in batches.
         self._buffer: collections.deque[Any] = collections.deque()
         self._wake = threading.Event()
-        self._id_prefix = os.urandom(8).hex()  # new in a forked child: ids stay unique
+        # 128 random bits, drawn again in a forked child: the server deduplicates events by
+        # id across the fleet, and two streams collide only where their prefixes do, so the
+        # prefix gets at least a UUID4's 122 bits. 32 hex digits + the counter's <= 64.
+        self._id_prefix = os.urandom(16).hex()
         self._id_counter = itertools.count()
         stem = f"{_safe(self.job)}.a{self.attempt}.r{self.rank}"
         self._writer = SegmentWriter(self.spool_dir, stem, fsync=self._fsync,
@@ -265,8 +268,8 @@ class Reporter:
         return self._enqueue(valid, event_id)
 
     def _next_id(self) -> str:
-        # 16 random hex digits per process (re-drawn after fork) + a counter: unique like a
-        # UUID for this purpose, at a fraction of uuid4's cost (no syscall per event).
+        # A random prefix per process and a counter: as unique as a UUID4, without drawing
+        # random bytes per event.
         return f"{self._id_prefix}{next(self._id_counter):x}"
 
     def _enqueue(self, event: dict[str, Any] | Record, event_id: str) -> str | None:
