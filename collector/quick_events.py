@@ -9,14 +9,17 @@ per Reporter, a few times faster than encoding a dict, and the line is exactly w
 ``collector.schema.dump_event`` writes for the same event (values, and keys in the order
 ``validate_event`` leaves them).
 
-A record is ``("span", id, phase, start, end, step_start, step_end, blocking)`` (the steps
-None when the span has none) or ``("mark", id, mark, ts, step)`` (step None when absent).
+A record is ``("span", id, phase, start, end, step_start, step_end, blocking, attrs)`` (the
+steps None when the span has none, attrs None when empty) or ``("mark", id, mark, ts, step)``
+(step None when absent).
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+from collector.schema import dump_event
 
 Record = tuple[Any, ...]
 
@@ -26,7 +29,7 @@ class LineTemplate:
 
     An id is hex, and a phase or mark name that passed the quick checks uses only
     ``[a-z0-9_.-]``: none needs escaping. Floats are written by ``repr`` and ints by ``str``,
-    as the JSON encoder writes them.
+    as the JSON encoder writes them; attrs by the schema's encoder.
     """
 
     def __init__(self, job: str, attempt: int, rank: int, host: str) -> None:
@@ -44,11 +47,12 @@ class LineTemplate:
         return self._mark(record)
 
     def _span(self, record: Record) -> str:
-        _, event_id, phase, start, end, first, last, blocking = record
+        _, event_id, phase, start, end, first, last, blocking, attrs = record
         steps = "" if first is None else f',"step_start":{first},"step_end":{last}'
+        attrs_text = "{}" if attrs is None else dump_event(attrs)  # an object like an event
         return (f'{{"v":1,"id":"{event_id}{self._span_head}{phase}","start":{start!r},'
                 f'"end":{end!r}{steps},"blocking":{"true" if blocking else "false"},'
-                '"attrs":{}}')
+                f'"attrs":{attrs_text}}}')
 
     def _mark(self, record: Record) -> str:
         _, event_id, mark, ts, step = record

@@ -290,15 +290,17 @@ class Reporter:
     def span(self, phase: str, start: float, end: float, **fields: Any) -> str | None:
         """Emit a closed span measured by the caller.
 
-        A span of float times without attrs (a phase, a train slice) is queued as a record
+        A span of float times and plain attrs (a phase, a train slice) is queued as a record
         (collector.quick_events); anything else goes through :meth:`emit` and the full checks.
         """
         if self._lines is None or not quick_span_ok(phase, start, end, fields):
             return self.emit("span", phase=phase, start=start, end=end, **fields)
         event_id = self._next_id()
         get = fields.get
+        attrs = get("attrs")  # written later: a copy now (its values are immutable)
         return self._enqueue(("span", event_id, phase, start, end, get("step_start"),
-                              get("step_end"), get("blocking", True)), event_id)
+                              get("step_end"), get("blocking", True),
+                              dict(attrs) if attrs else None), event_id)
 
     def mark(self, mark: str, ts: float | None = None, **fields: Any) -> str | None:
         """Emit a mark at ``ts`` (default: now); like :meth:`span`, a heartbeat is queued

@@ -230,10 +230,12 @@ def _known_phase(phase: str) -> bool:
 
 
 # --------------------------------------------------------------------------- a Reporter's route
-#: The fields besides its own that a Reporter's span or mark may carry on the quick route;
-#: attrs never take it (their size needs the encoder).
-QUICK_SPAN_FIELDS: Final = frozenset({"blocking", "step_start", "step_end"})
+#: The fields besides its own that a Reporter's span or mark may carry on the quick route.
+QUICK_SPAN_FIELDS: Final = frozenset({"blocking", "step_start", "step_end", "attrs"})
 QUICK_MARK_FIELDS: Final = frozenset({"step"})
+#: Bounds on the JSON text of one attrs value: a character of a string (``\ud83d\ude00``),
+#: an int below _PLAIN_INT (sign and 15 digits), a float's repr.
+_CHAR_JSON, _PLAIN_INT, _INT_JSON, _FLOAT_JSON = 12, 10**15, 16, 24
 
 
 def check_identity(job: Any, attempt: Any, rank: Any, host: Any) -> None:
@@ -251,11 +253,12 @@ def check_identity(job: Any, attempt: Any, rank: Any, host: Any) -> None:
 
 def quick_span_ok(phase: Any, start: Any, end: Any, fields: dict[str, Any]) -> bool:
     """Whether a span of a checked identity (:func:`check_identity`) with these values is
-    valid and already normalized: ``fields`` only QUICK_SPAN_FIELDS, times as floats.
+    valid and already normalized: ``fields`` only QUICK_SPAN_FIELDS, times as floats, attrs
+    plain enough to vouch for unencoded.
 
     Why: it is what a trainer emits per step, so the Reporter checks only the values it did
-    not build itself. False means "let validate_event decide", not "invalid": an int time, an
-    attrs or anything unusual takes the full checks.
+    not build itself. False means "let validate_event decide", not "invalid": an int time, a
+    nested attrs or anything unusual takes the full checks.
     """
     # Two floats with start <= end and end - start <= MAX_SPAN_S are finite: an infinity
     # makes the difference infinite or NaN, and NaN compares false.
@@ -266,10 +269,38 @@ def quick_span_ok(phase: Any, start: Any, end: Any, fields: dict[str, Any]) -> b
         return False
     if type(fields.get("blocking", True)) is not bool:
         return False
+    if "attrs" in fields and not _attrs_surely_fit(fields["attrs"]):
+        return False
     if phase == TRAIN_PHASE or "step_start" in fields or "step_end" in fields:
         first, last = fields.get("step_start"), fields.get("step_end")
         return type(first) is int and type(last) is int and 0 <= first <= last
     return True
+
+
+def _attrs_surely_fit(attrs: Any) -> bool:
+    """Whether ``attrs`` is valid without encoding it: a dict of str keys to plain values
+    (str, bool, None, ints of at most 15 digits, finite floats) whose JSON could not exceed
+    MAX_ATTRS_BYTES even with every character escaped. The encoder is most of the full
+    checks' cost; what this cannot vouch for takes them."""
+    if type(attrs) is not dict:
+        return False
+    size = 2
+    for key, value in attrs.items():
+        kind = type(value)
+        if kind is str:
+            size += _CHAR_JSON * len(value) + 2
+        elif kind is bool or value is None:
+            size += 5
+        elif kind is int and -_PLAIN_INT < value < _PLAIN_INT:
+            size += _INT_JSON
+        elif kind is float and math.isfinite(value):
+            size += _FLOAT_JSON
+        else:
+            return False
+        if type(key) is not str:
+            return False
+        size += _CHAR_JSON * len(key) + 4  # quotes, colon, comma
+    return size <= MAX_ATTRS_BYTES
 
 
 def quick_mark_ok(mark: Any, ts: Any, fields: dict[str, Any]) -> bool:

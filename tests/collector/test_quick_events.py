@@ -15,6 +15,9 @@ from tests.examples import examples
 TEXT = st.text(st.characters(codec="utf-8"), max_size=30)  # quotes, %, \, controls, non-ASCII
 INTS = st.integers(0, 2**70)
 TIMES = st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300)
+#: What quick_span_ok lets through as attrs: str keys, plain values.
+ATTRS = st.none() | st.dictionaries(TEXT, TEXT | st.booleans() | st.none()
+                                    | st.integers(-10**15 + 1, 10**15 - 1) | TIMES, max_size=5)
 PHASES = st.from_regex(r"[a-z][a-z0-9_.-]{0,63}", fullmatch=True)
 EVENT_ID = st.from_regex(r"[0-9a-f]{1,64}", fullmatch=True)
 
@@ -35,10 +38,10 @@ def _full_route(identity: dict[str, Any], event_id: str, kind: str,
 
 @settings(max_examples=examples(500), deadline=None)
 @given(identities(), EVENT_ID, PHASES, TIMES, st.floats(0, 1e6), st.booleans(),
-       st.none() | st.tuples(st.integers(0, 2**40), st.integers(0, 2**40)))
+       st.none() | st.tuples(st.integers(0, 2**40), st.integers(0, 2**40)), ATTRS)
 def test_a_span_record_writes_the_line_of_its_event(
         identity: dict[str, Any], event_id: str, phase: str, start: float, length: float,
-        blocking: bool, steps: tuple[int, int] | None) -> None:
+        blocking: bool, steps: tuple[int, int] | None, attrs: dict[str, Any] | None) -> None:
     end = start + length
     fields: dict[str, Any] = {"phase": phase, "start": start, "end": end}
     first = last = None
@@ -46,7 +49,9 @@ def test_a_span_record_writes_the_line_of_its_event(
         first, last = sorted(steps or (0, 0))
         fields.update(step_start=first, step_end=last)
     fields["blocking"] = blocking
-    record = ("span", event_id, phase, start, end, first, last, blocking)
+    if attrs is not None:
+        fields["attrs"] = attrs
+    record = ("span", event_id, phase, start, end, first, last, blocking, attrs or None)
     assert LineTemplate(**identity).line(record) == _full_route(identity, event_id, "span",
                                                                 fields)
 

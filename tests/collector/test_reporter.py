@@ -412,6 +412,8 @@ def test_the_quick_route_spools_what_the_full_checks_would(make_reporter: MakeRe
         lambda t: reporter.span("checkpoint_save", t, t, blocking=False),
         lambda t: reporter.span("train", t, t, step_start=5, step_end=9),
         lambda t: reporter.span("eval", t, t),
+        lambda t: reporter.span("dcp", t, t, blocking=False, attrs={"api": "dcp.save", "n": 3,
+                                                                    "ok": True, "é": None}),
         lambda t: reporter.mark("heartbeat", t, step=9),
         lambda t: reporter.mark("attempt_start", t),
     ]
@@ -423,6 +425,16 @@ def test_the_quick_route_spools_what_the_full_checks_would(make_reporter: MakeRe
     assert len(lines) == 2 * len(calls)
     assert lines[0::2] == lines[1::2]
     assert '"start":7.0,"end":7.0,"step_start":5,"step_end":9,"blocking":true' in lines[2]
+
+
+def test_attrs_are_spooled_as_they_were_when_emitted(make_reporter: MakeReporter,
+                                                     tmp_path: Path) -> None:
+    reporter = make_reporter()
+    attrs: dict[str, Any] = {"path": "/ckpt/7"}
+    reporter.span("checkpoint_save", 1.0, 2.0, attrs=attrs)
+    attrs["path"] = "/ckpt/8"  # the caller reuses its dict before the writer gets to it
+    reporter.flush()
+    assert [e["attrs"] for e in spooled(tmp_path)] == [{"path": "/ckpt/7"}]
 
 
 def test_an_invalid_identity_drops_every_event(make_reporter: MakeReporter,

@@ -45,6 +45,27 @@ def _break_one(draw: st.DrawFn, values: dict[str, Any], required: tuple[str, ...
         values.pop(name, None)
 
 
+PLAIN_VALUES = (st.text(max_size=40) | st.booleans() | st.none()
+                | st.integers(-10**15 + 1, 10**15 - 1)
+                | st.floats(allow_nan=False, allow_infinity=False))
+#: Values the quick check must refuse or size right: not JSON, too long a number, nested, or
+#: a string that escapes to 12 bytes a character (astral plane), about the 8 KiB limit.
+ODD_VALUES = st.one_of(
+    st.sampled_from([10**15, -10**15, 2**70, math.nan, math.inf, -math.inf, [1], {"a": 1},
+                     {"b": math.nan}, b"bytes", 1j]),
+    st.text(st.characters(min_codepoint=0x10000), min_size=670, max_size=690))
+
+
+@st.composite
+def attrs(draw: st.DrawFn) -> dict[Any, Any]:
+    """What hooks attach (a few short strings and numbers), one odd entry in half of them."""
+    values = draw(st.dictionaries(st.text(max_size=20), PLAIN_VALUES, max_size=6))
+    if draw(st.booleans()):
+        key = draw(st.sampled_from(["odd", "", 1, None]))
+        values[key] = draw(ODD_VALUES)
+    return values
+
+
 @st.composite
 def spans(draw: st.DrawFn) -> dict[str, Any]:
     """What a trainer passes to ``span`` (often near the 30-day limit), one field broken in
@@ -59,6 +80,8 @@ def spans(draw: st.DrawFn) -> dict[str, Any]:
     if phase == "train" or draw(st.booleans()):
         values["step_start"] = draw(st.integers(-2, 60))
         values["step_end"] = draw(st.integers(-2, 60))
+    if draw(st.booleans()):
+        values["attrs"] = draw(attrs())
     _break_one(draw, values, ("phase", "start", "end"))
     return values
 
@@ -83,7 +106,8 @@ def test_a_quick_span_is_one_the_full_checks_accept_unchanged(values: dict[str, 
         return
     valid = _outcome(dict(event))
     assert valid is not None
-    assert valid == {**event, "blocking": values.get("blocking", True), "attrs": {}}
+    assert valid == {**event, "blocking": values.get("blocking", True),
+                     "attrs": values.get("attrs", {})}
     assert type(valid["start"]) is type(start) and type(valid["end"]) is type(end)
 
 
@@ -118,6 +142,10 @@ def test_check_identity_agrees_with_the_full_checks(job: Any, attempt: Any, rank
     ("checkpoint_save", 10.0, 10.5, {"blocking": False}),
     ("train", 10.0, 70.0, {"step_start": 0, "step_end": 600}),
     ("compile", 10.0, 10.0, {}),
+    ("checkpoint_save", 10.0, 10.5, {"blocking": False, "attrs": {
+        "api": "dcp.async_save", "stage": "upload", "bytes": 2**40, "ratio": 0.5,
+        "ok": True, "error": None}}),
+    ("eval", 1.0, 2.0, {"attrs": {"note": "é" * 678}}),  # 8,192 bytes, were each escaped 12
 ])
 def test_what_a_trainer_emits_takes_the_quick_route(phase: str, start: float, end: float,
                                                     fields: dict[str, Any]) -> None:
@@ -126,7 +154,12 @@ def test_what_a_trainer_emits_takes_the_quick_route(phase: str, start: float, en
 
 @pytest.mark.parametrize(("phase", "start", "end", "fields"), [
     ("eval", 1, 2.0, {}),  # an int time: normalized to a float by the full checks
-    ("eval", 1.0, 2.0, {"attrs": {}}),
+    ("eval", 1.0, 2.0, {"attrs": {"nested": {"a": 1}}}),
+    ("eval", 1.0, 2.0, {"attrs": {1: "a"}}),  # the encoder makes the key a string
+    ("eval", 1.0, 2.0, {"attrs": {"n": 10**15}}),
+    ("eval", 1.0, 2.0, {"attrs": {"x": float("nan")}}),
+    ("eval", 1.0, 2.0, {"attrs": {"note": "é" * 679}}),  # one more: the bound passes 8 KiB
+    ("eval", 1.0, 2.0, {"attrs": []}),
     ("train", 1.0, 2.0, {}),  # no steps: invalid
     ("eval", float("-inf"), 2.0, {}),
     ("eval", 2.0, float("inf"), {}),
