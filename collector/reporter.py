@@ -1,10 +1,12 @@
 """The Reporter: what a trainer calls to describe its lifecycle (ETT_SPEC §2).
 
 Why it is built this way: a trainer must be able to report every phase for free. ``emit`` only
-builds and validates a small dict and puts it on a bounded in-memory queue; a background thread
-appends queued events to a local spool file that the collector agent ships. Nothing here blocks
-the caller on I/O or raises into the training loop: a full queue or an invalid event is counted
-(and logged once per kind), never thrown. The design follows OpenTelemetry's BatchProcessor
+builds and validates a small dict and puts it on a bounded in-memory queue; the spans and marks
+a trainer emits as it trains go quicker still: their few caller-given values are checked and a
+tuple is queued (``collector.quick_events``). A background thread appends queued events to a
+local spool file that the collector agent ships. Nothing here blocks the caller on I/O or
+raises into the training loop: a full queue or an invalid event is counted (and logged once
+per kind), never thrown. The design follows OpenTelemetry's BatchProcessor
 (bounded queue, background flush, ``shutdown(timeout)``, fork-safe) but spools to disk, because
 the product must not lose events. Phase and training spans are ``collector.spans``'s; what
 happens at fork, exit and SIGTERM is ``collector.live_reporters``'s.
@@ -24,7 +26,15 @@ from typing import Any
 
 from collector import live_reporters
 from collector.identity import ATTEMPT_ENV_VARS, attempt_from_env, rank_from_env
-from collector.schema import EventError, dump_event, validate_event
+from collector.quick_events import LineTemplate, Record
+from collector.schema import (
+    EventError,
+    check_identity,
+    dump_event,
+    quick_mark_ok,
+    quick_span_ok,
+    validate_event,
+)
 from collector.spans import PhaseSpan, TrainTracker, traced
 from collector.spool_writer import DEFAULT_SEGMENT_BYTES, FSYNC_POLICIES, SegmentWriter
 
@@ -81,15 +91,20 @@ class Reporter:
         max_spool_bytes: int | None = None,
         install_signal_handlers: bool = True,
     ) -> None:
-        self.job = job
-        self.attempt = attempt_from_env() if attempt is None else attempt
-        self.rank = rank_from_env() if rank is None else rank
-        self.host = host if host is not None else socket.gethostname()[:200]
+        self._job = job
+        self._attempt = attempt_from_env() if attempt is None else attempt
+        self._rank = rank_from_env() if rank is None else rank
+        self._host = host if host is not None else socket.gethostname()[:200]
+        #: The text of quick records (collector.quick_events); None when the identity is
+        #: invalid: then every event takes the full checks, which drop and count it.
+        self._lines = _line_template(self._job, self._attempt, self._rank, self._host)
         self.spool_dir = Path(spool_dir or os.environ.get("ETT_SPOOL_DIR", DEFAULT_SPOOL_DIR))
         self.heartbeat_s = heartbeat_s
         self.train_slice_s = train_slice_s
         self._queue_size = queue_size
-        self._wake_at = max(1, queue_size // 4)
+        # A burst wakes the writer once a batch is queued: events left queued by the tens of
+        # thousands take fresh memory pages, and a page fault costs more than an emit.
+        self._wake_at = max(1, min(queue_size // 4, WRITE_BATCH))
         self._flush_interval_s = flush_interval_s
         self._fsync = _fsync_policy(fsync)
         self._fsync_interval_s = fsync_interval_s
@@ -118,7 +133,10 @@ class Reporter:
         # ``flush_interval_s`` (or at once when asked to flush or stop) and drains in batches.
         self._buffer: collections.deque[Any] = collections.deque()
         self._wake = threading.Event()
-        self._id_prefix = os.urandom(8).hex()  # new in a forked child: ids stay unique
+        # 128 random bits, drawn again in a forked child: the server deduplicates events by
+        # id across the fleet, and two streams collide only where their prefixes do, so the
+        # prefix gets at least a UUID4's 122 bits. 32 hex digits + the counter's <= 64.
+        self._id_prefix = os.urandom(16).hex()
         self._id_counter = itertools.count()
         stem = f"{_safe(self.job)}.a{self.attempt}.r{self.rank}"
         self._writer = SegmentWriter(self.spool_dir, stem, fsync=self._fsync,
@@ -152,7 +170,7 @@ class Reporter:
         while not stopping:
             self._wake.wait(self._flush_interval_s)
             self._wake.clear()
-            batch: list[dict[str, Any]] = []
+            batch: list[Any] = []
             while self._buffer:
                 item = self._buffer.popleft()
                 if item is _STOP:
@@ -170,13 +188,13 @@ class Reporter:
             self._report_drops()
         self._writer.close()
 
-    def _write(self, batch: list[dict[str, Any]]) -> None:
+    def _write(self, batch: list[Any]) -> None:
         if not batch:
             return
         lines = []
         for event in batch:  # serialized here, off the caller's path
             try:
-                lines.append(dump_event(event))
+                lines.append(self._line(event))
             except (TypeError, ValueError) as exc:
                 self.dropped_invalid += 1
                 self._warn_once("serialize", f"event not serializable, dropped: {exc}")
@@ -191,6 +209,13 @@ class Reporter:
             self._warn_once("spool_full", f"spool {self.spool_dir} is full "
                             f"({self._max_spool_bytes} bytes), events dropped")
 
+    def _line(self, event: dict[str, Any] | Record) -> str:
+        if isinstance(event, dict):
+            return dump_event(event)
+        if self._lines is None:  # records are queued only by a Reporter with a template
+            raise TypeError("a record without a line template")
+        return self._lines.line(event)
+
     def _report_drops(self) -> None:
         """Keep the sidecar the agent ships in step with the drop counters."""
         drops = (self.dropped_full, self.dropped_invalid)
@@ -202,6 +227,24 @@ class Reporter:
         except OSError as exc:
             self._warn_once("dropped", f"cannot record dropped counts: {exc}")
 
+    # ---------------------------------------------------------------- identity
+    # Read-only: checked once (``_lines``) and stamped on every event.
+    @property
+    def job(self) -> str:
+        return self._job
+
+    @property
+    def attempt(self) -> int:
+        return self._attempt
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def host(self) -> str:
+        return self._host
+
     # ---------------------------------------------------------------- emit
     def _warn_once(self, kind: str, message: str) -> None:
         if kind not in self._warned:
@@ -210,11 +253,9 @@ class Reporter:
 
     def emit(self, kind: str, **fields: Any) -> str | None:
         """Validate and enqueue one event; returns its id, or None when it was dropped."""
-        # 16 random hex digits per process (re-drawn after fork) + a counter: unique like a
-        # UUID for this purpose, at a fraction of uuid4's cost (no syscall per event).
-        event_id = f"{self._id_prefix}{next(self._id_counter):x}"
-        event = {"v": 1, "id": event_id, "job": self.job, "attempt": self.attempt,
-                 "kind": kind, "rank": self.rank, "host": self.host}
+        event_id = self._next_id()
+        event = {"v": 1, "id": event_id, "job": self._job, "attempt": self._attempt,
+                 "kind": kind, "rank": self._rank, "host": self._host}
         event.update(fields)
         if "attrs" in fields and isinstance(fields["attrs"], dict):
             event["attrs"] = dict(fields["attrs"])  # serialized later: take a snapshot now
@@ -224,25 +265,52 @@ class Reporter:
             self.dropped_invalid += 1
             self._warn_once(f"invalid:{str(exc).split(':')[0]}", f"invalid event dropped: {exc}")
             return None
+        return self._enqueue(valid, event_id)
+
+    def _next_id(self) -> str:
+        # A random prefix per process and a counter: as unique as a UUID4, without drawing
+        # random bytes per event.
+        return f"{self._id_prefix}{next(self._id_counter):x}"
+
+    def _enqueue(self, event: dict[str, Any] | Record, event_id: str) -> str | None:
         if self._closed:
             self.dropped_full += 1
             self._warn_once("closed", "event emitted after shutdown")
             return None
-        if len(self._buffer) >= self._queue_size:
+        queued = len(self._buffer)
+        if queued >= self._queue_size:
             self.dropped_full += 1
             self._warn_once("full", "queue full, event dropped")
             return None
-        self._buffer.append(valid)
-        if len(self._buffer) >= self._wake_at:
+        self._buffer.append(event)
+        if queued + 1 >= self._wake_at and not self._wake.is_set():
             self._wake.set()  # a burst: write it now rather than at the next interval
         return event_id
 
     def span(self, phase: str, start: float, end: float, **fields: Any) -> str | None:
-        """Emit a closed span measured by the caller."""
-        return self.emit("span", phase=phase, start=start, end=end, **fields)
+        """Emit a closed span measured by the caller.
+
+        A span of float times and plain attrs (a phase, a train slice) is queued as a record
+        (collector.quick_events); anything else goes through :meth:`emit` and the full checks.
+        """
+        if self._lines is None or not quick_span_ok(phase, start, end, fields):
+            return self.emit("span", phase=phase, start=start, end=end, **fields)
+        event_id = self._next_id()
+        get = fields.get
+        attrs = get("attrs")  # written later: a copy now (its values are immutable)
+        return self._enqueue(("span", event_id, phase, start, end, get("step_start"),
+                              get("step_end"), get("blocking", True),
+                              dict(attrs) if attrs else None), event_id)
 
     def mark(self, mark: str, ts: float | None = None, **fields: Any) -> str | None:
-        return self.emit("mark", mark=mark, ts=time.time() if ts is None else ts, **fields)
+        """Emit a mark at ``ts`` (default: now); like :meth:`span`, a heartbeat is queued
+        as a record."""
+        if ts is None:
+            ts = time.time()
+        if self._lines is None or not quick_mark_ok(mark, ts, fields):
+            return self.emit("mark", mark=mark, ts=ts, **fields)
+        event_id = self._next_id()
+        return self._enqueue(("mark", event_id, mark, ts, fields.get("step")), event_id)
 
     # ---------------------------------------------------------------- lifecycle API
     def attempt_start(self, gpus: int = 1, ts: float | None = None, **attrs: Any) -> str | None:
@@ -311,6 +379,14 @@ class Reporter:
     @property
     def spool_path(self) -> Path:
         return self._writer.path
+
+
+def _line_template(job: str, attempt: int, rank: int, host: str) -> LineTemplate | None:
+    try:
+        check_identity(job, attempt, rank, host)
+    except EventError:
+        return None
+    return LineTemplate(job, attempt, rank, host)
 
 
 def _fsync_policy(fsync: bool | str | None) -> str:

@@ -207,13 +207,8 @@ def _common_span(event: Event) -> bool:
     start: Any = get("start")
     end: Any = get("end")
     if not (type(phase) is str and _finite(start) and _finite(end)
-            and start <= end and end - start <= MAX_SPAN_S):
+            and start <= end and end - start <= MAX_SPAN_S and _known_phase(phase)):
         return False
-    if phase not in _GOOD_PHASES:
-        if PHASE_RE.fullmatch(phase) is None:
-            return False
-        if len(_GOOD_PHASES) < _MAX_GOOD_PHASES:
-            _GOOD_PHASES.add(phase)
     has_start, has_end = "step_start" in event, "step_end" in event
     if has_start or has_end or phase == TRAIN_PHASE:
         first, last = get("step_start"), get("step_end")
@@ -221,6 +216,100 @@ def _common_span(event: Event) -> bool:
             return False
     event["start"], event["end"] = float(start), float(end)
     return True
+
+
+def _known_phase(phase: str) -> bool:
+    """Whether ``phase`` matches PHASE_RE, remembering the names that do."""
+    if phase in _GOOD_PHASES:
+        return True
+    if PHASE_RE.fullmatch(phase) is None:
+        return False
+    if len(_GOOD_PHASES) < _MAX_GOOD_PHASES:
+        _GOOD_PHASES.add(phase)
+    return True
+
+
+# --------------------------------------------------------------------------- a Reporter's route
+#: The fields besides its own that a Reporter's span or mark may carry on the quick route.
+QUICK_SPAN_FIELDS: Final = frozenset({"blocking", "step_start", "step_end", "attrs"})
+QUICK_MARK_FIELDS: Final = frozenset({"step"})
+#: Bounds on the JSON text of one attrs value: a character of a string (``\ud83d\ude00``),
+#: an int below _PLAIN_INT (sign and 15 digits), a float's repr.
+_CHAR_JSON, _PLAIN_INT, _INT_JSON, _FLOAT_JSON = 12, 10**15, 16, 24
+
+
+def check_identity(job: Any, attempt: Any, rank: Any, host: Any) -> None:
+    """Raise EventError unless these are a valid ``job``, ``attempt``, ``rank`` and ``host``.
+
+    Why: a Reporter stamps the same four values on every event; checked once here, they need
+    no checking per event on its quick route.
+    """
+    identity = {"job": job, "attempt": attempt, "rank": rank, "host": host}
+    _text(identity, "job", min_len=1, max_len=200)
+    _int(identity, "attempt")
+    _int(identity, "rank")
+    _text(identity, "host", min_len=0, max_len=200)
+
+
+def quick_span_ok(phase: Any, start: Any, end: Any, fields: dict[str, Any]) -> bool:
+    """Whether a span of a checked identity (:func:`check_identity`) with these values is
+    valid and already normalized: ``fields`` only QUICK_SPAN_FIELDS, times as floats, attrs
+    plain enough to vouch for unencoded.
+
+    Why: it is what a trainer emits per step, so the Reporter checks only the values it did
+    not build itself. False means "let validate_event decide", not "invalid": an int time, a
+    nested attrs or anything unusual takes the full checks.
+    """
+    # Two floats with start <= end and end - start <= MAX_SPAN_S are finite: an infinity
+    # makes the difference infinite or NaN, and NaN compares false.
+    if not (type(start) is float and type(end) is float and start <= end
+            and end - start <= MAX_SPAN_S and type(phase) is str
+            and (phase in _GOOD_PHASES or _known_phase(phase))
+            and fields.keys() <= QUICK_SPAN_FIELDS):
+        return False
+    if type(fields.get("blocking", True)) is not bool:
+        return False
+    if "attrs" in fields and not _attrs_surely_fit(fields["attrs"]):
+        return False
+    if phase == TRAIN_PHASE or "step_start" in fields or "step_end" in fields:
+        first, last = fields.get("step_start"), fields.get("step_end")
+        return type(first) is int and type(last) is int and 0 <= first <= last
+    return True
+
+
+def _attrs_surely_fit(attrs: Any) -> bool:
+    """Whether ``attrs`` is valid without encoding it: a dict of str keys to plain values
+    (str, bool, None, ints of at most 15 digits, finite floats) whose JSON could not exceed
+    MAX_ATTRS_BYTES even with every character escaped. The encoder is most of the full
+    checks' cost; what this cannot vouch for takes them."""
+    if type(attrs) is not dict:
+        return False
+    size = 2
+    for key, value in attrs.items():
+        kind = type(value)
+        if kind is str:
+            size += _CHAR_JSON * len(value) + 2
+        elif kind is bool or value is None:
+            size += 5
+        elif kind is int and -_PLAIN_INT < value < _PLAIN_INT:
+            size += _INT_JSON
+        elif kind is float and math.isfinite(value):
+            size += _FLOAT_JSON
+        else:
+            return False
+        if type(key) is not str:
+            return False
+        size += _CHAR_JSON * len(key) + 4  # quotes, colon, comma
+    return size <= MAX_ATTRS_BYTES
+
+
+def quick_mark_ok(mark: Any, ts: Any, fields: dict[str, Any]) -> bool:
+    """Like :func:`quick_span_ok`, for a mark without attrs (never an ``attempt_end``)."""
+    if not (type(ts) is float and math.isfinite(ts) and type(mark) is str
+            and mark in _COMMON_MARKS and fields.keys() <= QUICK_MARK_FIELDS):
+        return False
+    step = fields.get("step", 0)
+    return type(step) is int and step >= 0
 
 
 def validate_event(obj: Any) -> Event:

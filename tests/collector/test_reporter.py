@@ -7,6 +7,7 @@ import contextlib
 import itertools
 import logging
 import os
+import re
 import threading
 import time
 import warnings
@@ -393,6 +394,78 @@ def test_spool_dir_from_env(make_reporter: MakeReporter, tmp_path: Path,
     reporter.flush()
     assert reporter.spool_path.parent == tmp_path / "node-spool"
     assert len(spooled(tmp_path / "node-spool")) == 1
+
+
+# --------------------------------------------------------------------------- the quick route
+def _lines_without_ids(directory: Path) -> list[str]:
+    records = [line.rsplit("\t", 1)[0] for path in sorted(directory.glob("*.jsonl"))
+               for line in path.read_text().splitlines()]
+    return [re.sub(r'"id":"[0-9a-f]+"', '"id":"-"', record) for record in records]
+
+
+def test_the_quick_route_spools_what_the_full_checks_would(make_reporter: MakeReporter,
+                                                           tmp_path: Path) -> None:
+    """A span or heartbeat of float times takes the quick route, an int time the full
+    checks (which make it a float): both write the same line, key for key."""
+    reporter = make_reporter(job='dlrm "42" %s', rank=3, host="nöde-7")
+    calls: list[Callable[[float | int], str | None]] = [
+        lambda t: reporter.span("checkpoint_save", t, t, blocking=False),
+        lambda t: reporter.span("train", t, t, step_start=5, step_end=9),
+        lambda t: reporter.span("eval", t, t),
+        lambda t: reporter.span("dcp", t, t, blocking=False, attrs={"api": "dcp.save", "n": 3,
+                                                                    "ok": True, "é": None}),
+        lambda t: reporter.mark("heartbeat", t, step=9),
+        lambda t: reporter.mark("attempt_start", t),
+    ]
+    for call in calls:
+        assert call(7.0) is not None
+        assert call(7) is not None
+    reporter.flush()
+    lines = _lines_without_ids(tmp_path)
+    assert len(lines) == 2 * len(calls)
+    assert lines[0::2] == lines[1::2]
+    assert '"start":7.0,"end":7.0,"step_start":5,"step_end":9,"blocking":true' in lines[2]
+
+
+def test_attrs_are_spooled_as_they_were_when_emitted(make_reporter: MakeReporter,
+                                                     tmp_path: Path) -> None:
+    reporter = make_reporter()
+    attrs: dict[str, Any] = {"path": "/ckpt/7"}
+    reporter.span("checkpoint_save", 1.0, 2.0, attrs=attrs)
+    attrs["path"] = "/ckpt/8"  # the caller reuses its dict before the writer gets to it
+    reporter.flush()
+    assert [e["attrs"] for e in spooled(tmp_path)] == [{"path": "/ckpt/7"}]
+
+
+def test_an_invalid_identity_drops_every_event(make_reporter: MakeReporter,
+                                               tmp_path: Path) -> None:
+    reporter = make_reporter(job="", rank=1)
+    assert reporter.span("eval", 1.0, 2.0) is None
+    assert reporter.mark("heartbeat", 1.0) is None
+    reporter.flush()
+    assert reporter.dropped_invalid == 2 and spooled(tmp_path) == []
+
+
+def test_a_burst_is_written_once_a_batch_is_queued(make_reporter: MakeReporter,
+                                                   tmp_path: Path) -> None:
+    """A burst wakes the writer at WRITE_BATCH events, not at the next interval (an hour
+    here): its events are written while it lasts instead of piling up in memory."""
+    from collector.reporter import WRITE_BATCH
+
+    reporter = make_reporter(flush_interval_s=3600.0)
+    for i in range(WRITE_BATCH):
+        reporter.span("eval", float(i), float(i) + 1.0)
+    deadline = time.monotonic() + 10.0
+    while not list(tmp_path.glob("*.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert list(tmp_path.glob("*.jsonl"))
+
+
+def test_the_identity_is_read_only(make_reporter: MakeReporter) -> None:
+    reporter = make_reporter(job="j", attempt=2)
+    with pytest.raises(AttributeError):
+        reporter.job = "other"  # type: ignore[misc]
+    assert (reporter.job, reporter.attempt) == ("j", 2)
 
 
 # --------------------------------------------------------------------------- never break training
