@@ -1,8 +1,9 @@
 """The attribution engine: every second of a job's wall time gets exactly one category.
 
 ETT_SPEC §3 is the contract; the comments name the rule each step implements. The engine
-imports no Django and nothing but the standard library and ``collector.schema`` so the same
-numbers come out of the offline report, the web workers and the benchmark.
+imports no Django (only the standard library, numpy through its array path and
+``collector.schema``) so the same numbers come out of the offline report, the web workers
+and the benchmark.
 
 Input is *validated, normalized* events (``collector.schema.validate_event``). Timelines that
 are valid but inconsistent (spans outside their attempt, steps going backwards, overlapping
@@ -18,6 +19,11 @@ Shape of the computation, per job:
 5. read each recovery's categories off the segments (§3.7: the restart tax by category) and
    count the anomalies (``ANOMALY_KINDS``): valid timelines a correct trainer would not
    produce, attributed by the rules all the same and shown on the job page.
+
+A job with many spans takes the *array path*: its spans' fields are read once into columns
+(:mod:`.columns`), steps 2 and 5 read them there, and step 3 is decided for many jobs at
+once on arrays (:mod:`.piece_runs`). It gives exactly the plain path's numbers (the
+property tests compare the two); jobs it cannot decide take the plain path.
 """
 
 from __future__ import annotations
@@ -25,18 +31,29 @@ from __future__ import annotations
 import gc
 import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
-from itertools import accumulate, groupby
+from itertools import accumulate, compress, groupby
 from math import floor, gcd
-from operator import attrgetter, itemgetter, lt
-from typing import Any, Final, NamedTuple, Protocol
+from operator import attrgetter, itemgetter, lt, not_
+from typing import Any, Final, NamedTuple, Protocol, cast
 
 from collector.schema import FAILED_STATUSES, TRAIN_PHASE
 
+from .columns import TrainColumns, high_water, span_columns, train_columns
 from .components import PRODUCTIVE, component_of
+from .piece_runs import (
+    BY_BACKGROUND,
+    BY_BLOCKING,
+    BY_TAIL,
+    BY_TRAIN,
+    KIND_BITS,
+    KIND_MASK,
+    JobSweep,
+    fleet_runs,
+)
 
 Event = dict[str, Any]
 
@@ -261,8 +278,8 @@ def attribute(events: Iterable[Event]) -> FleetAttribution:
             by_job = _group_by_job(events)
         else:
             by_job, dups_by_job = _group_by_job_dropping_repeats(events)
-        jobs = [_attribute_unique(job, by_job[job], dups_by_job.get(job, 0))
-                for job in sorted(by_job)]
+        jobs = _attribute_jobs([(job, by_job[job], dups_by_job.get(job, 0))
+                                for job in sorted(by_job)])
     return FleetAttribution(jobs=jobs, duplicates=sum(dups_by_job.values()))
 
 
@@ -321,7 +338,7 @@ def attribute_job(events: Iterable[Event], *, chunk_s: float | None = None) -> J
     if len(jobs) != 1:
         raise ValueError(f"attribute_job needs the events of exactly one job, got {len(jobs)}")
     with gc_paused():
-        return _attribute_unique(jobs.pop(), list(unique.values()), duplicates, chunk_s)
+        return _attribute_jobs([(jobs.pop(), list(unique.values()), duplicates)], chunk_s)[0]
 
 
 @contextmanager
@@ -342,9 +359,64 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _attribute_unique(job: str, events: list[Event], duplicates: int,
-                      chunk_s: float | None = None) -> JobAttribution:
-    """Attribute one job whose events are already deduplicated."""
+def _attribute_jobs(jobs: Sequence[tuple[str, list[Event], int]],
+                    chunk_s: float | None = None) -> list[JobAttribution]:
+    """Attribute jobs whose events are already deduplicated: ``(job, events, duplicates)``.
+
+    Each job's facts first (:func:`_job_parts`), then the sweep of many jobs at once on
+    arrays (:mod:`.piece_runs`: numpy's cost is per call), then each job's totals. Jobs
+    too small to gain from arrays, or that the array sweep cannot decide, take the plain
+    sweep.
+    """
+    parts = [_job_parts(job, events, duplicates) for job, events, duplicates in jobs]
+    runs = _sweep_on_arrays(parts) if chunk_s is None else [None] * len(parts)
+    return [_attributed(part, found, chunk_s) for part, found in zip(parts, runs, strict=True)]
+
+
+class _JobParts:
+    """What one job's attribution needs besides its sweep: its attempts and windows, each
+    train span's split (§3.3.1), the repeated steps (§3.6), the recoveries and the time to
+    start (§3.7), the anomalies; and, when the job is swept on arrays, what that reads."""
+
+    __slots__ = ("anomalies", "duplicates", "job", "ordered", "recovered", "redone",
+                 "repeated_by_attempt", "sigs", "sweep", "time_to_start", "train", "windows")
+
+    def __init__(self, job: str, duplicates: int, ordered: list[_Attempt],
+                 windows: list[AttemptWindow], train: list[Event]) -> None:
+        self.job, self.duplicates = job, duplicates
+        self.ordered, self.windows, self.train = ordered, windows, train
+        self.sigs: dict[str, Signature] | None = None
+        self.redone: dict[str, Signature] = {}  # the splits of spans re-doing steps
+        self.repeated_by_attempt: dict[int, int] = {}
+        self.recovered: list[tuple[int, float, float]] = []
+        self.time_to_start: float | None = None
+        self.anomalies: dict[str, int] = {}
+        self.sweep: JobSweep | None = None
+
+    def signatures(self) -> dict[str, Signature]:
+        """Each train span's split by id (the plain sweep's input), built when asked."""
+        if self.sigs is None:
+            self.sigs = dict.fromkeys(map(_ID, self.train), _PRODUCTIVE_SIG)
+            self.sigs.update(self.redone)
+        return self.sigs
+
+
+#: Spans from which a job is attributed on arrays (:mod:`.columns`, :mod:`.piece_runs`):
+#: below, numpy's cost per call outweighs what it saves.
+ARRAY_MIN_SPANS = 64
+#: Spans swept on arrays together: bounds the arrays' memory, not their speed.
+ARRAY_BATCH_SPANS = 1 << 20
+
+
+def _job_parts(job: str, events: list[Event], duplicates: int) -> _JobParts:
+    """A job's facts, on arrays when it is big enough and the arrays can decide them."""
+    by_attempt = _by_attempt(events)
+    found = _array_parts(job, by_attempt, duplicates)
+    return found if found is not None else _plain_parts(job, by_attempt, duplicates)
+
+
+def _by_attempt(events: list[Event]) -> list[tuple[int, list[Event]]]:
+    """A job's events per attempt, in attempt order."""
     grouped: dict[int, list[Event]] = {}
     for attempt, run in groupby(events, _ATTEMPT):  # runs: events arrive attempt by attempt
         bucket = grouped.get(attempt)
@@ -352,27 +424,148 @@ def _attribute_unique(job: str, events: list[Event], duplicates: int,
             grouped[attempt] = list(run)
         else:
             bucket.extend(run)
-    ordered = [_Attempt(attempt, grouped[attempt]) for attempt in sorted(grouped)]
+    return sorted(grouped.items(), key=itemgetter(0))
+
+
+def _plain_parts(job: str, by_attempt: list[tuple[int, list[Event]]],
+                 duplicates: int) -> _JobParts:
+    """A job's facts read event by event."""
+    ordered = [_Attempt.of(attempt, events) for attempt, events in by_attempt]
     train = [span for attempt in ordered for span in attempt.spans
              if span["phase"] == TRAIN_PHASE]
-    sigs, repeated_by_attempt = _train_signatures(train)
     windows = attempt_windows(ordered)
-    recovered = _times_to_recover(windows, ordered, sigs)
+    part = _JobParts(job, duplicates, ordered, windows, train)
+    part.sigs, part.repeated_by_attempt = _train_signatures(train)
+    part.recovered = _times_to_recover(windows, ordered, part.sigs)
+    part.time_to_start = _time_to_start(windows, train)
+    part.anomalies = _anomalies(ordered, windows)
+    return part
+
+
+def _array_parts(job: str, by_attempt: list[tuple[int, list[Event]]],
+                 duplicates: int) -> _JobParts | None:
+    """A job's facts from its spans' columns (each field read once), or ``None`` when it
+    is too small for arrays to pay or the plain path must decide (see :mod:`.columns`)."""
+    split = [(attempt, *_kinds(events)) for attempt, events in by_attempt]
+    spans = [span for _, attempt_spans, _ in split for span in attempt_spans]
+    if len(spans) < ARRAY_MIN_SPANS:
+        return None
+    columns = span_columns(spans, [len(attempt_spans) for _, attempt_spans, _ in split])
+    trains = train_columns(columns) if columns is not None else None
+    redo = high_water(trains) if trains is not None else None
+    if columns is None or trains is None or redo is None:
+        return None
+    firsts, lasts = columns.extents()
+    ordered = [_Attempt(attempt, attempt_spans, marks, first, last) for
+               (attempt, attempt_spans, marks), first, last in zip(split, firsts, lasts,
+                                                                   strict=True)]
+    windows = attempt_windows(ordered)
+    part = _JobParts(job, duplicates, ordered, windows, trains.spans)
+    redone = _Redone(trains, redo, [attempt.attempt for attempt in ordered])
+    part.redone = {trains.spans[index]["id"]: sig for index, sig in redone.by_index.items()}
+    part.repeated_by_attempt = redone.repeated_by_attempt
+    part.recovered = _times_to_recover_on(windows, trains, redone.by_index)
+    part.time_to_start = _time_to_start_at(
+        windows, float(trains.start.min()) if len(trains.spans) else None)
+    outside = (columns.outside([window.start for window in windows],
+                               [window.end for window in windows])
+               if any(attempt.first < window.start or attempt.last > window.end
+                      for attempt, window in zip(ordered, windows, strict=True)) else None)
+    part.anomalies = _anomalies(ordered, windows, trains.steps_by_attempt(), outside)
+    part.sweep = JobSweep(starts=[window.start for window in windows],
+                          ends=[window.end for window in windows],
+                          tails=[window.last_event for window in windows],
+                          failed=[window.status in FAILED_STATUSES for window in windows],
+                          columns=columns, codes=redone.codes, splits=list(redone.splits))
+    return part
+
+
+def _kinds(events: list[Event]) -> tuple[list[Event], list[Event]]:
+    """An attempt's spans and marks (one read of each event's kind)."""
+    is_span = list(map(_SPAN_KIND.__eq__, map(_KIND, events)))
+    return list(compress(events, is_span)), list(compress(events, map(not_, is_span)))
+
+
+class _Redone:
+    """The splits (§3.3.1) of the train spans re-doing steps, given ``(index, H)`` of each
+    (:func:`high_water`; the others are all productive), and the repeated steps per
+    attempt (§3.6). Spans of one split (ranks training the same steps) share the
+    arithmetic. ``codes`` numbers the splits other than productive for the array sweep:
+    ``(index, code)``, ``splits[code]`` being the split."""
+
+    def __init__(self, train: TrainColumns, redo: list[tuple[int, int]],
+                 attempts: list[int]) -> None:
+        indices = [index for index, _ in redo]
+        code_of: dict[Signature, int] = {_PRODUCTIVE_SIG: 0}
+        known: dict[tuple[int, int, int], tuple[int, Signature]] = {}
+        by_attempt: dict[int, int] = {}
+        self.by_index: dict[int, Signature] = {}
+        self.codes: list[tuple[int, int]] = []
+        for (index, high), first, last, place in zip(
+                redo, train.step_start[indices].tolist(), train.step_end[indices].tolist(),
+                train.attempt[indices].tolist(), strict=True):
+            key = (first, last, high)
+            found = known.get(key)
+            if found is None:
+                known[key] = found = _train_split(*key)
+            repeated, sig = found
+            code = code_of.setdefault(sig, len(code_of))
+            if code:
+                self.by_index[index] = sig
+                self.codes.append((index, code))
+            if repeated:
+                by_attempt[attempts[place]] = by_attempt.get(attempts[place], 0) + repeated
+        self.splits = list(code_of)
+        self.repeated_by_attempt = dict(sorted(by_attempt.items()))
+
+
+Runs = list[tuple[list[float], list[Signature]]]
+
+
+def _sweep_on_arrays(parts: list[_JobParts]) -> list[Runs | None]:
+    """Each job's runs of pieces per window as (run starts, splits), decided on arrays
+    (:func:`fleet_runs`) in batches of jobs; ``None`` for a job the plain sweep must do."""
+    found: list[Runs | None] = [None] * len(parts)
+    batch: list[int] = []
+    spans = 0
+    for index, part in enumerate(parts):
+        if part.sweep is not None:
+            batch.append(index)
+            spans += len(part.sweep.columns.spans)
+        if batch and (spans >= ARRAY_BATCH_SPANS or index == len(parts) - 1):
+            sweeps = [cast(JobSweep, parts[place].sweep) for place in batch]
+            for place, runs in zip(batch, fleet_runs(sweeps), strict=True):
+                if runs is not None:
+                    known: dict[int, Signature] = {}
+                    splits = cast(list[Signature], runs.splits)
+                    found[place] = [(starts, _run_splits(keys, runs.names, splits, known))
+                                    for starts, keys in runs.runs]
+            batch, spans = [], 0
+    return found
+
+
+def _attributed(part: _JobParts, runs: Runs | None, chunk_s: float | None) -> JobAttribution:
+    """One job's attribution from its facts and, when the array sweep decided it, its runs."""
+    windows, recovered = part.windows, part.recovered
     totals = _Totals()
     previous: AttemptWindow | None = None
-    for window, attempt in zip(windows, ordered, strict=True):
+    for index, (window, attempt) in enumerate(zip(windows, part.ordered, strict=True)):
         if previous is not None and window.start > previous.end:
             gap = window.start - previous.end
             totals.segments.append(Segment(previous.end, window.start, window.attempt,
                                            window.gpus, {RESTART_GAP: gap}))
             totals.add({(_ONE, RESTART_GAP): gap}, window.gpus)
-        durations = (_sweep(window, attempt.spans, sigs, totals.segments) if chunk_s is None
-                     else _sweep_in_chunks(window, attempt.spans, sigs, totals.segments,
-                                           chunk_s))
+        if runs is not None:
+            durations = _emit_runs(window, *runs[index], totals.segments)
+        elif chunk_s is None:
+            durations = _sweep(window, attempt.spans, part.signatures(), totals.segments)
+        else:
+            durations = _sweep_in_chunks(window, attempt.spans, part.signatures(),
+                                         totals.segments, chunk_s)
         totals.add(durations, window.gpus)
         previous = window
     return JobAttribution(
-        job=job,
+        job=part.job,
         attempts=windows,
         wall_s=windows[-1].end - windows[0].start,
         productive_s=totals.seconds.pop(PRODUCTIVE, 0.0),
@@ -380,16 +573,16 @@ def _attribute_unique(job: str, events: list[Event], duplicates: int,
         productive_gpu_s=totals.gpu_seconds.pop(PRODUCTIVE, 0.0),
         lost_s={k: v for k, v in totals.seconds.items() if v != 0.0},
         lost_gpu_s={k: v for k, v in totals.gpu_seconds.items() if v != 0.0},
-        repeated_steps=sum(repeated_by_attempt.values()),
-        time_to_start_s=_time_to_start(windows, train),
+        repeated_steps=sum(part.repeated_by_attempt.values()),
+        time_to_start_s=part.time_to_start,
         time_to_recover_s=[end - start for _, start, end in recovered],
         failures=sum(1 for window in windows if window.status in FAILED_STATUSES),
         segments=totals.segments,
-        duplicates=duplicates,
+        duplicates=part.duplicates,
         recoveries=[_recovery(attempt, start, end, totals.segments)
                     for attempt, start, end in recovered],
-        anomalies=_anomalies(ordered, windows),
-        repeated_steps_by_attempt=repeated_by_attempt,
+        anomalies=part.anomalies,
+        repeated_steps_by_attempt=part.repeated_by_attempt,
     )
 
 
@@ -403,17 +596,16 @@ class _Attempt:
     __slots__ = ("attempt", "end_mark", "first", "last", "last_activity", "marks", "spans",
                  "start_mark")
 
-    def __init__(self, attempt: int, events: list[Event]) -> None:
-        self.attempt = attempt
-        self.spans = [event for event in events if event["kind"] == "span"]
-        self.marks = marks = [event for event in events if event["kind"] != "span"]
-        span_end = max(map(_END, self.spans), default=-_INF)
-        self.first = min(min(map(_START, self.spans), default=_INF),
-                         min(map(_TS, marks), default=_INF))
-        self.last = max(span_end, max(map(_TS, marks), default=-_INF))
+    def __init__(self, attempt: int, spans: list[Event], marks: list[Event],
+                 span_first: float, span_last: float) -> None:
+        """``span_first``/``span_last``: the spans' earliest start and latest end (inf and
+        -inf when there are none)."""
+        self.attempt, self.spans, self.marks = attempt, spans, marks
+        self.first = min(span_first, min(map(_TS, marks), default=_INF))
+        self.last = max(span_last, max(map(_TS, marks), default=-_INF))
         # The latest event other than attempt_end: where the failure tail starts.
         self.last_activity = max(
-            span_end, max((m["ts"] for m in marks if m["mark"] != "attempt_end"), default=-_INF)
+            span_last, max((m["ts"] for m in marks if m["mark"] != "attempt_end"), default=-_INF)
         )
         # Two start marks: the earliest wins; two end marks (e.g. one per rank): the latest
         # wins, so no rank's teardown is cut. Ties break on the unique id, never on input order.
@@ -427,6 +619,13 @@ class _Attempt:
             default=None,
         )
 
+    @classmethod
+    def of(cls, attempt: int, events: list[Event]) -> _Attempt:
+        """The attempt read from its events."""
+        spans, marks = _kinds(events)
+        return cls(attempt, spans, marks, min(map(_START, spans), default=_INF),
+                   max(map(_END, spans), default=-_INF))
+
     @property
     def start(self) -> float:
         return self.start_mark[0] if self.start_mark else self.first
@@ -437,8 +636,13 @@ _START: Final = itemgetter("start")
 _END: Final = itemgetter("end")
 _TS: Final = itemgetter("ts")
 _ID: Final = itemgetter("id")
+_PHASE: Final = itemgetter("phase")
+_BLOCKING: Final = itemgetter("blocking")
+_RANK: Final = itemgetter("rank")
 _JOB: Final = itemgetter("job")
 _ATTEMPT: Final = itemgetter("attempt")
+_KIND: Final = itemgetter("kind")
+_SPAN_KIND: Final = "span"
 
 
 def _ts_id(mark: tuple[float, str, dict[str, Any]]) -> tuple[float, str]:
@@ -666,6 +870,45 @@ def _sweep(window: AttemptWindow, spans: list[Event], sigs: Mapping[str, Signatu
     return durations
 
 
+def _run_splits(keys: list[int], names: list[str], splits: list[Signature],
+                known: dict[int, Signature]) -> list[Signature]:
+    """The split each run key of :func:`job_runs` stands for (``known``: those found)."""
+    for key in keys:
+        if key in known:
+            continue
+        kind, value = key & KIND_MASK, key >> KIND_BITS
+        if kind == BY_TRAIN:
+            sig = splits[value]
+        elif kind in (BY_BLOCKING, BY_BACKGROUND):
+            sig = _split(dict.fromkeys((name for code, name in enumerate(names)
+                                        if value >> code & 1), 1))
+        else:
+            sig = _FAILURE_SIG if kind == BY_TAIL else _UNATTRIBUTED_SIG
+        known[key] = sig
+    return list(map(known.__getitem__, keys))
+
+
+def _emit_runs(window: AttemptWindow, starts: list[float], splits: list[Signature],
+               segments: list[Segment]) -> dict[Signature, float]:
+    """Runs of pieces as segments, neighbours with equal splits merged, as the plain sweep
+    emits them; returns seconds per split."""
+    durations: dict[Signature, float] = {}
+    attempt, gpus = window.attempt, window.gpus
+    current: Signature | None = None
+    current_start = window.start
+    for at, sig in zip(starts, splits, strict=True):
+        if sig is not current and sig != current:
+            if current is not None:
+                length = at - current_start
+                durations[current] = durations.get(current, 0.0) + length
+                shares = {current[1]: length} if current[0] == _ONE else _shares(current, length)
+                segments.append(Segment(current_start, at, attempt, gpus, shares))
+            current, current_start = sig, at
+    if current is not None:
+        _emit(segments, durations, current, current_start, window.end, attempt, gpus)
+    return durations
+
+
 def sweep_chunk(window: AttemptWindow, spans: Iterable[Event], sigs: Mapping[str, Signature],
                 start: float, end: float, segments: list[Segment]) -> dict[Signature, float]:
     """The sweep of ``window`` restricted to [start, end): what :func:`_sweep` gives there,
@@ -883,9 +1126,14 @@ def _shares(sig: Signature, duration: float) -> dict[str, float]:
 
 def _time_to_start(windows: list[AttemptWindow], train: list[Event]) -> float | None:
     """§3.7: first attempt's start to the first train span's start (None before any)."""
-    if not train:
+    return _time_to_start_at(windows, min(map(_START, train)) if train else None)
+
+
+def _time_to_start_at(windows: list[AttemptWindow], first_train: float | None) -> float | None:
+    """:func:`_time_to_start` given the first train span's start."""
+    if first_train is None:
         return None
-    return max(0.0, min(map(_START, train)) - windows[0].start)
+    return max(0.0, first_train - windows[0].start)
 
 
 def _times_to_recover(windows: list[AttemptWindow], ordered: list[_Attempt],
@@ -904,6 +1152,22 @@ def _times_to_recover(windows: list[AttemptWindow], ordered: list[_Attempt],
     firsts: list[float | None] = [None] * len(windows)
     for index in range(failed[0], len(windows)):
         firsts[index] = _first_productive(windows[index], ordered[index].spans, sigs)
+    return recoveries_from(windows, firsts)
+
+
+def _times_to_recover_on(windows: list[AttemptWindow], train: TrainColumns,
+                         redone: Mapping[int, Signature]) -> list[tuple[int, float, float]]:
+    """:func:`_times_to_recover` from the train spans' columns (``redone``: the splits
+    other than productive, by train span index)."""
+    failed = [i for i, window in enumerate(windows) if window.status in FAILED_STATUSES]
+    if not failed:
+        return []
+    firsts: list[float | None] = [None] * len(windows)
+    for index in range(failed[0], len(windows)):
+        order, starts, ends = train.by_start(index)
+        walk = zip(starts, ends, order, strict=True)
+        firsts[index] = _first_productive_of(windows[index], walk,
+                                             lambda at: redone.get(at, _PRODUCTIVE_SIG))
     return recoveries_from(windows, firsts)
 
 
@@ -929,12 +1193,19 @@ def _first_productive(window: AttemptWindow, spans: Iterable[Event],
     """The attempt's first productive second among ``spans``; spans are walked by start so
     the walk stops as soon as no later span can turn productive earlier."""
     train = sorted((span for span in spans if span["phase"] == TRAIN_PHASE), key=_START)
+    return _first_productive_of(window, ((span["start"], span["end"], span["id"])
+                                         for span in train), sigs.__getitem__)
+
+
+def _first_productive_of(window: AttemptWindow, train: Iterable[tuple[float, float, Any]],
+                         sig_of: Callable[[Any], Signature]) -> float | None:
+    """:func:`_first_productive` over ``(start, end, key)`` of the train spans by start;
+    ``sig_of(key)`` is a span's split, asked only of the spans walked."""
     first: float | None = None
-    for span in train:
-        start, end = span["start"], span["end"]
+    for start, end, key in train:
         if first is not None and start >= first:
             break
-        sig = sigs[span["id"]]
+        sig = sig_of(key)
         if sig == _REPEATED_SIG or end <= start:
             continue
         moment = start
@@ -1003,19 +1274,25 @@ ANOMALY_KINDS: Final[dict[str, str]] = {
 }
 
 
-def _anomalies(ordered: list[_Attempt], windows: list[AttemptWindow]) -> dict[str, int]:
+def _anomalies(ordered: list[_Attempt], windows: list[AttemptWindow],
+               train_steps: Sequence[list[int]] | None = None,
+               outside: Sequence[int] | None = None) -> dict[str, int]:
     """Count the inconsistent-but-valid things of one job (keys: ``ANOMALY_KINDS``).
 
     Never raises: the attribution of such timelines is defined by §3; this only makes them
-    visible. Attempts are in attempt-number order, as are their windows.
+    visible. Attempts are in attempt-number order, as are their windows. ``train_steps``
+    (each attempt's train ``step_start`` values) and ``outside`` (each attempt's spans
+    reaching outside its window) are read from the spans when not given.
     """
     counts = dict.fromkeys(ANOMALY_KINDS, 0)
     later_start = _INF  # earliest raw start of any later attempt
     lowest_step: int | None = None  # lowest train step_start of the earlier attempts
-    for attempt, window in zip(ordered, windows, strict=True):
-        _count_window_anomalies(counts, attempt, window)
-        train_starts = [span["step_start"] for span in attempt.spans
-                        if span["phase"] == TRAIN_PHASE]
+    for index, (attempt, window) in enumerate(zip(ordered, windows, strict=True)):
+        _count_window_anomalies(counts, attempt, window,
+                                None if outside is None else outside[index])
+        train_starts = (train_steps[index] if train_steps is not None else
+                        [span["step_start"] for span in attempt.spans
+                         if span["phase"] == TRAIN_PHASE])
         if lowest_step is not None:
             counts["train_steps_backwards"] += sum(1 for step in train_starts
                                                    if step < lowest_step)
@@ -1037,12 +1314,14 @@ def _anomalies(ordered: list[_Attempt], windows: list[AttemptWindow]) -> dict[st
 
 
 def _count_window_anomalies(counts: dict[str, int], attempt: _Attempt,
-                            window: AttemptWindow) -> None:
-    """The anomalies visible within one attempt: its marks and its spans vs its window."""
+                            window: AttemptWindow, outside: int | None = None) -> None:
+    """The anomalies visible within one attempt: its marks and its spans vs its window
+    (``outside``: how many spans reach outside it, when already counted)."""
     ws, we = window.start, window.end
     if attempt.first < ws or attempt.last > we:  # else every span is inside (the usual case)
-        counts["span_outside_attempt"] += sum(
-            1 for span in attempt.spans if span["start"] < ws or span["end"] > we)
+        counts["span_outside_attempt"] += (
+            outside if outside is not None else
+            sum(1 for span in attempt.spans if span["start"] < ws or span["end"] > we))
     starts = ends = 0
     statuses: set[str] = set()
     for mark in attempt.marks:
