@@ -356,7 +356,23 @@ def gc_paused() -> Iterator[None]:
         yield
     finally:
         if was_enabled:
+            _age_young_objects()
             gc.enable()
+
+
+def _age_young_objects() -> None:
+    """Move every tracked object into the oldest generation without scanning it.
+
+    Why: resuming the collector lets the next allocation collect the young generation,
+    which now holds everything made while paused (a fleet's segments and totals): a scan of
+    live results that frees nothing, and that may cascade into a full collection costing a
+    fifth of a fleet's attribution. ``gc.freeze`` then ``gc.unfreeze`` hands them to the
+    oldest generation in two list splices; full collections still see them. Skipped when
+    the host has frozen objects (e.g. before forking workers): unfreezing would thaw them.
+    """
+    if gc.get_freeze_count() == 0:
+        gc.freeze()
+        gc.unfreeze()
 
 
 def _attribute_jobs(jobs: Sequence[tuple[str, list[Event], int]],

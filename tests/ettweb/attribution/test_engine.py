@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from datetime import date
 
 import pytest
@@ -13,6 +14,7 @@ from ettweb.attribution.engine import (
     Segment,
     attribute,
     attribute_job,
+    gc_paused,
     per_day,
 )
 
@@ -491,3 +493,50 @@ def test_time_to_start_never_negative() -> None:
     job = attribute_job(t.events)
     assert job.time_to_start_s == 0.0
     assert job.productive_s == 2.0  # clamped to the window [8, 10]
+
+
+# --- pausing the garbage collector --------------------------------------------------------
+
+
+def test_gc_paused_restores_the_collector_as_it_found_it() -> None:
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # the caller had it off: it stays off
+    finally:
+        gc.enable()
+
+
+def test_what_was_made_while_paused_is_not_scanned_on_resuming() -> None:
+    collections: list[int] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.callbacks.append(seen)
+    try:
+        with gc_paused():
+            kept = [[index] for index in range(50_000)]  # far past the young threshold
+        more = [[index] for index in range(10)]
+    finally:
+        gc.callbacks.remove(seen)
+    assert collections == []
+    assert len(kept) + len(more) == 50_010
+
+
+def test_objects_the_host_froze_stay_frozen() -> None:
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with gc_paused():
+            kept = [[index] for index in range(1000)]
+        assert gc.get_freeze_count() == frozen
+        assert kept
+    finally:
+        gc.unfreeze()
