@@ -39,7 +39,8 @@ _STEP_END: Final = itemgetter("step_end")
 class SpanColumns:
     """A job's spans attempt by attempt (the first ``counts[0]`` are the first attempt's,
     and so on) and their fields as columns: span ``i`` starts at ``start[i]``, its phase
-    is ``names[name[i]]``, and so on."""
+    is ``names[name[i]]``, and so on. Ranks matter only among blocking spans (whose
+    innermost phase is per rank), so only theirs are read."""
 
     spans: list[Event]
     counts: list[int]
@@ -48,8 +49,8 @@ class SpanColumns:
     names: list[str]
     name: Ints
     train: Bools
-    blocking: Bools
-    rank: Ints
+    blocking: Bools  # blocking spans other than train ones (§3.3: train comes first)
+    rank: Ints  # the rank of each ``blocking`` span, in span order
 
     def attempt_of(self) -> Ints:
         """Each span's attempt, as its place in the job's attempt order."""
@@ -86,17 +87,18 @@ def span_columns(spans: list[Event], counts: list[int]) -> SpanColumns | None:
     end = np.fromiter(map(_END, spans), dtype=np.float64, count=n)
     if not (start.all() and end.all()):
         return None
-    try:
-        rank = np.fromiter(map(_RANK, spans), dtype=np.int64, count=n)
-    except OverflowError:
-        return None
     phases = list(map(_PHASE, spans))
     code_of = {name: code for code, name in enumerate(dict.fromkeys(phases))}
     name = np.fromiter(map(code_of.__getitem__, phases), dtype=np.int64, count=n)
-    return SpanColumns(
-        spans=spans, counts=counts, start=start, end=end, names=list(code_of), name=name,
-        train=name == code_of.get(TRAIN_PHASE, -1),
-        blocking=np.fromiter(map(_BLOCKING, spans), dtype=np.bool_, count=n), rank=rank)
+    train = name == code_of.get(TRAIN_PHASE, -1)
+    blocking = np.fromiter(map(_BLOCKING, spans), dtype=np.bool_, count=n) & ~train
+    try:
+        rank = np.fromiter(map(_RANK, compress(spans, blocking.tolist())), dtype=np.int64,
+                           count=int(np.count_nonzero(blocking)))
+    except OverflowError:
+        return None
+    return SpanColumns(spans=spans, counts=counts, start=start, end=end, names=list(code_of),
+                       name=name, train=train, blocking=blocking, rank=rank)
 
 
 @dataclass(frozen=True, slots=True)

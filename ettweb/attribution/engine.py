@@ -35,9 +35,9 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
-from itertools import accumulate, compress, groupby
+from itertools import accumulate, chain, groupby
 from math import floor, gcd
-from operator import attrgetter, itemgetter, lt, not_
+from operator import attrgetter, itemgetter, lt
 from typing import Any, Final, NamedTuple, Protocol, cast
 
 from collector.schema import FAILED_STATUSES, TRAIN_PHASE
@@ -273,25 +273,32 @@ def attribute(events: Iterable[Event]) -> FleetAttribution:
     events = events if isinstance(events, list) else list(events)
     dups_by_job: dict[str, int] = {}
     with gc_paused():
-        ids = list(map(_ID, events))
-        if len(set(ids)) == len(ids):  # the common case: one C-level pass proves no repeats
-            by_job = _group_by_job(events)
+        if len(set(map(_ID, events))) == len(events):  # the common case: no repeats
+            by_job = _grouped(events)
         else:
-            by_job, dups_by_job = _group_by_job_dropping_repeats(events)
+            kept, dups_by_job = _group_by_job_dropping_repeats(events)
+            by_job = _grouped(list(chain.from_iterable(kept.values())))
         jobs = _attribute_jobs([(job, by_job[job], dups_by_job.get(job, 0))
                                 for job in sorted(by_job)])
     return FleetAttribution(jobs=jobs, duplicates=sum(dups_by_job.values()))
 
 
-def _group_by_job(events: list[Event]) -> dict[str, list[Event]]:
-    """Events per job; runs of one job (how files and batches arrive) move in one step."""
-    by_job: dict[str, list[Event]] = {}
-    for job, run in groupby(events, _JOB):
-        bucket = by_job.get(job)
-        if bucket is None:
-            by_job[job] = list(run)
-        else:
-            bucket.extend(run)
+#: One job's events per attempt: (spans, marks), each in input order.
+Attempts = dict[int, tuple[list[Event], list[Event]]]
+
+
+def _grouped(events: list[Event]) -> dict[str, Attempts]:
+    """Each job's spans and marks per attempt. Runs of one job, attempt and kind (how files
+    and batches arrive) move in one step, and each event is read once to find its run."""
+    by_job: dict[str, Attempts] = {}
+    for (job, attempt, kind), run in groupby(events, _RUN_KEY):
+        attempts = by_job.get(job)
+        if attempts is None:
+            by_job[job] = attempts = {}
+        kinds = attempts.get(attempt)
+        if kinds is None:
+            attempts[attempt] = kinds = ([], [])
+        kinds[0 if kind == _SPAN_KIND else 1].extend(run)
     return by_job
 
 
@@ -338,7 +345,9 @@ def attribute_job(events: Iterable[Event], *, chunk_s: float | None = None) -> J
     if len(jobs) != 1:
         raise ValueError(f"attribute_job needs the events of exactly one job, got {len(jobs)}")
     with gc_paused():
-        return _attribute_jobs([(jobs.pop(), list(unique.values()), duplicates)], chunk_s)[0]
+        job = jobs.pop()
+        return _attribute_jobs([(job, _grouped(list(unique.values()))[job], duplicates)],
+                               chunk_s)[0]
 
 
 @contextmanager
@@ -375,16 +384,17 @@ def _age_young_objects() -> None:
         gc.unfreeze()
 
 
-def _attribute_jobs(jobs: Sequence[tuple[str, list[Event], int]],
+def _attribute_jobs(jobs: Sequence[tuple[str, Attempts, int]],
                     chunk_s: float | None = None) -> list[JobAttribution]:
-    """Attribute jobs whose events are already deduplicated: ``(job, events, duplicates)``.
+    """Attribute jobs whose events are already deduplicated: ``(job, its events per
+    attempt, duplicates)``.
 
     Each job's facts first (:func:`_job_parts`), then the sweep of many jobs at once on
     arrays (:mod:`.piece_runs`: numpy's cost is per call), then each job's totals. Jobs
     too small to gain from arrays, or that the array sweep cannot decide, take the plain
     sweep.
     """
-    parts = [_job_parts(job, events, duplicates) for job, events, duplicates in jobs]
+    parts = [_job_parts(job, attempts, duplicates) for job, attempts, duplicates in jobs]
     runs = _sweep_on_arrays(parts) if chunk_s is None else [None] * len(parts)
     return [_attributed(part, found, chunk_s) for part, found in zip(parts, runs, strict=True)]
 
@@ -424,29 +434,20 @@ ARRAY_MIN_SPANS = 64
 ARRAY_BATCH_SPANS = 1 << 20
 
 
-def _job_parts(job: str, events: list[Event], duplicates: int) -> _JobParts:
+def _job_parts(job: str, attempts: Attempts, duplicates: int) -> _JobParts:
     """A job's facts, on arrays when it is big enough and the arrays can decide them."""
-    by_attempt = _by_attempt(events)
+    by_attempt = [(attempt, *attempts[attempt]) for attempt in sorted(attempts)]
     found = _array_parts(job, by_attempt, duplicates)
     return found if found is not None else _plain_parts(job, by_attempt, duplicates)
 
 
-def _by_attempt(events: list[Event]) -> list[tuple[int, list[Event]]]:
-    """A job's events per attempt, in attempt order."""
-    grouped: dict[int, list[Event]] = {}
-    for attempt, run in groupby(events, _ATTEMPT):  # runs: events arrive attempt by attempt
-        bucket = grouped.get(attempt)
-        if bucket is None:
-            grouped[attempt] = list(run)
-        else:
-            bucket.extend(run)
-    return sorted(grouped.items(), key=itemgetter(0))
+#: An attempt's number, spans and marks.
+_AttemptEvents = tuple[int, list[Event], list[Event]]
 
 
-def _plain_parts(job: str, by_attempt: list[tuple[int, list[Event]]],
-                 duplicates: int) -> _JobParts:
+def _plain_parts(job: str, by_attempt: list[_AttemptEvents], duplicates: int) -> _JobParts:
     """A job's facts read event by event."""
-    ordered = [_Attempt.of(attempt, events) for attempt, events in by_attempt]
+    ordered = [_Attempt.of(attempt, spans, marks) for attempt, spans, marks in by_attempt]
     train = [span for attempt in ordered for span in attempt.spans
              if span["phase"] == TRAIN_PHASE]
     windows = attempt_windows(ordered)
@@ -458,11 +459,9 @@ def _plain_parts(job: str, by_attempt: list[tuple[int, list[Event]]],
     return part
 
 
-def _array_parts(job: str, by_attempt: list[tuple[int, list[Event]]],
-                 duplicates: int) -> _JobParts | None:
+def _array_parts(job: str, split: list[_AttemptEvents], duplicates: int) -> _JobParts | None:
     """A job's facts from its spans' columns (each field read once), or ``None`` when it
     is too small for arrays to pay or the plain path must decide (see :mod:`.columns`)."""
-    split = [(attempt, *_kinds(events)) for attempt, events in by_attempt]
     spans = [span for _, attempt_spans, _ in split for span in attempt_spans]
     if len(spans) < ARRAY_MIN_SPANS:
         return None
@@ -494,12 +493,6 @@ def _array_parts(job: str, by_attempt: list[tuple[int, list[Event]]],
                           failed=[window.status in FAILED_STATUSES for window in windows],
                           columns=columns, codes=redone.codes, splits=list(redone.splits))
     return part
-
-
-def _kinds(events: list[Event]) -> tuple[list[Event], list[Event]]:
-    """An attempt's spans and marks (one read of each event's kind)."""
-    is_span = list(map(_SPAN_KIND.__eq__, map(_KIND, events)))
-    return list(compress(events, is_span)), list(compress(events, map(not_, is_span)))
 
 
 class _Redone:
@@ -636,9 +629,8 @@ class _Attempt:
         )
 
     @classmethod
-    def of(cls, attempt: int, events: list[Event]) -> _Attempt:
-        """The attempt read from its events."""
-        spans, marks = _kinds(events)
+    def of(cls, attempt: int, spans: list[Event], marks: list[Event]) -> _Attempt:
+        """The attempt read from its spans and marks."""
         return cls(attempt, spans, marks, min(map(_START, spans), default=_INF),
                    max(map(_END, spans), default=-_INF))
 
@@ -655,9 +647,7 @@ _ID: Final = itemgetter("id")
 _PHASE: Final = itemgetter("phase")
 _BLOCKING: Final = itemgetter("blocking")
 _RANK: Final = itemgetter("rank")
-_JOB: Final = itemgetter("job")
-_ATTEMPT: Final = itemgetter("attempt")
-_KIND: Final = itemgetter("kind")
+_RUN_KEY: Final = itemgetter("job", "attempt", "kind")
 _SPAN_KIND: Final = "span"
 
 
@@ -912,13 +902,14 @@ def _emit_runs(window: AttemptWindow, starts: list[float], splits: list[Signatur
     attempt, gpus = window.attempt, window.gpus
     current: Signature | None = None
     current_start = window.start
+    append, new = segments.append, tuple.__new__  # a NamedTuple's own __new__ is Python
     for at, sig in zip(starts, splits, strict=True):
         if sig is not current and sig != current:
             if current is not None:
                 length = at - current_start
                 durations[current] = durations.get(current, 0.0) + length
                 shares = {current[1]: length} if current[0] == _ONE else _shares(current, length)
-                segments.append(Segment(current_start, at, attempt, gpus, shares))
+                append(new(Segment, (current_start, at, attempt, gpus, shares)))
             current, current_start = sig, at
     if current is not None:
         _emit(segments, durations, current, current_start, window.end, attempt, gpus)

@@ -117,13 +117,14 @@ class _Batch:
         lo, hi = self.ws[window_of_span], self.we[window_of_span]
         cs = np.minimum(np.maximum(np.concatenate([c.start for c in columns]), lo), hi)
         ce = np.minimum(np.maximum(np.concatenate([c.end for c in columns]), lo), hi)
-        self.live = live = ce > cs  # spans left with some length (§3.2)
+        live = ce > cs  # spans left with some length (§3.2)
         self.cs, self.ce = cs[live], ce[live]
         self.job = np.repeat(np.arange(len(jobs)), spans)[live]
         self.name = np.concatenate([c.name for c in columns])[live]
         self.train, self.split = train[live], split[live]
-        blocking = np.concatenate([c.blocking for c in columns]) & ~train
+        blocking = np.concatenate([c.blocking for c in columns])
         self.blocking = blocking[live]
+        self.ranks = np.concatenate([c.rank for c in columns])[live[blocking]]
         self.span_offsets = _offsets(np.bincount(self.job, minlength=len(jobs)))
         self.bad = np.zeros(len(jobs), dtype=np.bool_)
 
@@ -160,7 +161,7 @@ class _Batch:
             s, t = slice(spans[job], spans[job + 1]), slice(windows[job], windows[job + 1])
             part = np.concatenate((cs[s], ce[s], ws[t], we[t], tails[t]))
             parts.append(part)
-            orders.append(np.argsort(part) + origins[job])
+            orders.append(np.argsort(part, kind="stable") + origins[job])
         order = np.concatenate(orders)
         ordered = np.concatenate(parts)[order]
         job_of = np.repeat(np.arange(len(self.jobs)), sizes)
@@ -188,7 +189,7 @@ class _Batch:
         blocking = self.blocking
         if np.count_nonzero(blocking) < 2:
             return
-        ranks = np.concatenate([job.columns.rank for job in self.jobs])[self.live][blocking]
+        ranks = self.ranks
         width = len(self.cuts)
         if int(ranks.max()) >= np.iinfo(np.int64).max // width - 1:
             self.bad[:] = True  # too many ranks to offset: leave all to the plain sweep

@@ -56,8 +56,9 @@ def test_columns_hold_the_fields(by_attempt: list[list[Event]]) -> None:
     assert columns.end.tolist() == [s["end"] for s in spans]
     assert [columns.names[code] for code in columns.name.tolist()] == [s["phase"] for s in spans]
     assert columns.train.tolist() == [s["phase"] == "train" for s in spans]
-    assert columns.blocking.tolist() == [s["blocking"] for s in spans]
-    assert columns.rank.tolist() == [s["rank"] for s in spans]
+    blocking = [s["blocking"] and s["phase"] != "train" for s in spans]
+    assert columns.blocking.tolist() == blocking
+    assert columns.rank.tolist() == [s["rank"] for s, b in zip(spans, blocking, strict=True) if b]
     firsts, lasts = columns.extents()
     assert firsts == [min((s["start"] for s in a), default=float("inf")) for a in by_attempt]
     assert lasts == [max((s["end"] for s in a), default=float("-inf")) for a in by_attempt]
@@ -92,7 +93,7 @@ def test_what_columns_cannot_hold_is_left_to_the_plain_path() -> None:
             "phase": "train", "start": EPOCH, "end": EPOCH + 1.0, "step_start": 0,
             "step_end": 10}
     assert span_columns([validate_event({**span, "start": 0.0, "end": 1.0})], [1]) is None
-    assert span_columns([validate_event({**span, "rank": 2**70})], [1]) is None
+    assert span_columns([validate_event({**span, "rank": 2**70, "phase": "eval"})], [1]) is None
     huge = span_columns([validate_event({**span, "step_end": 2**70})], [1])
     assert huge is not None and train_columns(huge) is None
     empty = span_columns([validate_event({**span, "end": EPOCH})], [1])
