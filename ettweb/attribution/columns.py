@@ -144,9 +144,10 @@ def train_columns(columns: SpanColumns) -> TrainColumns | None:
                         step_end=step_end, attempt=attempt, offsets=offsets.tolist())
 
 
-def high_water(train: TrainColumns) -> list[tuple[int, int]] | None:
-    """§3.3.1 on arrays: ``(index, H)`` of each train span whose H exceeds its
-    ``step_start``, i.e. that re-does steps; ``None`` when the plain walk must decide.
+def high_water(train: TrainColumns) -> tuple[Ints, Ints] | None:
+    """§3.3.1 on arrays: the indices of the train spans whose H exceeds their
+    ``step_start`` (that re-do steps), and their H; ``None`` when the plain walk must
+    decide.
 
     H is the largest ``step_end`` among the job's train spans that ended at or before the
     span's start: sort by end, take running maxima, look each start up. A zero-length span
@@ -160,4 +161,11 @@ def high_water(train: TrainColumns) -> list[tuple[int, int]] | None:
     ended = np.searchsorted(end[order], start, side="right")
     high = np.where(ended > 0, highest[np.maximum(ended - 1, 0)], 0)
     redo = np.flatnonzero(high > train.step_start)
-    return list(zip(redo.tolist(), high[redo].tolist(), strict=True))
+    return redo, high[redo]
+
+
+def split_codes(count: int, indices: Ints, codes: list[int]) -> Ints:
+    """Each of ``count`` train spans' split code: ``codes`` at ``indices``, else 0."""
+    full = np.zeros(count, dtype=np.int64)
+    full[indices] = codes
+    return full

@@ -31,6 +31,7 @@ from __future__ import annotations
 import gc
 import heapq
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -42,7 +43,7 @@ from typing import Any, Final, NamedTuple, Protocol, cast
 
 from collector.schema import FAILED_STATUSES, TRAIN_PHASE
 
-from .columns import TrainColumns, high_water, span_columns, train_columns
+from .columns import Ints, TrainColumns, high_water, span_columns, split_codes, train_columns
 from .components import PRODUCTIVE, component_of
 from .piece_runs import (
     BY_BACKGROUND,
@@ -404,15 +405,17 @@ class _JobParts:
     train span's split (§3.3.1), the repeated steps (§3.6), the recoveries and the time to
     start (§3.7), the anomalies; and, when the job is swept on arrays, what that reads."""
 
-    __slots__ = ("anomalies", "duplicates", "job", "ordered", "recovered", "redone",
-                 "repeated_by_attempt", "sigs", "sweep", "time_to_start", "train", "windows")
+    __slots__ = ("anomalies", "codes", "duplicates", "job", "ordered", "recovered",
+                 "repeated_by_attempt", "sigs", "splits", "sweep", "time_to_start", "train",
+                 "windows")
 
     def __init__(self, job: str, duplicates: int, ordered: list[_Attempt],
                  windows: list[AttemptWindow], train: list[Event]) -> None:
         self.job, self.duplicates = job, duplicates
         self.ordered, self.windows, self.train = ordered, windows, train
         self.sigs: dict[str, Signature] | None = None
-        self.redone: dict[str, Signature] = {}  # the splits of spans re-doing steps
+        self.codes: Ints | None = None  # or each train span's split as a place in splits
+        self.splits: list[Signature] = []
         self.repeated_by_attempt: dict[int, int] = {}
         self.recovered: list[tuple[int, float, float]] = []
         self.time_to_start: float | None = None
@@ -422,8 +425,9 @@ class _JobParts:
     def signatures(self) -> dict[str, Signature]:
         """Each train span's split by id (the plain sweep's input), built when asked."""
         if self.sigs is None:
-            self.sigs = dict.fromkeys(map(_ID, self.train), _PRODUCTIVE_SIG)
-            self.sigs.update(self.redone)
+            codes = cast(Ints, self.codes).tolist()
+            self.sigs = {span["id"]: self.splits[code]
+                         for span, code in zip(self.train, codes, strict=True)}
         return self.sigs
 
 
@@ -476,10 +480,10 @@ def _array_parts(job: str, split: list[_AttemptEvents], duplicates: int) -> _Job
                                                                    strict=True)]
     windows = attempt_windows(ordered)
     part = _JobParts(job, duplicates, ordered, windows, trains.spans)
-    redone = _Redone(trains, redo, [attempt.attempt for attempt in ordered])
-    part.redone = {trains.spans[index]["id"]: sig for index, sig in redone.by_index.items()}
+    redone = _Redone(trains, *redo, [attempt.attempt for attempt in ordered])
+    part.codes, part.splits = redone.codes, redone.splits
     part.repeated_by_attempt = redone.repeated_by_attempt
-    part.recovered = _times_to_recover_on(windows, trains, redone.by_index)
+    part.recovered = _times_to_recover_on(windows, trains, redone)
     part.time_to_start = _time_to_start_at(
         windows, float(trains.start.min()) if len(trains.spans) else None)
     outside = (columns.outside([window.start for window in windows],
@@ -496,35 +500,31 @@ def _array_parts(job: str, split: list[_AttemptEvents], duplicates: int) -> _Job
 
 
 class _Redone:
-    """The splits (§3.3.1) of the train spans re-doing steps, given ``(index, H)`` of each
-    (:func:`high_water`; the others are all productive), and the repeated steps per
-    attempt (§3.6). Spans of one split (ranks training the same steps) share the
-    arithmetic. ``codes`` numbers the splits other than productive for the array sweep:
-    ``(index, code)``, ``splits[code]`` being the split."""
+    """The splits (§3.3.1) of a job's train spans, given the indices of those re-doing
+    steps and their H (:func:`high_water`; the others are all productive), and the
+    repeated steps per attempt (§3.6). Spans re-doing the same steps with the same H
+    (ranks training side by side) share the arithmetic. ``codes`` holds each train span's
+    split as its place in ``splits`` (0: productive)."""
 
-    def __init__(self, train: TrainColumns, redo: list[tuple[int, int]],
+    def __init__(self, train: TrainColumns, indices: Ints, highs: Ints,
                  attempts: list[int]) -> None:
-        indices = [index for index, _ in redo]
+        keys = list(zip(train.step_start[indices].tolist(), train.step_end[indices].tolist(),
+                        highs.tolist(), strict=True))
         code_of: dict[Signature, int] = {_PRODUCTIVE_SIG: 0}
-        known: dict[tuple[int, int, int], tuple[int, Signature]] = {}
-        by_attempt: dict[int, int] = {}
-        self.by_index: dict[int, Signature] = {}
-        self.codes: list[tuple[int, int]] = []
-        for (index, high), first, last, place in zip(
-                redo, train.step_start[indices].tolist(), train.step_end[indices].tolist(),
-                train.attempt[indices].tolist(), strict=True):
-            key = (first, last, high)
-            found = known.get(key)
-            if found is None:
-                known[key] = found = _train_split(*key)
-            repeated, sig = found
-            code = code_of.setdefault(sig, len(code_of))
-            if code:
-                self.by_index[index] = sig
-                self.codes.append((index, code))
-            if repeated:
-                by_attempt[attempts[place]] = by_attempt.get(attempts[place], 0) + repeated
+        found: dict[tuple[int, int, int], tuple[int, int]] = {}  # key -> (repeated, code)
+        for key in dict.fromkeys(keys):
+            repeated, sig = _train_split(*key)
+            found[key] = (repeated, code_of.setdefault(sig, len(code_of)))
         self.splits = list(code_of)
+        self.codes = split_codes(len(train.spans), indices,
+                                 [found[key][1] for key in keys])
+        by_attempt: dict[int, int] = {}
+        for (place, key), count in Counter(zip(train.attempt[indices].tolist(), keys,
+                                               strict=True)).items():
+            repeated = found[key][0]
+            if repeated:
+                attempt = attempts[place]
+                by_attempt[attempt] = by_attempt.get(attempt, 0) + repeated * count
         self.repeated_by_attempt = dict(sorted(by_attempt.items()))
 
 
@@ -1163,18 +1163,18 @@ def _times_to_recover(windows: list[AttemptWindow], ordered: list[_Attempt],
 
 
 def _times_to_recover_on(windows: list[AttemptWindow], train: TrainColumns,
-                         redone: Mapping[int, Signature]) -> list[tuple[int, float, float]]:
-    """:func:`_times_to_recover` from the train spans' columns (``redone``: the splits
-    other than productive, by train span index)."""
+                         redone: _Redone) -> list[tuple[int, float, float]]:
+    """:func:`_times_to_recover` from the train spans' columns and splits."""
     failed = [i for i, window in enumerate(windows) if window.status in FAILED_STATUSES]
     if not failed:
         return []
+    codes, splits = redone.codes.tolist(), redone.splits
     firsts: list[float | None] = [None] * len(windows)
     for index in range(failed[0], len(windows)):
         order, starts, ends = train.by_start(index)
         walk = zip(starts, ends, order, strict=True)
         firsts[index] = _first_productive_of(windows[index], walk,
-                                             lambda at: redone.get(at, _PRODUCTIVE_SIG))
+                                             lambda at: splits[codes[at]])
     return recoveries_from(windows, firsts)
 
 

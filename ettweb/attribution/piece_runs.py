@@ -51,15 +51,14 @@ Runs = tuple[list[float], list[int]]
 class JobSweep:
     """What one job's sweep reads: its attempt windows as columns, in attempt order
     (disjoint and ordered, as ``engine.attempt_windows`` builds them), its spans, and the
-    split code of its train spans: ``(index among the train spans, code)`` for each whose
-    code is not 0, ``splits[code]`` being the split."""
+    split of each train span (in span order) as its place in ``splits``."""
 
     starts: Sequence[float]
     ends: Sequence[float]
     tails: Sequence[float]  # where each failure tail starts (the window's last event)
     failed: Sequence[bool]
     columns: SpanColumns
-    codes: Sequence[tuple[int, int]]
+    codes: Ints
     splits: list[Hashable]
 
 
@@ -98,12 +97,7 @@ class _Batch:
         columns = [job.columns for job in jobs]
         train = np.concatenate([c.train for c in columns])
         split = np.zeros(len(train), dtype=np.int64)
-        base, places, codes = 0, [], []
-        for job in jobs:
-            places += [base + index for index, _ in job.codes]
-            codes += [code for _, code in job.codes]
-            base += int(np.count_nonzero(job.columns.train))
-        split[np.flatnonzero(train)[places]] = codes
+        split[train] = np.concatenate([job.codes for job in jobs])
         windows = np.array([len(job.starts) for job in jobs])
         self.ws = np.fromiter(chain.from_iterable(job.starts for job in jobs), np.float64)
         self.we = np.fromiter(chain.from_iterable(job.ends for job in jobs), np.float64)

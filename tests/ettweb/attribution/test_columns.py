@@ -77,8 +77,9 @@ def test_high_water_finds_the_spans_that_redo_steps(by_attempt: list[list[Event]
     assert train.spans == [s for a in by_attempt for s in a if s["phase"] == "train"]
     assert train.steps_by_attempt() == [[s["step_start"] for s in a if s["phase"] == "train"]
                                         for a in by_attempt]
-    redo = high_water(train)
-    assert redo is not None
+    found = high_water(train)
+    assert found is not None
+    redo = list(zip(found[0].tolist(), found[1].tolist(), strict=True))
     expected = []
     for index, span in enumerate(train.spans):
         high = max((o["step_end"] for o in train.spans if o["end"] <= span["start"]),
