@@ -91,7 +91,10 @@ def span_columns(spans: list[Event], counts: list[int]) -> SpanColumns | None:
     code_of = {name: code for code, name in enumerate(dict.fromkeys(phases))}
     name = np.fromiter(map(code_of.__getitem__, phases), dtype=np.int64, count=n)
     train = name == code_of.get(TRAIN_PHASE, -1)
-    blocking = np.fromiter(map(_BLOCKING, spans), dtype=np.bool_, count=n) & ~train
+    others = ~train  # train comes first whatever its flag (§3.3): only others' is read
+    blocking = np.zeros(n, dtype=np.bool_)
+    blocking[others] = np.fromiter(map(_BLOCKING, compress(spans, others.tolist())),
+                                   dtype=np.bool_, count=n - int(np.count_nonzero(train)))
     try:
         rank = np.fromiter(map(_RANK, compress(spans, blocking.tolist())), dtype=np.int64,
                            count=int(np.count_nonzero(blocking)))

@@ -45,6 +45,7 @@ from collector.schema import FAILED_STATUSES, TRAIN_PHASE
 
 from .columns import Ints, TrainColumns, high_water, span_columns, split_codes, train_columns
 from .components import PRODUCTIVE, component_of
+from .distinct import hashes_distinct
 from .piece_runs import (
     BY_BACKGROUND,
     BY_BLOCKING,
@@ -274,7 +275,7 @@ def attribute(events: Iterable[Event]) -> FleetAttribution:
     events = events if isinstance(events, list) else list(events)
     dups_by_job: dict[str, int] = {}
     with gc_paused():
-        if len(set(map(_ID, events))) == len(events):  # the common case: no repeats
+        if hashes_distinct(map(_ID, events), len(events)):  # the common case: no repeats
             by_job = _grouped(events)
         else:
             kept, dups_by_job = _group_by_job_dropping_repeats(events)
