@@ -21,8 +21,8 @@ Shape of the computation, per job:
    produce, attributed by the rules all the same and shown on the job page.
 
 A job with many spans takes the *array path*: its spans' fields are read once into columns
-(:mod:`.columns`), steps 2 and 5 read them there, and step 3 is decided for many jobs at
-once on arrays (:mod:`.piece_runs`). It gives exactly the plain path's numbers (the
+(:mod:`.columns`), steps 1, 2 and 5 read them there, and step 3 is decided for many jobs
+at once on arrays (:mod:`.piece_runs`). It gives exactly the plain path's numbers (the
 property tests compare the two); jobs it cannot decide take the plain path.
 """
 
@@ -465,20 +465,21 @@ def _plain_parts(job: str, by_attempt: list[_AttemptEvents], duplicates: int) ->
     return part
 
 
-def _array_parts(job: str, split: list[_AttemptEvents], duplicates: int) -> _JobParts | None:
+def _array_parts(job: str, by_attempt: list[_AttemptEvents],
+                 duplicates: int) -> _JobParts | None:
     """A job's facts from its spans' columns (each field read once), or ``None`` when it
     is too small for arrays to pay or the plain path must decide (see :mod:`.columns`)."""
-    spans = [span for _, attempt_spans, _ in split for span in attempt_spans]
+    spans = [span for _, attempt_spans, _ in by_attempt for span in attempt_spans]
     if len(spans) < ARRAY_MIN_SPANS:
         return None
-    columns = span_columns(spans, [len(attempt_spans) for _, attempt_spans, _ in split])
+    columns = span_columns(spans, [len(attempt_spans) for _, attempt_spans, _ in by_attempt])
     trains = train_columns(columns) if columns is not None else None
     redo = high_water(trains) if trains is not None else None
     if columns is None or trains is None or redo is None:
         return None
     firsts, lasts = columns.extents()
     ordered = [_Attempt(attempt, attempt_spans, marks, first, last) for
-               (attempt, attempt_spans, marks), first, last in zip(split, firsts, lasts,
+               (attempt, attempt_spans, marks), first, last in zip(by_attempt, firsts, lasts,
                                                                    strict=True)]
     windows = attempt_windows(ordered)
     part = _JobParts(job, duplicates, ordered, windows, trains.spans)
@@ -530,13 +531,14 @@ class _Redone:
         self.repeated_by_attempt = dict(sorted(by_attempt.items()))
 
 
-Runs = list[tuple[list[float], list[Signature]]]
+#: One job's runs of pieces per window: (where each run starts, its split).
+_WindowRuns = list[tuple[list[float], list[Signature]]]
 
 
-def _sweep_on_arrays(parts: list[_JobParts]) -> list[Runs | None]:
+def _sweep_on_arrays(parts: list[_JobParts]) -> list[_WindowRuns | None]:
     """Each job's runs of pieces per window as (run starts, splits), decided on arrays
     (:func:`fleet_runs`) in batches of jobs; ``None`` for a job the plain sweep must do."""
-    found: list[Runs | None] = [None] * len(parts)
+    found: list[_WindowRuns | None] = [None] * len(parts)
     batch: list[int] = []
     spans = 0
     for index, part in enumerate(parts):
@@ -555,7 +557,8 @@ def _sweep_on_arrays(parts: list[_JobParts]) -> list[Runs | None]:
     return found
 
 
-def _attributed(part: _JobParts, runs: Runs | None, chunk_s: float | None) -> JobAttribution:
+def _attributed(part: _JobParts, runs: _WindowRuns | None,
+                chunk_s: float | None) -> JobAttribution:
     """One job's attribution from its facts and, when the array sweep decided it, its runs."""
     windows, recovered = part.windows, part.recovered
     totals = _Totals()
@@ -646,9 +649,6 @@ _START: Final = itemgetter("start")
 _END: Final = itemgetter("end")
 _TS: Final = itemgetter("ts")
 _ID: Final = itemgetter("id")
-_PHASE: Final = itemgetter("phase")
-_BLOCKING: Final = itemgetter("blocking")
-_RANK: Final = itemgetter("rank")
 _RUN_KEY: Final = itemgetter("job", "attempt", "kind")
 _SPAN_KIND: Final = "span"
 
@@ -880,7 +880,7 @@ def _sweep(window: AttemptWindow, spans: list[Event], sigs: Mapping[str, Signatu
 
 def _run_splits(keys: list[int], names: list[str], splits: list[Signature],
                 known: dict[int, Signature]) -> list[Signature]:
-    """The split each run key of :func:`job_runs` stands for (``known``: those found)."""
+    """The split each run key of :func:`fleet_runs` stands for (``known``: those found)."""
     for key in keys:
         if key in known:
             continue

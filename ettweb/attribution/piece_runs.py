@@ -15,12 +15,11 @@ The pieces come out exactly as the plain sweep decides them, for the jobs this a
   is its one active span's, and a piece's phase names are those of its active spans.
 
 Any other job (a rank's nested blocking spans, ranks training different steps at one
-moment, more than ``MAX_NAMES`` phase names, a train span without its split, a cut point
-at zero, whose sign the plain sweep's set decides) gets ``None``: the engine sweeps it the
-plain way. A run's key says which rule holds it (``BY_TRAIN`` ... ``BY_NOTHING``, in
-precedence order) and with what: the split's code for ``BY_TRAIN``, the set of phase names
-as bits for ``BY_BLOCKING`` and ``BY_BACKGROUND``. The engine turns keys into splits and
-merges equal neighbours.
+moment, more than ``MAX_NAMES`` phase names, a cut point at zero, whose sign the plain
+sweep's set decides) gets ``None``: the engine sweeps it the plain way. A run's key says
+which rule holds it (``BY_TRAIN`` ... ``BY_NOTHING``, in precedence order) and with what:
+the split's code for ``BY_TRAIN``, the set of phase names as bits for ``BY_BLOCKING`` and
+``BY_BACKGROUND``. The engine turns keys into splits and merges equal neighbours.
 """
 
 from __future__ import annotations
