@@ -391,14 +391,31 @@ def _attribute_jobs(jobs: Sequence[tuple[str, Attempts, int]],
     """Attribute jobs whose events are already deduplicated: ``(job, its events per
     attempt, duplicates)``.
 
-    Each job's facts first (:func:`_job_parts`), then the sweep of many jobs at once on
-    arrays (:mod:`.piece_runs`: numpy's cost is per call), then each job's totals. Jobs
-    too small to gain from arrays, or that the array sweep cannot decide, take the plain
-    sweep.
+    Batch by batch of jobs (``ARRAY_BATCH_SPANS`` spans): each job's facts first
+    (:func:`_job_parts`), then the sweep of the batch's jobs at once on arrays
+    (:mod:`.piece_runs`: numpy's cost is per call), then each job's totals. Jobs too small
+    to gain from arrays, or that the array sweep cannot decide, take the plain sweep.
     """
-    parts = [_job_parts(job, attempts, duplicates) for job, attempts, duplicates in jobs]
-    runs = _sweep_on_arrays(parts) if chunk_s is None else [None] * len(parts)
-    return [_attributed(part, found, chunk_s) for part, found in zip(parts, runs, strict=True)]
+    attributed: list[JobAttribution] = []
+    for batch in _batches(jobs):
+        parts = [_job_parts(job, attempts, duplicates) for job, attempts, duplicates in batch]
+        runs = _sweep_on_arrays(parts) if chunk_s is None else [None] * len(parts)
+        attributed += [_attributed(part, found, chunk_s)
+                       for part, found in zip(parts, runs, strict=True)]
+    return attributed
+
+
+def _batches(jobs: Sequence[tuple[str, Attempts, int]],
+             ) -> Iterator[Sequence[tuple[str, Attempts, int]]]:
+    """Consecutive jobs of about ``ARRAY_BATCH_SPANS`` spans together (a job more)."""
+    first = spans = 0
+    for index, (_, attempts, _) in enumerate(jobs):
+        spans += sum(len(attempt_spans) for attempt_spans, _ in attempts.values())
+        if spans >= ARRAY_BATCH_SPANS:
+            yield jobs[first:index + 1]
+            first, spans = index + 1, 0
+    if first < len(jobs):
+        yield jobs[first:]
 
 
 class _JobParts:
@@ -435,8 +452,9 @@ class _JobParts:
 #: Spans from which a job is attributed on arrays (:mod:`.columns`, :mod:`.piece_runs`):
 #: below, numpy's cost per call outweighs what it saves.
 ARRAY_MIN_SPANS = 64
-#: Spans swept on arrays together: bounds the arrays' memory (a few MB); batches this size
-#: sweep as fast as the whole fleet at once, their arrays staying in cache.
+#: Spans of the jobs attributed together, swept on arrays at once: bounds the arrays'
+#: memory (a few MB); batches this size sweep as fast as a whole fleet at once, their
+#: arrays and events staying in cache.
 ARRAY_BATCH_SPANS = 1 << 15
 
 
@@ -537,23 +555,18 @@ _WindowRuns = list[tuple[list[float], list[Signature]]]
 
 def _sweep_on_arrays(parts: list[_JobParts]) -> list[_WindowRuns | None]:
     """Each job's runs of pieces per window as (run starts, splits), decided on arrays
-    (:func:`fleet_runs`) in batches of jobs; ``None`` for a job the plain sweep must do."""
+    (:func:`fleet_runs`) for all at once; ``None`` for a job the plain sweep must do."""
     found: list[_WindowRuns | None] = [None] * len(parts)
-    batch: list[int] = []
-    spans = 0
-    for index, part in enumerate(parts):
-        if part.sweep is not None:
-            batch.append(index)
-            spans += len(part.sweep.columns.spans)
-        if batch and (spans >= ARRAY_BATCH_SPANS or index == len(parts) - 1):
-            sweeps = [cast(JobSweep, parts[place].sweep) for place in batch]
-            for place, runs in zip(batch, fleet_runs(sweeps), strict=True):
-                if runs is not None:
-                    known: dict[int, Signature] = {}
-                    splits = cast(list[Signature], runs.splits)
-                    found[place] = [(starts, _run_splits(keys, runs.names, splits, known))
-                                    for starts, keys in runs.runs]
-            batch, spans = [], 0
+    taken = [index for index, part in enumerate(parts) if part.sweep is not None]
+    if not taken:
+        return found
+    sweeps = [cast(JobSweep, parts[index].sweep) for index in taken]
+    for index, runs in zip(taken, fleet_runs(sweeps), strict=True):
+        if runs is not None:
+            known: dict[int, Signature] = {}
+            splits = cast(list[Signature], runs.splits)
+            found[index] = [(starts, _run_splits(keys, runs.names, splits, known))
+                            for starts, keys in runs.runs]
     return found
 
 
