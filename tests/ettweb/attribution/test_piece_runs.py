@@ -31,14 +31,15 @@ STATUSES = ["completed", "failed", "preempted", "cancelled"]
 
 
 @contextmanager
-def arrays_from(spans: int) -> Iterator[None]:
-    """Attribute jobs of at least ``spans`` spans on arrays."""
-    saved = engine.ARRAY_MIN_SPANS
-    engine.ARRAY_MIN_SPANS = spans
+def arrays_from(spans: int, batch_spans: int = engine.ARRAY_BATCH_SPANS) -> Iterator[None]:
+    """Attribute jobs of at least ``spans`` spans on arrays, in batches of jobs of about
+    ``batch_spans`` spans."""
+    saved = engine.ARRAY_MIN_SPANS, engine.ARRAY_BATCH_SPANS
+    engine.ARRAY_MIN_SPANS, engine.ARRAY_BATCH_SPANS = spans, batch_spans
     try:
         yield
     finally:
-        engine.ARRAY_MIN_SPANS = saved
+        engine.ARRAY_MIN_SPANS, engine.ARRAY_BATCH_SPANS = saved
 
 
 @contextmanager
@@ -59,9 +60,11 @@ def sweeps_seen() -> Iterator[list[JobRuns | None]]:
         engine.fleet_runs = real
 
 
-def both_ways(events: list[Event]) -> tuple[FleetAttribution, FleetAttribution]:
-    """The fleet attributed on arrays and the plain way."""
-    with arrays_from(0):
+def both_ways(events: list[Event], batch_spans: int = engine.ARRAY_BATCH_SPANS,
+              ) -> tuple[FleetAttribution, FleetAttribution]:
+    """The fleet attributed on arrays (in batches of ``batch_spans`` spans) and the plain
+    way."""
+    with arrays_from(0, batch_spans):
         on_arrays = engine.attribute(events)
     with arrays_from(10**9):
         plain = engine.attribute(events)
@@ -162,12 +165,15 @@ def test_a_job_on_arrays_is_the_plain_sweep(events: list[Event]) -> None:
 
 
 @settings(max_examples=examples(100), deadline=None)
-@given(st.lists(st.one_of(orderly_jobs(), random_jobs()), min_size=1, max_size=6))
-def test_a_fleet_on_arrays_is_the_plain_sweep(jobs: list[list[Event]]) -> None:
-    """Jobs swept together on arrays (some taken, some falling back) stay apart."""
+@given(st.lists(st.one_of(orderly_jobs(), random_jobs()), min_size=1, max_size=6),
+       st.sampled_from([1, 40, engine.ARRAY_BATCH_SPANS]))
+def test_a_fleet_on_arrays_is_the_plain_sweep(jobs: list[list[Event]],
+                                              batch_spans: int) -> None:
+    """Jobs swept together on arrays (some taken, some falling back), in batches of one
+    job to all of them, stay apart."""
     fleet = [e for index, events in enumerate(jobs)
              for e in (dict(e, job=f"job-{index}", id=f"{index}:{e['id']}") for e in events)]
-    on_arrays, plain = both_ways(fleet)
+    on_arrays, plain = both_ways(fleet, batch_spans)
     assert repr(on_arrays) == repr(plain)
 
 
@@ -183,7 +189,7 @@ def test_orderly_jobs_take_the_array_sweep() -> None:
     """The synthetic fleet is the orderly kind: every job is swept on arrays."""
     events = list(fleet_events(7, 12, min_ranks=2, max_ranks=6))
     with sweeps_seen() as seen:
-        on_arrays, plain = both_ways(events)
+        on_arrays, plain = both_ways(events, batch_spans=1000)  # a few batches
     assert len(seen) == 12 and all(found is not None for found in seen)
     assert repr(on_arrays) == repr(plain)
 
