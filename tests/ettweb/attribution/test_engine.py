@@ -9,6 +9,7 @@ import pytest
 from attribution_events import Timeline, worked_example
 
 from ettweb.attribution.engine import (
+    AGE_AFTER_OBJECTS,
     FleetAttribution,
     JobAttribution,
     Segment,
@@ -512,22 +513,33 @@ def test_gc_paused_restores_the_collector_as_it_found_it() -> None:
         gc.enable()
 
 
-def test_what_was_made_while_paused_is_not_scanned_on_resuming() -> None:
+def _collections_after_pausing_for(objects: int) -> list[int]:
+    """The collections run while ``objects`` lists are made paused, then a few more."""
     collections: list[int] = []
 
     def seen(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             collections.append(info["generation"])
 
+    gc.collect()
     gc.callbacks.append(seen)
     try:
         with gc_paused():
-            kept = [[index] for index in range(50_000)]  # far past the young threshold
+            kept = [[index] for index in range(objects)]
         more = [[index] for index in range(10)]
     finally:
         gc.callbacks.remove(seen)
-    assert collections == []
-    assert len(kept) + len(more) == 50_010
+    assert len(kept) + len(more) == objects + 10
+    return collections
+
+
+def test_what_a_long_pause_made_is_not_scanned_on_resuming() -> None:
+    assert _collections_after_pausing_for(AGE_AFTER_OBJECTS + 1000) == []
+
+
+def test_a_short_pause_leaves_the_usual_collection() -> None:
+    assert gc.get_threshold()[0] < 5000
+    assert _collections_after_pausing_for(5000) != []
 
 
 def test_objects_the_host_froze_stay_frozen() -> None:
