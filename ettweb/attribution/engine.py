@@ -1,8 +1,9 @@
 """The attribution engine: every second of a job's wall time gets exactly one category.
 
 ETT_SPEC §3 is the contract; the comments name the rule each step implements. The engine
-imports no Django and nothing but the standard library and ``collector.schema`` so the same
-numbers come out of the offline report, the web workers and the benchmark.
+imports no Django (only the standard library, numpy through its array path and
+``collector.schema``) so the same numbers come out of the offline report, the web workers
+and the benchmark.
 
 Input is *validated, normalized* events (``collector.schema.validate_event``). Timelines that
 are valid but inconsistent (spans outside their attempt, steps going backwards, overlapping
@@ -18,6 +19,11 @@ Shape of the computation, per job:
 5. read each recovery's categories off the segments (§3.7: the restart tax by category) and
    count the anomalies (``ANOMALY_KINDS``): valid timelines a correct trainer would not
    produce, attributed by the rules all the same and shown on the job page.
+
+A job with many spans takes the *array path*: its spans' fields are read once into columns
+(:mod:`.columns`), steps 1, 2 and 5 read them there, and step 3 is decided for many jobs
+at once on arrays (:mod:`.piece_runs`). It gives exactly the plain path's numbers (the
+property tests compare the two); jobs it cannot decide take the plain path.
 """
 
 from __future__ import annotations
@@ -25,18 +31,31 @@ from __future__ import annotations
 import gc
 import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
-from itertools import accumulate, groupby
+from itertools import accumulate, chain, groupby
 from math import floor, gcd
 from operator import attrgetter, itemgetter, lt
-from typing import Any, Final, NamedTuple, Protocol
+from typing import Any, Final, NamedTuple, Protocol, cast
 
 from collector.schema import FAILED_STATUSES, TRAIN_PHASE
 
+from .columns import Ints, TrainColumns, high_water, span_columns, split_codes, train_columns
 from .components import PRODUCTIVE, component_of
+from .distinct import hashes_distinct
+from .piece_runs import (
+    BY_BACKGROUND,
+    BY_BLOCKING,
+    BY_TAIL,
+    BY_TRAIN,
+    KIND_BITS,
+    KIND_MASK,
+    JobSweep,
+    fleet_runs,
+)
 
 Event = dict[str, Any]
 
@@ -256,25 +275,32 @@ def attribute(events: Iterable[Event]) -> FleetAttribution:
     events = events if isinstance(events, list) else list(events)
     dups_by_job: dict[str, int] = {}
     with gc_paused():
-        ids = list(map(_ID, events))
-        if len(set(ids)) == len(ids):  # the common case: one C-level pass proves no repeats
-            by_job = _group_by_job(events)
+        if hashes_distinct(map(_ID, events), len(events)):  # the common case: no repeats
+            by_job = _grouped(events)
         else:
-            by_job, dups_by_job = _group_by_job_dropping_repeats(events)
-        jobs = [_attribute_unique(job, by_job[job], dups_by_job.get(job, 0))
-                for job in sorted(by_job)]
+            kept, dups_by_job = _group_by_job_dropping_repeats(events)
+            by_job = _grouped(list(chain.from_iterable(kept.values())))
+        jobs = _attribute_jobs([(job, by_job[job], dups_by_job.get(job, 0))
+                                for job in sorted(by_job)])
     return FleetAttribution(jobs=jobs, duplicates=sum(dups_by_job.values()))
 
 
-def _group_by_job(events: list[Event]) -> dict[str, list[Event]]:
-    """Events per job; runs of one job (how files and batches arrive) move in one step."""
-    by_job: dict[str, list[Event]] = {}
-    for job, run in groupby(events, _JOB):
-        bucket = by_job.get(job)
-        if bucket is None:
-            by_job[job] = list(run)
-        else:
-            bucket.extend(run)
+#: One job's events per attempt: (spans, marks), each in input order.
+Attempts = dict[int, tuple[list[Event], list[Event]]]
+
+
+def _grouped(events: list[Event]) -> dict[str, Attempts]:
+    """Each job's spans and marks per attempt. Runs of one job, attempt and kind (how files
+    and batches arrive) move in one step, and each event is read once to find its run."""
+    by_job: dict[str, Attempts] = {}
+    for (job, attempt, kind), run in groupby(events, _RUN_KEY):
+        attempts = by_job.get(job)
+        if attempts is None:
+            by_job[job] = attempts = {}
+        kinds = attempts.get(attempt)
+        if kinds is None:
+            attempts[attempt] = kinds = ([], [])
+        kinds[0 if kind == _SPAN_KIND else 1].extend(run)
     return by_job
 
 
@@ -321,7 +347,9 @@ def attribute_job(events: Iterable[Event], *, chunk_s: float | None = None) -> J
     if len(jobs) != 1:
         raise ValueError(f"attribute_job needs the events of exactly one job, got {len(jobs)}")
     with gc_paused():
-        return _attribute_unique(jobs.pop(), list(unique.values()), duplicates, chunk_s)
+        job = jobs.pop()
+        return _attribute_jobs([(job, _grouped(list(unique.values()))[job], duplicates)],
+                               chunk_s)[0]
 
 
 @contextmanager
@@ -339,40 +367,240 @@ def gc_paused() -> Iterator[None]:
         yield
     finally:
         if was_enabled:
+            _age_young_objects()
             gc.enable()
 
 
-def _attribute_unique(job: str, events: list[Event], duplicates: int,
-                      chunk_s: float | None = None) -> JobAttribution:
-    """Attribute one job whose events are already deduplicated."""
-    grouped: dict[int, list[Event]] = {}
-    for attempt, run in groupby(events, _ATTEMPT):  # runs: events arrive attempt by attempt
-        bucket = grouped.get(attempt)
-        if bucket is None:
-            grouped[attempt] = list(run)
-        else:
-            bucket.extend(run)
-    ordered = [_Attempt(attempt, grouped[attempt]) for attempt in sorted(grouped)]
+#: Objects made while paused from which resuming ages them (:func:`_age_young_objects`)
+#: rather than letting a collection scan them: below, that scan is a few milliseconds.
+AGE_AFTER_OBJECTS = 100_000
+
+
+def _age_young_objects() -> None:
+    """Move every tracked object into the oldest generation without scanning it, when the
+    pause made many.
+
+    Why: resuming the collector lets the next allocation collect the young generation,
+    which now holds everything made while paused (a fleet's segments and totals): a scan of
+    live results that frees nothing, and that may cascade into a full collection costing a
+    fifth of a fleet's attribution. ``gc.freeze`` then ``gc.unfreeze`` hands them to the
+    oldest generation in two list splices; full collections still see them. Short pauses
+    (one job's refresh) are left to the usual collection, so the host's young garbage is
+    collected as usual; and so is a host that froze objects (e.g. before forking workers):
+    unfreezing would thaw them.
+    """
+    if gc.get_count()[0] > AGE_AFTER_OBJECTS and gc.get_freeze_count() == 0:
+        gc.freeze()
+        gc.unfreeze()
+
+
+def _attribute_jobs(jobs: Sequence[tuple[str, Attempts, int]],
+                    chunk_s: float | None = None) -> list[JobAttribution]:
+    """Attribute jobs whose events are already deduplicated: ``(job, its events per
+    attempt, duplicates)``.
+
+    Batch by batch of jobs (``ARRAY_BATCH_SPANS`` spans): each job's facts first
+    (:func:`_job_parts`), then the sweep of the batch's jobs at once on arrays
+    (:mod:`.piece_runs`: numpy's cost is per call), then each job's totals. Jobs too small
+    to gain from arrays, or that the array sweep cannot decide, take the plain sweep.
+    """
+    attributed: list[JobAttribution] = []
+    for batch in _batches(jobs):
+        parts = [_job_parts(job, attempts, duplicates) for job, attempts, duplicates in batch]
+        runs = _sweep_on_arrays(parts) if chunk_s is None else [None] * len(parts)
+        attributed += [_attributed(part, found, chunk_s)
+                       for part, found in zip(parts, runs, strict=True)]
+    return attributed
+
+
+def _batches(jobs: Sequence[tuple[str, Attempts, int]],
+             ) -> Iterator[Sequence[tuple[str, Attempts, int]]]:
+    """Consecutive jobs of about ``ARRAY_BATCH_SPANS`` spans together (a job more)."""
+    first = spans = 0
+    for index, (_, attempts, _) in enumerate(jobs):
+        spans += sum(len(attempt_spans) for attempt_spans, _ in attempts.values())
+        if spans >= ARRAY_BATCH_SPANS:
+            yield jobs[first:index + 1]
+            first, spans = index + 1, 0
+    if first < len(jobs):
+        yield jobs[first:]
+
+
+class _JobParts:
+    """What one job's attribution needs besides its sweep: its attempts and windows, each
+    train span's split (§3.3.1), the repeated steps (§3.6), the recoveries and the time to
+    start (§3.7), the anomalies; and, when the job is swept on arrays, what that reads."""
+
+    __slots__ = ("anomalies", "codes", "duplicates", "job", "ordered", "recovered",
+                 "repeated_by_attempt", "sigs", "splits", "sweep", "time_to_start", "train",
+                 "windows")
+
+    def __init__(self, job: str, duplicates: int, ordered: list[_Attempt],
+                 windows: list[AttemptWindow], train: list[Event]) -> None:
+        self.job, self.duplicates = job, duplicates
+        self.ordered, self.windows, self.train = ordered, windows, train
+        self.sigs: dict[str, Signature] | None = None
+        self.codes: Ints | None = None  # or each train span's split as a place in splits
+        self.splits: list[Signature] = []
+        self.repeated_by_attempt: dict[int, int] = {}
+        self.recovered: list[tuple[int, float, float]] = []
+        self.time_to_start: float | None = None
+        self.anomalies: dict[str, int] = {}
+        self.sweep: JobSweep | None = None
+
+    def signatures(self) -> dict[str, Signature]:
+        """Each train span's split by id (the plain sweep's input), built when asked."""
+        if self.sigs is None:
+            codes = cast(Ints, self.codes).tolist()
+            self.sigs = {span["id"]: self.splits[code]
+                         for span, code in zip(self.train, codes, strict=True)}
+        return self.sigs
+
+
+#: Spans from which a job is attributed on arrays (:mod:`.columns`, :mod:`.piece_runs`):
+#: below, numpy's cost per call outweighs what it saves.
+ARRAY_MIN_SPANS = 64
+#: Spans of the jobs attributed together, swept on arrays at once: bounds the arrays'
+#: memory (a few MB); batches this size sweep as fast as a whole fleet at once, their
+#: arrays and events staying in cache.
+ARRAY_BATCH_SPANS = 1 << 15
+
+
+def _job_parts(job: str, attempts: Attempts, duplicates: int) -> _JobParts:
+    """A job's facts, on arrays when it is big enough and the arrays can decide them."""
+    by_attempt = [(attempt, *attempts[attempt]) for attempt in sorted(attempts)]
+    found = _array_parts(job, by_attempt, duplicates)
+    return found if found is not None else _plain_parts(job, by_attempt, duplicates)
+
+
+#: An attempt's number, spans and marks.
+_AttemptEvents = tuple[int, list[Event], list[Event]]
+
+
+def _plain_parts(job: str, by_attempt: list[_AttemptEvents], duplicates: int) -> _JobParts:
+    """A job's facts read event by event."""
+    ordered = [_Attempt.of(attempt, spans, marks) for attempt, spans, marks in by_attempt]
     train = [span for attempt in ordered for span in attempt.spans
              if span["phase"] == TRAIN_PHASE]
-    sigs, repeated_by_attempt = _train_signatures(train)
     windows = attempt_windows(ordered)
-    recovered = _times_to_recover(windows, ordered, sigs)
+    part = _JobParts(job, duplicates, ordered, windows, train)
+    part.sigs, part.repeated_by_attempt = _train_signatures(train)
+    part.recovered = _times_to_recover(windows, ordered, part.sigs)
+    part.time_to_start = _time_to_start(windows, train)
+    part.anomalies = _anomalies(ordered, windows)
+    return part
+
+
+def _array_parts(job: str, by_attempt: list[_AttemptEvents],
+                 duplicates: int) -> _JobParts | None:
+    """A job's facts from its spans' columns (each field read once), or ``None`` when it
+    is too small for arrays to pay or the plain path must decide (see :mod:`.columns`)."""
+    spans = [span for _, attempt_spans, _ in by_attempt for span in attempt_spans]
+    if len(spans) < ARRAY_MIN_SPANS:
+        return None
+    columns = span_columns(spans, [len(attempt_spans) for _, attempt_spans, _ in by_attempt])
+    trains = train_columns(columns) if columns is not None else None
+    redo = high_water(trains) if trains is not None else None
+    if columns is None or trains is None or redo is None:
+        return None
+    firsts, lasts = columns.extents()
+    ordered = [_Attempt(attempt, attempt_spans, marks, first, last) for
+               (attempt, attempt_spans, marks), first, last in zip(by_attempt, firsts, lasts,
+                                                                   strict=True)]
+    windows = attempt_windows(ordered)
+    part = _JobParts(job, duplicates, ordered, windows, trains.spans)
+    redone = _Redone(trains, *redo, [attempt.attempt for attempt in ordered])
+    part.codes, part.splits = redone.codes, redone.splits
+    part.repeated_by_attempt = redone.repeated_by_attempt
+    part.recovered = _times_to_recover_on(windows, trains, redone)
+    part.time_to_start = _time_to_start_at(
+        windows, float(trains.start.min()) if len(trains.spans) else None)
+    outside = (columns.outside([window.start for window in windows],
+                               [window.end for window in windows])
+               if any(attempt.first < window.start or attempt.last > window.end
+                      for attempt, window in zip(ordered, windows, strict=True)) else None)
+    part.anomalies = _anomalies(ordered, windows, trains.steps_by_attempt(), outside)
+    part.sweep = JobSweep(starts=[window.start for window in windows],
+                          ends=[window.end for window in windows],
+                          tails=[window.last_event for window in windows],
+                          failed=[window.status in FAILED_STATUSES for window in windows],
+                          columns=columns, codes=redone.codes, splits=list(redone.splits))
+    return part
+
+
+class _Redone:
+    """The splits (§3.3.1) of a job's train spans, given the indices of those re-doing
+    steps and their H (:func:`high_water`; the others are all productive), and the
+    repeated steps per attempt (§3.6). Spans re-doing the same steps with the same H
+    (ranks training side by side) share the arithmetic. ``codes`` holds each train span's
+    split as its place in ``splits`` (0: productive)."""
+
+    def __init__(self, train: TrainColumns, indices: Ints, highs: Ints,
+                 attempts: list[int]) -> None:
+        keys = list(zip(train.step_start[indices].tolist(), train.step_end[indices].tolist(),
+                        highs.tolist(), strict=True))
+        code_of: dict[Signature, int] = {_PRODUCTIVE_SIG: 0}
+        found: dict[tuple[int, int, int], tuple[int, int]] = {}  # key -> (repeated, code)
+        for key in dict.fromkeys(keys):
+            repeated, sig = _train_split(*key)
+            found[key] = (repeated, code_of.setdefault(sig, len(code_of)))
+        self.splits = list(code_of)
+        self.codes = split_codes(len(train.spans), indices,
+                                 [found[key][1] for key in keys])
+        by_attempt: dict[int, int] = {}
+        for (place, key), count in Counter(zip(train.attempt[indices].tolist(), keys,
+                                               strict=True)).items():
+            repeated = found[key][0]
+            if repeated:
+                attempt = attempts[place]
+                by_attempt[attempt] = by_attempt.get(attempt, 0) + repeated * count
+        self.repeated_by_attempt = dict(sorted(by_attempt.items()))
+
+
+#: One job's runs of pieces per window: (where each run starts, its split).
+_WindowRuns = list[tuple[list[float], list[Signature]]]
+
+
+def _sweep_on_arrays(parts: list[_JobParts]) -> list[_WindowRuns | None]:
+    """Each job's runs of pieces per window as (run starts, splits), decided on arrays
+    (:func:`fleet_runs`) for all at once; ``None`` for a job the plain sweep must do."""
+    found: list[_WindowRuns | None] = [None] * len(parts)
+    taken = [index for index, part in enumerate(parts) if part.sweep is not None]
+    if not taken:
+        return found
+    sweeps = [cast(JobSweep, parts[index].sweep) for index in taken]
+    for index, runs in zip(taken, fleet_runs(sweeps), strict=True):
+        if runs is not None:
+            known: dict[int, Signature] = {}
+            splits = cast(list[Signature], runs.splits)
+            found[index] = [(starts, _run_splits(keys, runs.names, splits, known))
+                            for starts, keys in runs.runs]
+    return found
+
+
+def _attributed(part: _JobParts, runs: _WindowRuns | None,
+                chunk_s: float | None) -> JobAttribution:
+    """One job's attribution from its facts and, when the array sweep decided it, its runs."""
+    windows, recovered = part.windows, part.recovered
     totals = _Totals()
     previous: AttemptWindow | None = None
-    for window, attempt in zip(windows, ordered, strict=True):
+    for index, (window, attempt) in enumerate(zip(windows, part.ordered, strict=True)):
         if previous is not None and window.start > previous.end:
             gap = window.start - previous.end
             totals.segments.append(Segment(previous.end, window.start, window.attempt,
                                            window.gpus, {RESTART_GAP: gap}))
             totals.add({(_ONE, RESTART_GAP): gap}, window.gpus)
-        durations = (_sweep(window, attempt.spans, sigs, totals.segments) if chunk_s is None
-                     else _sweep_in_chunks(window, attempt.spans, sigs, totals.segments,
-                                           chunk_s))
+        if runs is not None:
+            durations = _emit_runs(window, *runs[index], totals.segments)
+        elif chunk_s is None:
+            durations = _sweep(window, attempt.spans, part.signatures(), totals.segments)
+        else:
+            durations = _sweep_in_chunks(window, attempt.spans, part.signatures(),
+                                         totals.segments, chunk_s)
         totals.add(durations, window.gpus)
         previous = window
     return JobAttribution(
-        job=job,
+        job=part.job,
         attempts=windows,
         wall_s=windows[-1].end - windows[0].start,
         productive_s=totals.seconds.pop(PRODUCTIVE, 0.0),
@@ -380,16 +608,16 @@ def _attribute_unique(job: str, events: list[Event], duplicates: int,
         productive_gpu_s=totals.gpu_seconds.pop(PRODUCTIVE, 0.0),
         lost_s={k: v for k, v in totals.seconds.items() if v != 0.0},
         lost_gpu_s={k: v for k, v in totals.gpu_seconds.items() if v != 0.0},
-        repeated_steps=sum(repeated_by_attempt.values()),
-        time_to_start_s=_time_to_start(windows, train),
+        repeated_steps=sum(part.repeated_by_attempt.values()),
+        time_to_start_s=part.time_to_start,
         time_to_recover_s=[end - start for _, start, end in recovered],
         failures=sum(1 for window in windows if window.status in FAILED_STATUSES),
         segments=totals.segments,
-        duplicates=duplicates,
+        duplicates=part.duplicates,
         recoveries=[_recovery(attempt, start, end, totals.segments)
                     for attempt, start, end in recovered],
-        anomalies=_anomalies(ordered, windows),
-        repeated_steps_by_attempt=repeated_by_attempt,
+        anomalies=part.anomalies,
+        repeated_steps_by_attempt=part.repeated_by_attempt,
     )
 
 
@@ -403,17 +631,16 @@ class _Attempt:
     __slots__ = ("attempt", "end_mark", "first", "last", "last_activity", "marks", "spans",
                  "start_mark")
 
-    def __init__(self, attempt: int, events: list[Event]) -> None:
-        self.attempt = attempt
-        self.spans = [event for event in events if event["kind"] == "span"]
-        self.marks = marks = [event for event in events if event["kind"] != "span"]
-        span_end = max(map(_END, self.spans), default=-_INF)
-        self.first = min(min(map(_START, self.spans), default=_INF),
-                         min(map(_TS, marks), default=_INF))
-        self.last = max(span_end, max(map(_TS, marks), default=-_INF))
+    def __init__(self, attempt: int, spans: list[Event], marks: list[Event],
+                 span_first: float, span_last: float) -> None:
+        """``span_first``/``span_last``: the spans' earliest start and latest end (inf and
+        -inf when there are none)."""
+        self.attempt, self.spans, self.marks = attempt, spans, marks
+        self.first = min(span_first, min(map(_TS, marks), default=_INF))
+        self.last = max(span_last, max(map(_TS, marks), default=-_INF))
         # The latest event other than attempt_end: where the failure tail starts.
         self.last_activity = max(
-            span_end, max((m["ts"] for m in marks if m["mark"] != "attempt_end"), default=-_INF)
+            span_last, max((m["ts"] for m in marks if m["mark"] != "attempt_end"), default=-_INF)
         )
         # Two start marks: the earliest wins; two end marks (e.g. one per rank): the latest
         # wins, so no rank's teardown is cut. Ties break on the unique id, never on input order.
@@ -427,6 +654,12 @@ class _Attempt:
             default=None,
         )
 
+    @classmethod
+    def of(cls, attempt: int, spans: list[Event], marks: list[Event]) -> _Attempt:
+        """The attempt read from its spans and marks."""
+        return cls(attempt, spans, marks, min(map(_START, spans), default=_INF),
+                   max(map(_END, spans), default=-_INF))
+
     @property
     def start(self) -> float:
         return self.start_mark[0] if self.start_mark else self.first
@@ -437,8 +670,8 @@ _START: Final = itemgetter("start")
 _END: Final = itemgetter("end")
 _TS: Final = itemgetter("ts")
 _ID: Final = itemgetter("id")
-_JOB: Final = itemgetter("job")
-_ATTEMPT: Final = itemgetter("attempt")
+_RUN_KEY: Final = itemgetter("job", "attempt", "kind")
+_SPAN_KIND: Final = "span"
 
 
 def _ts_id(mark: tuple[float, str, dict[str, Any]]) -> tuple[float, str]:
@@ -666,6 +899,46 @@ def _sweep(window: AttemptWindow, spans: list[Event], sigs: Mapping[str, Signatu
     return durations
 
 
+def _run_splits(keys: list[int], names: list[str], splits: list[Signature],
+                known: dict[int, Signature]) -> list[Signature]:
+    """The split each run key of :func:`fleet_runs` stands for (``known``: those found)."""
+    for key in keys:
+        if key in known:
+            continue
+        kind, value = key & KIND_MASK, key >> KIND_BITS
+        if kind == BY_TRAIN:
+            sig = splits[value]
+        elif kind in (BY_BLOCKING, BY_BACKGROUND):
+            sig = _split(dict.fromkeys((name for code, name in enumerate(names)
+                                        if value >> code & 1), 1))
+        else:
+            sig = _FAILURE_SIG if kind == BY_TAIL else _UNATTRIBUTED_SIG
+        known[key] = sig
+    return list(map(known.__getitem__, keys))
+
+
+def _emit_runs(window: AttemptWindow, starts: list[float], splits: list[Signature],
+               segments: list[Segment]) -> dict[Signature, float]:
+    """Runs of pieces as segments, neighbours with equal splits merged, as the plain sweep
+    emits them; returns seconds per split."""
+    durations: dict[Signature, float] = {}
+    attempt, gpus = window.attempt, window.gpus
+    current: Signature | None = None
+    current_start = window.start
+    append, new = segments.append, tuple.__new__  # a NamedTuple's own __new__ is Python
+    for at, sig in zip(starts, splits, strict=True):
+        if sig is not current and sig != current:
+            if current is not None:
+                length = at - current_start
+                durations[current] = durations.get(current, 0.0) + length
+                shares = {current[1]: length} if current[0] == _ONE else _shares(current, length)
+                append(new(Segment, (current_start, at, attempt, gpus, shares)))
+            current, current_start = sig, at
+    if current is not None:
+        _emit(segments, durations, current, current_start, window.end, attempt, gpus)
+    return durations
+
+
 def sweep_chunk(window: AttemptWindow, spans: Iterable[Event], sigs: Mapping[str, Signature],
                 start: float, end: float, segments: list[Segment]) -> dict[Signature, float]:
     """The sweep of ``window`` restricted to [start, end): what :func:`_sweep` gives there,
@@ -883,9 +1156,14 @@ def _shares(sig: Signature, duration: float) -> dict[str, float]:
 
 def _time_to_start(windows: list[AttemptWindow], train: list[Event]) -> float | None:
     """§3.7: first attempt's start to the first train span's start (None before any)."""
-    if not train:
+    return _time_to_start_at(windows, min(map(_START, train)) if train else None)
+
+
+def _time_to_start_at(windows: list[AttemptWindow], first_train: float | None) -> float | None:
+    """:func:`_time_to_start` given the first train span's start."""
+    if first_train is None:
         return None
-    return max(0.0, min(map(_START, train)) - windows[0].start)
+    return max(0.0, first_train - windows[0].start)
 
 
 def _times_to_recover(windows: list[AttemptWindow], ordered: list[_Attempt],
@@ -904,6 +1182,22 @@ def _times_to_recover(windows: list[AttemptWindow], ordered: list[_Attempt],
     firsts: list[float | None] = [None] * len(windows)
     for index in range(failed[0], len(windows)):
         firsts[index] = _first_productive(windows[index], ordered[index].spans, sigs)
+    return recoveries_from(windows, firsts)
+
+
+def _times_to_recover_on(windows: list[AttemptWindow], train: TrainColumns,
+                         redone: _Redone) -> list[tuple[int, float, float]]:
+    """:func:`_times_to_recover` from the train spans' columns and splits."""
+    failed = [i for i, window in enumerate(windows) if window.status in FAILED_STATUSES]
+    if not failed:
+        return []
+    codes, splits = redone.codes.tolist(), redone.splits
+    firsts: list[float | None] = [None] * len(windows)
+    for index in range(failed[0], len(windows)):
+        order, starts, ends = train.by_start(index)
+        walk = zip(starts, ends, order, strict=True)
+        firsts[index] = _first_productive_of(windows[index], walk,
+                                             lambda at: splits[codes[at]])
     return recoveries_from(windows, firsts)
 
 
@@ -929,12 +1223,19 @@ def _first_productive(window: AttemptWindow, spans: Iterable[Event],
     """The attempt's first productive second among ``spans``; spans are walked by start so
     the walk stops as soon as no later span can turn productive earlier."""
     train = sorted((span for span in spans if span["phase"] == TRAIN_PHASE), key=_START)
+    return _first_productive_of(window, ((span["start"], span["end"], span["id"])
+                                         for span in train), sigs.__getitem__)
+
+
+def _first_productive_of(window: AttemptWindow, train: Iterable[tuple[float, float, Any]],
+                         sig_of: Callable[[Any], Signature]) -> float | None:
+    """:func:`_first_productive` over ``(start, end, key)`` of the train spans by start;
+    ``sig_of(key)`` is a span's split, asked only of the spans walked."""
     first: float | None = None
-    for span in train:
-        start, end = span["start"], span["end"]
+    for start, end, key in train:
         if first is not None and start >= first:
             break
-        sig = sigs[span["id"]]
+        sig = sig_of(key)
         if sig == _REPEATED_SIG or end <= start:
             continue
         moment = start
@@ -1003,19 +1304,25 @@ ANOMALY_KINDS: Final[dict[str, str]] = {
 }
 
 
-def _anomalies(ordered: list[_Attempt], windows: list[AttemptWindow]) -> dict[str, int]:
+def _anomalies(ordered: list[_Attempt], windows: list[AttemptWindow],
+               train_steps: Sequence[list[int]] | None = None,
+               outside: Sequence[int] | None = None) -> dict[str, int]:
     """Count the inconsistent-but-valid things of one job (keys: ``ANOMALY_KINDS``).
 
     Never raises: the attribution of such timelines is defined by §3; this only makes them
-    visible. Attempts are in attempt-number order, as are their windows.
+    visible. Attempts are in attempt-number order, as are their windows. ``train_steps``
+    (each attempt's train ``step_start`` values) and ``outside`` (each attempt's spans
+    reaching outside its window) are read from the spans when not given.
     """
     counts = dict.fromkeys(ANOMALY_KINDS, 0)
     later_start = _INF  # earliest raw start of any later attempt
     lowest_step: int | None = None  # lowest train step_start of the earlier attempts
-    for attempt, window in zip(ordered, windows, strict=True):
-        _count_window_anomalies(counts, attempt, window)
-        train_starts = [span["step_start"] for span in attempt.spans
-                        if span["phase"] == TRAIN_PHASE]
+    for index, (attempt, window) in enumerate(zip(ordered, windows, strict=True)):
+        _count_window_anomalies(counts, attempt, window,
+                                None if outside is None else outside[index])
+        train_starts = (train_steps[index] if train_steps is not None else
+                        [span["step_start"] for span in attempt.spans
+                         if span["phase"] == TRAIN_PHASE])
         if lowest_step is not None:
             counts["train_steps_backwards"] += sum(1 for step in train_starts
                                                    if step < lowest_step)
@@ -1037,12 +1344,14 @@ def _anomalies(ordered: list[_Attempt], windows: list[AttemptWindow]) -> dict[st
 
 
 def _count_window_anomalies(counts: dict[str, int], attempt: _Attempt,
-                            window: AttemptWindow) -> None:
-    """The anomalies visible within one attempt: its marks and its spans vs its window."""
+                            window: AttemptWindow, outside: int | None = None) -> None:
+    """The anomalies visible within one attempt: its marks and its spans vs its window
+    (``outside``: how many spans reach outside it, when already counted)."""
     ws, we = window.start, window.end
     if attempt.first < ws or attempt.last > we:  # else every span is inside (the usual case)
-        counts["span_outside_attempt"] += sum(
-            1 for span in attempt.spans if span["start"] < ws or span["end"] > we)
+        counts["span_outside_attempt"] += (
+            outside if outside is not None else
+            sum(1 for span in attempt.spans if span["start"] < ws or span["end"] > we))
     starts = ends = 0
     statuses: set[str] = set()
     for mark in attempt.marks:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import gc
 from datetime import date
 
 import pytest
 from attribution_events import Timeline, worked_example
 
 from ettweb.attribution.engine import (
+    AGE_AFTER_OBJECTS,
     FleetAttribution,
     JobAttribution,
     Segment,
     attribute,
     attribute_job,
+    gc_paused,
     per_day,
 )
 
@@ -491,3 +494,61 @@ def test_time_to_start_never_negative() -> None:
     job = attribute_job(t.events)
     assert job.time_to_start_s == 0.0
     assert job.productive_s == 2.0  # clamped to the window [8, 10]
+
+
+# --- pausing the garbage collector --------------------------------------------------------
+
+
+def test_gc_paused_restores_the_collector_as_it_found_it() -> None:
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # the caller had it off: it stays off
+    finally:
+        gc.enable()
+
+
+def _collections_after_pausing_for(objects: int) -> list[int]:
+    """The collections run while ``objects`` lists are made paused, then a few more."""
+    collections: list[int] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.collect()
+    gc.callbacks.append(seen)
+    try:
+        with gc_paused():
+            kept = [[index] for index in range(objects)]
+        more = [[index] for index in range(10)]
+    finally:
+        gc.callbacks.remove(seen)
+    assert len(kept) + len(more) == objects + 10
+    return collections
+
+
+def test_what_a_long_pause_made_is_not_scanned_on_resuming() -> None:
+    assert _collections_after_pausing_for(AGE_AFTER_OBJECTS + 1000) == []
+
+
+def test_a_short_pause_leaves_the_usual_collection() -> None:
+    assert gc.get_threshold()[0] < 5000
+    assert _collections_after_pausing_for(5000) != []
+
+
+def test_objects_the_host_froze_stay_frozen() -> None:
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with gc_paused():
+            kept = [[index] for index in range(1000)]
+        assert gc.get_freeze_count() == frozen
+        assert kept
+    finally:
+        gc.unfreeze()
