@@ -23,11 +23,14 @@ from ettweb.attribution.chunk_sweep import ChunkState, segments_from_json, segme
 from ettweb.attribution.engine import Event, Segment
 from ettweb.attribution.lanes import Lane, Timeline
 from ettweb.ingest.models import Event as StoredEvent
+from ettweb.ingest.models import Job
+from ettweb.platform.bulk import server_cursor
 from ettweb.rollups.models import AttributionChunk, DirtyChunk
 
 CHUNKS: Final = AttributionChunk._meta.db_table
 DIRTY: Final = DirtyChunk._meta.db_table
 EVENTS: Final = StoredEvent._meta.db_table
+JOBS: Final = Job._meta.db_table
 #: Chunks written per COPY while a refresh walks a job: bounds what it holds in memory.
 WRITE_EVERY: Final = 16
 _HOME: Final = 'coalesce("start", "ts")'
@@ -88,9 +91,9 @@ def mark_chunks(events: Iterable[Event]) -> None:
     pairs = sorted({(event["job"], chunk_of(home_time(event), size)) for event in events})
     if not pairs:
         return
-    with connection.cursor() as cursor:
+    with server_cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {DIRTY} (job, chunk) SELECT * FROM unnest(%s::text[], %s::int8[]) "
+            f"INSERT INTO {DIRTY} (job, chunk) SELECT * FROM unnest(%b::text[], %b::int8[]) "
             "ORDER BY 1, 2 ON CONFLICT DO NOTHING",
             [[job for job, _ in pairs], [k for _, k in pairs]])
 
@@ -113,13 +116,43 @@ def home_chunks(job_ids: Sequence[str], size: float) -> dict[str, set[int]]:
     found: dict[str, set[int]] = {}
     if not job_ids:
         return found
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT DISTINCT job, floor({_HOME} / %s)::int8 FROM {EVENTS} "
-            "WHERE job = ANY(ARRAY(SELECT unnest(%s::text[])))", [size, list(job_ids)])
+    with server_cursor() as cursor:
+        cursor.execute(f"SELECT DISTINCT e.job, floor(e.home / %b)::int8 "
+                       f"FROM {_jobs_events(f'e.job, {_HOME} AS home')}",
+                       [size, list(job_ids)])
         for job, k in cursor.fetchall():
             found.setdefault(job, set()).add(int(k))
     return found
+
+
+def _jobs_events(columns: str) -> str:
+    """``FROM`` clause of every stored event of a list of jobs (``%b``, a text array),
+    ``columns`` of the events table as ``e``.
+
+    Each job's events are one index range, ``(job, home)`` from the first to the last home
+    time its job row has seen (``ingest.Job``; unbounded where not known), read only in the
+    daily partitions that range meets (``OFFSET 0`` keeps the read a per-job loop, which
+    Postgres prunes partitions for). Why not ``job = ANY(…)``: that probes every daily
+    partition for every job, so its cost grows with the days kept times the jobs read,
+    where this one grows with the days each job spans.
+    """
+    return (f"unnest(%b::text[]) AS w(job) LEFT JOIN {JOBS} j ON j.job_id = w.job "
+            f"CROSS JOIN LATERAL (SELECT {columns} FROM {EVENTS} e WHERE e.job = w.job "
+            f"AND {_HOME} >= coalesce(j.first_home, '-Infinity') "
+            f"AND {_HOME} <= coalesce(j.last_home, 'Infinity') OFFSET 0) e")
+
+
+def read_jobs(job_ids: Sequence[str], limit: int) -> list[Event] | None:
+    """Every stored event of ``job_ids``, in one query; ``None`` when they are more than
+    ``limit`` (the caller then reads chunk by chunk, in bounded memory)."""
+    if not job_ids:
+        return []
+    columns = ", ".join(f"e.{connection.ops.quote_name(name)}" for name in EVENT_COLUMNS)
+    with server_cursor() as cursor:
+        cursor.execute(f"SELECT {columns} FROM {_jobs_events('e.*')} LIMIT %b",
+                       [list(job_ids), limit + 1])
+        rows = cursor.fetchall()
+    return None if len(rows) > limit else [as_event(row) for row in rows]
 
 
 # --------------------------------------------------------------------------- chunks
@@ -203,10 +236,10 @@ def count_home(wanted: Mapping[str, Sequence[int]], size: float) -> dict[str, di
     if not spans:
         return counts
     jobs = sorted(spans)
-    with connection.cursor() as cursor:
+    with server_cursor() as cursor:
         cursor.execute(
-            f"SELECT c.j, x.f, x.n FROM unnest(%s::text[], %s::float8[], %s::float8[]) "
-            f"AS c(j, lo, hi) CROSS JOIN LATERAL (SELECT floor({_HOME} / %s)::int8 AS f, "
+            f"SELECT c.j, x.f, x.n FROM unnest(%b::text[], %b::float8[], %b::float8[]) "
+            f"AS c(j, lo, hi) CROSS JOIN LATERAL (SELECT floor({_HOME} / %b)::int8 AS f, "
             f"count(*) AS n FROM {EVENTS} e WHERE e.job = c.j AND {_HOME} >= c.lo "
             f"AND {_HOME} < c.hi GROUP BY 1) x",
             [jobs, [spans[j][0] * size for j in jobs], [spans[j][1] * size for j in jobs],
@@ -230,11 +263,11 @@ def prefetch_home(ranges: Iterable[tuple[str, int, int | None]], size: float,
         return grouped
     bounds = [_bounds(k, following, size) for _, k, following in wanted]
     columns = ", ".join(f"e.{connection.ops.quote_name(name)}" for name in EVENT_COLUMNS)
-    with connection.cursor() as cursor:
+    with server_cursor() as cursor:
         cursor.execute(  # LATERAL: one index range per chunk, as in count_home
-            f"SELECT {columns}, c.n FROM unnest(%s::text[], %s::float8[], %s::float8[], "
-            f"%s::int[]) AS c(j, lo, hi, n) CROSS JOIN LATERAL (SELECT * FROM {EVENTS} e "
-            f"WHERE e.job = c.j AND {_HOME} >= c.lo AND {_HOME} < c.hi) e LIMIT %s",
+            f"SELECT {columns}, c.n FROM unnest(%b::text[], %b::float8[], %b::float8[], "
+            f"%b::int[]) AS c(j, lo, hi, n) CROSS JOIN LATERAL (SELECT * FROM {EVENTS} e "
+            f"WHERE e.job = c.j AND {_HOME} >= c.lo AND {_HOME} < c.hi) e LIMIT %b",
             [[job for job, _, _ in wanted], [lo for lo, _ in bounds], [hi for _, hi in bounds],
              list(range(len(wanted))), budget + 1])
         rows = cursor.fetchall()

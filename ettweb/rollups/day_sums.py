@@ -19,6 +19,7 @@ from django.db import connection
 from django.utils import timezone
 
 from ettweb.attribution.components import PRODUCTIVE
+from ettweb.platform.bulk import server_cursor
 from ettweb.rollups.buckets import gpu_bucket
 from ettweb.rollups.copying import copy_rows
 from ettweb.rollups.job_rows import DayKey, DayValues
@@ -113,10 +114,9 @@ def write_days(wanted: dict[str, dict[DayKey, DayValues]],
         if stored:
             cursor.execute(f"DELETE FROM {DailyCategoryRollup._meta.db_table} "
                            "WHERE id = ANY(%s)", [[pk for pk, _ in stored.values()]])
-        _change_sums(cursor, FleetDayRollup._meta.db_table, _FLEET_KEY,
-                     [change[1:] for change in changes])
-        _change_sums(cursor, LabelDayRollup._meta.db_table, _LABEL_KEY, label_changes)
-        _rewrite_job_days(cursor, wanted, touched)
+    _change_sums(FleetDayRollup._meta.db_table, _FLEET_KEY, [change[1:] for change in changes])
+    _change_sums(LabelDayRollup._meta.db_table, _LABEL_KEY, label_changes)
+    _rewrite_job_days(wanted, touched)
     return len(inserts) + len(updates), len(stored), {day for _, day in touched}
 
 
@@ -142,7 +142,7 @@ def _moved_label_changes(stored: Mapping[tuple[str, date, str], tuple[int, DayVa
     return changes
 
 
-def _change_sums(cursor: Any, table: str, key: Sequence[tuple[str, str]],
+def _change_sums(table: str, key: Sequence[tuple[str, str]],
                  changes: Sequence[tuple[Any, ...]]) -> None:
     """Add ``changes`` (key values in ``key`` order, then seconds, GPU-seconds, +1 or -1)
     to a sum table in one statement, cells in key order.
@@ -157,32 +157,34 @@ def _change_sums(cursor: Any, table: str, key: Sequence[tuple[str, str]],
         return
     columns = [list(column) for column in zip(*changes, strict=True)]
     names = ", ".join(name for name, _ in key)
-    arrays = ", ".join(f"%s::{kind}[]" for _, kind in key)
-    cursor.execute(
-        f"INSERT INTO {table} AS f ({names}, seconds, gpu_seconds) "
-        f"SELECT {names}, SUM(sign * s::numeric), SUM(sign * g::numeric) "
-        f"FROM unnest({arrays}, %s::float8[], %s::float8[], %s::int[]) "
-        f"AS c({names}, s, g, sign) GROUP BY {names} ORDER BY {names} "
-        f"ON CONFLICT ({names}) DO UPDATE SET seconds = f.seconds + EXCLUDED.seconds, "
-        f"gpu_seconds = f.gpu_seconds + EXCLUDED.gpu_seconds", columns)
-    cursor.execute(
-        f"DELETE FROM {table} f USING unnest({arrays}) AS c({names}) "
-        f"WHERE ({', '.join(f'f.{name}' for name, _ in key)}) = "
-        f"({', '.join(f'c.{name}' for name, _ in key)}) "
-        f"AND f.seconds = 0 AND f.gpu_seconds = 0", columns[:len(key)])
+    arrays = ", ".join(f"%b::{kind}[]" for _, kind in key)
+    with server_cursor() as bound:  # the columns go as binary arrays, not SQL text
+        bound.execute(
+            f"INSERT INTO {table} AS f ({names}, seconds, gpu_seconds) "
+            f"SELECT {names}, SUM(sign * s::numeric), SUM(sign * g::numeric) "
+            f"FROM unnest({arrays}, %b::float8[], %b::float8[], %b::int[]) "
+            f"AS c({names}, s, g, sign) GROUP BY {names} ORDER BY {names} "
+            f"ON CONFLICT ({names}) DO UPDATE SET seconds = f.seconds + EXCLUDED.seconds, "
+            f"gpu_seconds = f.gpu_seconds + EXCLUDED.gpu_seconds", columns)
+        bound.execute(
+            f"DELETE FROM {table} f USING unnest({arrays}) AS c({names}) "
+            f"WHERE ({', '.join(f'f.{name}' for name, _ in key)}) = "
+            f"({', '.join(f'c.{name}' for name, _ in key)}) "
+            f"AND f.seconds = 0 AND f.gpu_seconds = 0", columns[:len(key)])
 
 
-def _rewrite_job_days(cursor: Any, wanted: Mapping[str, Mapping[DayKey, DayValues]],
+def _rewrite_job_days(wanted: Mapping[str, Mapping[DayKey, DayValues]],
                       touched: set[tuple[str, date]]) -> None:
     """Replace the job-day sums of the ``touched`` (job, day) pairs from the wanted rows
     (``math.fsum``: the same sum whatever order the categories come in)."""
     if not touched:
         return
     pairs = sorted(touched)
-    cursor.execute(
-        f"DELETE FROM {JobDayRollup._meta.db_table} d USING unnest(%s::text[], %s::date[]) "
-        "AS t(job, day) WHERE d.job = t.job AND d.day = t.day",
-        [[job for job, _ in pairs], [day for _, day in pairs]])
+    with server_cursor() as bound:
+        bound.execute(
+            f"DELETE FROM {JobDayRollup._meta.db_table} d USING unnest(%b::text[], "
+            "%b::date[]) AS t(job, day) WHERE d.job = t.job AND d.day = t.day",
+            [[job for job, _ in pairs], [day for _, day in pairs]])
     walls: dict[tuple[str, date], list[float]] = defaultdict(list)
     productive: dict[tuple[str, date], float] = defaultdict(float)
     for job in {job for job, _ in pairs}:

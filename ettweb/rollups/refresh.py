@@ -116,12 +116,25 @@ def lock_jobs(job_ids: Sequence[str]) -> None:
                        "FROM unnest(%s::text[]) AS j) AS keys ORDER BY h", [list(job_ids)])
 
 
+def _no_jit() -> None:
+    """Keep Postgres from compiling this transaction's queries (JIT).
+
+    Why: after a bulk load the daily partitions are not analyzed yet, so the planner costs
+    a refresh's per-job reads over hundreds of partitions far above ``jit_above_cost``, and
+    compiling such a read takes many times longer than running it. A refresh's queries
+    are short index reads and small writes: compiling never pays for itself.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL jit = off")
+
+
 def refresh_batch(job_ids: list[str], *, only_marked: bool = False,
                   whole: bool = False) -> RefreshStats:
     """Refresh one transaction's worth of jobs (:func:`refresh_jobs` cuts them): lock them,
     claim their marks, recompute their dirty chunks and store the summed rows. ``whole``
     drops every chunk that is not final and recomputes the jobs from their events."""
     with transaction.atomic():
+        _no_jit()
         lock_jobs(job_ids)
         marked = claim_marks(job_ids)
         if only_marked:
@@ -171,15 +184,11 @@ def _load_fresh(job_ids: Sequence[str], size: float,
     which dominates an import of many small jobs."""
     if not job_ids:
         return {}
-    loaded: dict[str, dict[int, list[Event]]] = {job: {} for job in job_ids}
-    with connection.cursor() as cursor:
-        cursor.execute(select_events(f"{_OF_JOBS} LIMIT %s"),
-                       [list(job_ids), chunk_refresh.CACHED_EVENTS + 1])
-        rows = cursor.fetchall()
-    if len(rows) > chunk_refresh.CACHED_EVENTS:
+    events = chunk_store.read_jobs(job_ids, chunk_refresh.CACHED_EVENTS)
+    if events is None:
         return None
-    for row in rows:
-        event = as_event(row)
+    loaded: dict[str, dict[int, list[Event]]] = {job: {} for job in job_ids}
+    for event in events:
         fine = chunk_summary.chunk_of(chunk_summary.home_time(event), size)
         loaded[event["job"]].setdefault(fine, []).append(event)
     return loaded
