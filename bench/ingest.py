@@ -276,8 +276,8 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
             rates[str(processes)] = round(events / e2e.committed_s)
             current[str(processes)] = round(e2e.rollups_current_s, 3)
     print(f"{'worker processes':<18}{'events/s':>10}{'vs 1':>8}{'rollups current (s)':>22}")
-    for processes, rate in rates.items():
-        print(f"{processes:<18}{rate:>10,}{rate / rates['1']:>8.2f}{current[processes]:>22.2f}")
+    for count, rate in rates.items():
+        print(f"{count:<18}{rate:>10,}{rate / rates['1']:>8.2f}{current[count]:>22.2f}")
     return {"events": events, "events_per_s": rates, "rollups_current_s": current,
             "scaling_vs_1": {p: round(r / rates["1"], 2) for p, r in rates.items()}}
 
