@@ -224,30 +224,28 @@ def read_home(job: str, k: int, following: int | None, size: float) -> list[Even
         return [as_event(row) for row in cursor.fetchall()]
 
 
-def count_home(wanted: Mapping[str, Sequence[int]], size: float) -> dict[str, dict[int, int]]:
-    """Events per fine chunk for each job's listed fine chunks, in one query (an index
-    range per job: what placing new fine chunks in chunks needs, ``chunk_refresh.plan``).
+def count_home(wanted: Mapping[str, Sequence[tuple[int, int]]],
+               size: float) -> dict[str, dict[int, int]]:
+    """Events per occupied fine chunk of each job's fine chunk ranges (``[lo, hi)``), in one
+    query: what laying out a job's chunks needs (``attribution.chunk_layout``).
 
-    One index range per job, read once (``LATERAL``): joining on the listed fine chunks
+    One index range per range asked, read once (``LATERAL``): joining on listed fine chunks
     instead was far slower for a job with a long backlog.
     """
-    spans = {job: (min(fines), max(fines) + 1) for job, fines in wanted.items() if fines}
+    ranges = [(job, lo, hi) for job, asked in sorted(wanted.items()) for lo, hi in asked]
     counts: dict[str, dict[int, int]] = {}
-    if not spans:
+    if not ranges:
         return counts
-    jobs = sorted(spans)
     with server_cursor() as cursor:
         cursor.execute(
             f"SELECT c.j, x.f, x.n FROM unnest(%b::text[], %b::float8[], %b::float8[]) "
             f"AS c(j, lo, hi) CROSS JOIN LATERAL (SELECT floor({_HOME} / %b)::int8 AS f, "
             f"count(*) AS n FROM {EVENTS} e WHERE e.job = c.j AND {_HOME} >= c.lo "
             f"AND {_HOME} < c.hi GROUP BY 1) x",
-            [jobs, [spans[j][0] * size for j in jobs], [spans[j][1] * size for j in jobs],
-             size])
-        listed = {job: set(fines) for job, fines in wanted.items()}
+            [[job for job, _, _ in ranges], [lo * size for _, lo, _ in ranges],
+             [hi * size for _, _, hi in ranges], size])
         for job, f, n in cursor.fetchall():
-            if int(f) in listed[job]:
-                counts.setdefault(job, {})[int(f)] = int(n)
+            counts.setdefault(job, {})[int(f)] = int(n)
     return counts
 
 

@@ -18,14 +18,21 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from typing import Final
 
 from django.db import connection, transaction
 
-from ettweb.attribution import chunk_refresh, chunk_summary, chunk_sums, chunk_sweep, completeness
+from ettweb.attribution import (
+    chunk_layout,
+    chunk_refresh,
+    chunk_summary,
+    chunk_sums,
+    chunk_sweep,
+    completeness,
+)
 from ettweb.attribution.engine import Event, Segment
 from ettweb.attribution.lanes import Timeline
 from ettweb.rollups import chunk_store
@@ -197,15 +204,37 @@ def _load_fresh(job_ids: Sequence[str], size: float,
 def _plan(job_ids: Sequence[str], dirty: Mapping[str, set[int]],
           stored: Mapping[str, dict[int, chunk_sweep.ChunkState]], size: float,
           loaded: Mapping[str, dict[int, list[Event]]]) -> dict[str, chunk_refresh.Plan]:
-    """Place every job's dirty fine chunks in chunks, with one count query for all (none
-    for the jobs whose events are ``loaded``)."""
-    unplaced = {job: chunk_refresh.unplaced(dirty.get(job, set()), stored.get(job, {}), size)
-                for job in job_ids if job not in loaded}
-    counts = chunk_store.count_home({job: f for job, f in unplaced.items() if f}, size)
-    for job, by_fine in loaded.items():
-        counts[job] = {fine: len(events) for fine, events in by_fine.items()}
-    return {job: chunk_refresh.plan(dirty.get(job, set()), stored.get(job, {}), counts.get(job, {}),
-                             size) for job in job_ids}
+    """Lay out every job's chunks around its dirty fine chunks (``chunk_layout.placing``),
+    asking Postgres for the events per fine chunk all jobs still need in one query per
+    round (usually one round; none for the jobs whose events are ``loaded``)."""
+    group = chunk_refresh.GROUP_EVENTS
+    steps = {job: chunk_layout.placing(dirty.get(job, set()), stored.get(job, {}), size, group)
+             for job in job_ids}
+    plans: dict[str, chunk_refresh.Plan] = {}
+    asked: dict[str, chunk_layout.Ranges] = {}
+    for job, step in steps.items():
+        _advance(job, step, None, plans, asked)
+    while asked:
+        counts = chunk_store.count_home({job: r for job, r in asked.items() if job not in loaded},
+                                        size)
+        for job in asked.keys() & loaded.keys():
+            counts[job] = {fine: len(events) for fine, events in loaded[job].items()}
+        answering, asked = asked, {}
+        for job in answering:
+            _advance(job, steps[job], counts.get(job, {}), plans, asked)
+    return plans
+
+
+def _advance(job: str, step: Generator[chunk_layout.Ranges, chunk_layout.Counts,
+                                       chunk_refresh.Plan],
+             counts: chunk_layout.Counts | None, plans: dict[str, chunk_refresh.Plan],
+             asked: dict[str, chunk_layout.Ranges]) -> None:
+    """Give one job's layout the counts it asked for (``None``: start it); keep its plan
+    when done, or what it asks next."""
+    try:
+        asked[job] = next(step) if counts is None else step.send(counts)
+    except StopIteration as done:
+        plans[job] = done.value
 
 
 def _dirty_ranges(placed: chunk_refresh.Plan) -> list[tuple[int, int | None]]:
