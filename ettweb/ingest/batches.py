@@ -154,16 +154,33 @@ def quarantine_row(line: Any, reason: str, source: str) -> QuarantinedEvent:
     return _reject(line, reason, source)
 
 
+def _all_plain(lines: Sequence[Any]) -> bool:
+    """Whether every line is plain (``is_plain``), asked once of the lines joined by a comma.
+
+    Why joined: one scan of the batch instead of one call per line. The same answer: a
+    comma is in none of the texts ``is_plain`` looks for (``\\u``, ``NaN``, ``Infinity``,
+    19 digits) and a non-ASCII character stays one, so the joined text holds one exactly
+    when a line does.
+    """
+    if all(type(line) is str for line in lines):
+        return is_plain(",".join(lines))
+    if all(type(line) is bytes for line in lines):
+        return is_plain(b",".join(lines))
+    return False
+
+
 def sort_lines(lines: Iterable[Any], source: str = "") -> _Sorted:
     """Parse every line; keep each valid event once (first copy wins) and reject the rest."""
     batch = _Sorted()
     seen: set[str] = set()
+    lines = lines if isinstance(lines, Sequence) else list(lines)
+    all_plain = _all_plain(lines)
     for line in lines:
         if not isinstance(line, str | bytes):
             batch.rejected.append(_reject(line, "line must be a string of JSON", source))
             continue
         try:
-            plain = is_plain(line)
+            plain = all_plain or is_plain(line)
             event = parse_event(line, plain=plain)
             problem = _column_problem(event) or (None if plain else _storage_problem(event))
         except EventError as exc:

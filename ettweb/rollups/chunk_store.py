@@ -31,8 +31,10 @@ CHUNKS: Final = AttributionChunk._meta.db_table
 DIRTY: Final = DirtyChunk._meta.db_table
 EVENTS: Final = StoredEvent._meta.db_table
 JOBS: Final = Job._meta.db_table
-#: Chunks written per COPY while a refresh walks a job: bounds what it holds in memory.
-WRITE_EVERY: Final = 16
+#: Bytes of chunk JSON a refresh buffers before it writes them (one COPY): bounds what it
+#: holds in memory, whatever the chunks' size (a thousand-rank chunk's lanes and carry are
+#: megabytes, a small job's chunk a few kilobytes).
+WRITE_BYTES: Final = 4 << 20
 _HOME: Final = 'coalesce("start", "ts")'
 _COLUMNS: Final = ("job", "chunk", "chunk_s", "summary", "state", "carry", "segments",
                    "timelines", "lanes", "final", "written_at")
@@ -324,24 +326,27 @@ def chunk_index(job: str) -> list[int]:
 
 class ChunkWriter:
     """Writes recomputed chunks, of any number of jobs, in groups (delete, then COPY): a
-    refresh holds at most ``WRITE_EVERY`` chunks' big fields at once, whatever the jobs'
-    length, and a refresh of many small jobs writes them in a few statements."""
+    refresh holds about ``WRITE_BYTES`` of chunks' big fields at once, whatever the jobs'
+    length, and a refresh of many small jobs writes them in a few statements. ``fresh``:
+    jobs with no chunk stored, whose chunks need no delete before they are written."""
 
-    def __init__(self, size: float) -> None:
+    def __init__(self, size: float, fresh: Iterable[str] = ()) -> None:
         self.size = size
+        self.fresh = set(fresh)
         self.rows: list[tuple[Any, ...]] = []
         self.gone: list[tuple[str, int]] = []
+        self.buffered = 0
         self.now = timezone.now()
 
     def add(self, job: str, state: ChunkState) -> None:
-        self.rows.append((
-            job, state.chunk, self.size, _text(state.summary_json()),
-            _text(state.state_json()), _text(state.carry or []),
-            _text(segments_to_json(state.segments or [])),
-            _text([[t.attempt, t.bin_s, [list(p) for p in t.pieces]]
-                   for t in state.timelines or []]),
-            _text([_lane_row(lane) for lane in state.lanes or []]), False, self.now))
-        if len(self.rows) >= WRITE_EVERY:
+        big = (_text(state.carry or []), _text(segments_to_json(state.segments or [])),
+               _text([[t.attempt, t.bin_s, [list(p) for p in t.pieces]]
+                      for t in state.timelines or []]),
+               _text([_lane_row(lane) for lane in state.lanes or []]))
+        self.rows.append((job, state.chunk, self.size, _text(state.summary_json()),
+                          _text(state.state_json()), *big, False, self.now))
+        self.buffered += sum(map(len, big))
+        if self.buffered >= WRITE_BYTES:
             self.flush()
 
     def delete(self, job: str, chunks: Iterable[int]) -> None:
@@ -350,7 +355,7 @@ class ChunkWriter:
 
     def flush(self) -> None:
         """Write what is buffered and delete what was asked."""
-        gone = [(row[0], row[1]) for row in self.rows] + self.gone
+        gone = [(row[0], row[1]) for row in self.rows if row[0] not in self.fresh] + self.gone
         raw = connection.connection
         assert raw is not None  # the caller holds a transaction, hence a connection
         with raw.cursor() as cursor:
@@ -362,7 +367,7 @@ class ChunkWriter:
                 with cursor.copy(f"COPY {CHUNKS} ({', '.join(_COLUMNS)}) FROM STDIN") as copy:
                     for row in self.rows:
                         copy.write_row(row)
-        self.rows, self.gone = [], []
+        self.rows, self.gone, self.buffered = [], [], 0
 
 
 def _text(value: Any) -> str:

@@ -167,7 +167,7 @@ def refresh_batch(job_ids: list[str], *, only_marked: bool = False,
         prefetched = chunk_store.prefetch_home(
             ((job, k, following) for job, placed in plans.items() if job not in loaded
              for k, following in _dirty_ranges(placed)), size, chunk_refresh.CACHED_EVENTS)
-        writer = chunk_store.ChunkWriter(size)
+        writer = chunk_store.ChunkWriter(size, fresh)
         kept = _KeptSegments()
         done = {job: _refresh_job(job, plans[job], stored.get(job, {}), size, writer,
                                   prefetched, loaded.get(job), kept) for job in job_ids}
