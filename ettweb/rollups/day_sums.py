@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import date
 from typing import Any, Final
 
@@ -56,8 +56,8 @@ def job_labels(job_ids: Sequence[str]) -> dict[str, Labels]:
 
 
 def write_days(wanted: dict[str, dict[DayKey, DayValues]],
-               labels_before: Mapping[str, Labels] | None = None,
-               ) -> tuple[int, int, set[date]]:
+               labels_before: Mapping[str, Labels] | None = None, *,
+               new: Collection[str] = ()) -> tuple[int, int, set[date]]:
     """Write only the day rows whose numbers changed; returns (written, deleted, days).
 
     The fleet's day sums and the label sums get each written row's new value and lose its
@@ -65,18 +65,20 @@ def write_days(wanted: dict[str, dict[DayKey, DayValues]],
     wanted with no days loses all its rows (and their share of the sums).
     ``labels_before`` holds the jobs' label keys before this refresh rewrote their rollups
     (default: unchanged); a job whose key changed moves every one of its rows from the old
-    key's sums to the new one's.
+    key's sums to the new one's. ``new``: jobs that had no rollup before this refresh, so no
+    day rows either (nothing of theirs is read back or deleted).
     """
     if not wanted:
         return 0, 0, set()
     labels = job_labels(list(wanted))
     before = labels if labels_before is None else labels_before
+    known = [job for job in wanted if job not in new]
     stored: dict[tuple[str, date, str], tuple[int, DayValues]] = {
         (str(job), day, category): (pk, (seconds, gpu_seconds))
         for pk, job, day, category, seconds, gpu_seconds in DailyCategoryRollup.objects
-        .filter(job_id__in=list(wanted))
+        .filter(job_id__in=known)
         .values_list("id", "job_id", "day", "category", "seconds", "gpu_seconds")
-    }
+    } if known else {}
     moved = {job for job in wanted if job in before and before[job] != labels.get(job)}
     label_changes = _moved_label_changes(stored, wanted, moved, before, labels)
     now = timezone.now()
@@ -116,7 +118,7 @@ def write_days(wanted: dict[str, dict[DayKey, DayValues]],
                            "WHERE id = ANY(%s)", [[pk for pk, _ in stored.values()]])
     _change_sums(FleetDayRollup._meta.db_table, _FLEET_KEY, [change[1:] for change in changes])
     _change_sums(LabelDayRollup._meta.db_table, _LABEL_KEY, label_changes)
-    _rewrite_job_days(wanted, touched)
+    _rewrite_job_days(wanted, touched, set(new))
     return len(inserts) + len(updates), len(stored), {day for _, day in touched}
 
 
@@ -174,17 +176,20 @@ def _change_sums(table: str, key: Sequence[tuple[str, str]],
 
 
 def _rewrite_job_days(wanted: Mapping[str, Mapping[DayKey, DayValues]],
-                      touched: set[tuple[str, date]]) -> None:
+                      touched: set[tuple[str, date]], new: set[str]) -> None:
     """Replace the job-day sums of the ``touched`` (job, day) pairs from the wanted rows
-    (``math.fsum``: the same sum whatever order the categories come in)."""
+    (``math.fsum``: the same sum whatever order the categories come in); the ``new`` jobs
+    have none to replace."""
     if not touched:
         return
     pairs = sorted(touched)
-    with server_cursor() as bound:
-        bound.execute(
-            f"DELETE FROM {JobDayRollup._meta.db_table} d USING unnest(%b::text[], "
-            "%b::date[]) AS t(job, day) WHERE d.job = t.job AND d.day = t.day",
-            [[job for job, _ in pairs], [day for _, day in pairs]])
+    old = [(job, day) for job, day in pairs if job not in new]
+    if old:
+        with server_cursor() as bound:
+            bound.execute(
+                f"DELETE FROM {JobDayRollup._meta.db_table} d USING unnest(%b::text[], "
+                "%b::date[]) AS t(job, day) WHERE d.job = t.job AND d.day = t.day",
+                [[job for job, _ in old], [day for _, day in old]])
     walls: dict[tuple[str, date], list[float]] = defaultdict(list)
     productive: dict[tuple[str, date], float] = defaultdict(float)
     for job in {job for job, _ in pairs}:
