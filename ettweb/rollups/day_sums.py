@@ -57,7 +57,7 @@ def job_labels(job_ids: Sequence[str]) -> dict[str, Labels]:
 
 def write_days(wanted: dict[str, dict[DayKey, DayValues]],
                labels_before: Mapping[str, Labels] | None = None, *,
-               new: Collection[str] = ()) -> tuple[int, int, set[date]]:
+               new_jobs: Collection[str] = ()) -> tuple[int, int, set[date]]:
     """Write only the day rows whose numbers changed; returns (written, deleted, days).
 
     The fleet's day sums and the label sums get each written row's new value and lose its
@@ -65,14 +65,14 @@ def write_days(wanted: dict[str, dict[DayKey, DayValues]],
     wanted with no days loses all its rows (and their share of the sums).
     ``labels_before`` holds the jobs' label keys before this refresh rewrote their rollups
     (default: unchanged); a job whose key changed moves every one of its rows from the old
-    key's sums to the new one's. ``new``: jobs that had no rollup before this refresh, so no
-    day rows either (nothing of theirs is read back or deleted).
+    key's sums to the new one's. ``new_jobs``: jobs that had no rollup before this refresh,
+    so no day rows either (nothing of theirs is read back or deleted).
     """
     if not wanted:
         return 0, 0, set()
     labels = job_labels(list(wanted))
     before = labels if labels_before is None else labels_before
-    known = [job for job in wanted if job not in new]
+    known = [job for job in wanted if job not in new_jobs]
     stored: dict[tuple[str, date, str], tuple[int, DayValues]] = {
         (str(job), day, category): (pk, (seconds, gpu_seconds))
         for pk, job, day, category, seconds, gpu_seconds in DailyCategoryRollup.objects
@@ -118,7 +118,7 @@ def write_days(wanted: dict[str, dict[DayKey, DayValues]],
                            "WHERE id = ANY(%s)", [[pk for pk, _ in stored.values()]])
     _change_sums(FleetDayRollup._meta.db_table, _FLEET_KEY, [change[1:] for change in changes])
     _change_sums(LabelDayRollup._meta.db_table, _LABEL_KEY, label_changes)
-    _rewrite_job_days(wanted, touched, set(new))
+    _rewrite_job_days(wanted, touched, set(new_jobs))
     return len(inserts) + len(updates), len(stored), {day for _, day in touched}
 
 

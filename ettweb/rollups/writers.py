@@ -57,7 +57,7 @@ def write_jobs(rows: Sequence[JobRows], gone: Sequence[str]) -> tuple[int, int, 
         _replace_children(AttemptTimeline, [r.job.job for r in redrawn if r.job.job in stored],
                           [t for r in redrawn for t in r.timeline])
     written = write_days({**{job: {} for job in gone}, **{r.job.job: r.days for r in rows}},
-                         labels_before, new=[job for job in jobs if job not in stored])
+                         labels_before, new_jobs=[job for job in jobs if job not in stored])
     JobRollup.objects.filter(job__in=gone).delete()
     chunk_store.delete_chunks(gone)
     return written
