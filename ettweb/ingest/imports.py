@@ -380,27 +380,39 @@ def refresh_imported(jobs: Sequence[str], *, progress: Progress | None = None,
         for chunk, stats in _run(pool, _refresh, chunks):
             total = _plus(total, stats)
             if not analyzed and total.jobs >= ANALYZE_AFTER_JOBS:
-                _analyze(_ROLLUP_TABLES)
+                _analyze(_FILLED_BY_REFRESH)
                 analyzed = True
             if progress is not None:
                 progress(len(chunk))
     if bulk:
-        _analyze(_ROLLUP_TABLES)
+        _analyze(_READ_BY_PAGES)
     return replace(total, elapsed_s=time.perf_counter() - began)
 
 
 #: A refresh of more jobs than this is a bulk load: the planner's statistics are refreshed.
 ANALYZE_AFTER_JOBS = 1000
+#: (model, the columns its lookups filter on; empty: all) as :func:`_analyze` takes them.
+Analyzed = tuple[tuple[type, tuple[str, ...]], ...]
 #: What an import writes besides the events, read by job by the refresh that follows.
-_WRITTEN_BY_IMPORT = (Job, DirtyJob, DirtyChunk)
-#: Every table a refresh writes per job, and the sums kept beside them.
-_ROLLUP_TABLES = (JobRollup, AttemptRollup, RecoveryRollup, RecoveryPartRollup, JobLostRollup,
-                  AttemptTimeline, DailyCategoryRollup, JobDayRollup, FleetDayRollup,
-                  LabelDayRollup, AttributionChunk)
+_WRITTEN_BY_IMPORT: Analyzed = ((Job, ("job_id",)), (DirtyJob, ("job",)),
+                                (DirtyChunk, ("job", "chunk")))
+#: Every table a refresh writes per job and the sums beside them, by the columns it looks
+#: them up by (not the chunks' JSON: sampling it would cost more than the refresh saves).
+_FILLED_BY_REFRESH: Analyzed = (
+    (JobRollup, ("job",)), (AttemptRollup, ("job",)), (RecoveryRollup, ("job",)),
+    (RecoveryPartRollup, ("job",)), (JobLostRollup, ("job",)), (AttemptTimeline, ("job",)),
+    (DailyCategoryRollup, ("job", "day")), (JobDayRollup, ("job", "day")),
+    (FleetDayRollup, ("day", "category")),
+    (LabelDayRollup, ("day", "category", "model", "team", "cluster", "gpus")),
+    (AttributionChunk, ("job", "chunk")))
+#: What the fleet, rollout and job pages read, every column, once the import is done.
+_READ_BY_PAGES: Analyzed = tuple((model, ()) for model in (
+    DailyCategoryRollup, JobRollup, AttemptRollup, RecoveryRollup, JobDayRollup,
+    FleetDayRollup, LabelDayRollup))
 
 
-def _analyze(models: Sequence[type]) -> None:
-    """ANALYZE the tables of ``models`` during and after a bulk load.
+def _analyze(tables: Analyzed) -> None:
+    """ANALYZE ``tables`` (of those columns) during and after a bulk load.
 
     Why: autovacuum analyzes a table only some time after it changed, and until then the
     planner believes a table is as small as it last saw it. Before an import's refresh, its
@@ -413,6 +425,8 @@ def _analyze(models: Sequence[type]) -> None:
     windows were estimated at 771 day rows instead of 72,500, so Postgres chose 72,500 index
     lookups and a sort on disk.
     """
-    tables = ", ".join(model._meta.db_table for model in models)  # type: ignore[attr-defined]
+    named = ", ".join(model._meta.db_table  # type: ignore[attr-defined]
+                      + (f" ({', '.join(columns)})" if columns else "")
+                      for model, columns in tables)
     with connection.cursor() as cursor:
-        cursor.execute(f"ANALYZE {tables}")
+        cursor.execute(f"ANALYZE {named}")

@@ -153,7 +153,8 @@ def _change_sums(table: str, key: Sequence[tuple[str, str]],
     ``audit.day_sum_drift`` apply to the stored rows. Key order: concurrent refreshes that
     share cells (today's, above all) lock them in the same order, so never deadlock; the
     locks last from here to the commit that follows. A cell that reaches exactly zero (its
-    last row gone) is deleted.
+    last row gone) is deleted: the upsert names the cells it left at zero (by id; usually
+    none), so only those are looked up again.
     """
     if not changes:
         return
@@ -167,12 +168,12 @@ def _change_sums(table: str, key: Sequence[tuple[str, str]],
             f"FROM unnest({arrays}, %b::float8[], %b::float8[], %b::int[]) "
             f"AS c({names}, s, g, sign) GROUP BY {names} ORDER BY {names} "
             f"ON CONFLICT ({names}) DO UPDATE SET seconds = f.seconds + EXCLUDED.seconds, "
-            f"gpu_seconds = f.gpu_seconds + EXCLUDED.gpu_seconds", columns)
-        bound.execute(
-            f"DELETE FROM {table} f USING unnest({arrays}) AS c({names}) "
-            f"WHERE ({', '.join(f'f.{name}' for name, _ in key)}) = "
-            f"({', '.join(f'c.{name}' for name, _ in key)}) "
-            f"AND f.seconds = 0 AND f.gpu_seconds = 0", columns[:len(key)])
+            f"gpu_seconds = f.gpu_seconds + EXCLUDED.gpu_seconds "
+            "RETURNING CASE WHEN f.seconds = 0 AND f.gpu_seconds = 0 THEN f.id END", columns)
+        emptied = [pk for (pk,) in bound.fetchall() if pk is not None]
+        if emptied:
+            bound.execute(f"DELETE FROM {table} WHERE id = ANY(%b::int8[]) "
+                          "AND seconds = 0 AND gpu_seconds = 0", [emptied])
 
 
 def _rewrite_job_days(wanted: Mapping[str, Mapping[DayKey, DayValues]],
