@@ -43,8 +43,8 @@ from bench.rollup_cost import _setup_django, bench_database
 
 ROOT = Path(__file__).resolve().parent.parent
 DATABASE = "ett_bench_ingest"
-EVENTS_TARGET = 20_000.0
-RATIO_TARGET = 20.0
+EVENTS_TARGET = 40_000.0
+RATIO_TARGET = 30.0
 #: Worker process counts ``--sweep`` runs, in order.
 SWEEP = (1, 2, 4)
 
