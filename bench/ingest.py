@@ -11,9 +11,14 @@
    ``Event.objects.create`` — what a first implementation would do — half before and half
    after the end-to-end run (its rate is bound by commit latency, which drifts).
 
-Both run on a dedicated database (``ett_bench_ingest``), created, migrated and dropped here.
-The last line of output is one JSON object with ``events_per_s``, ``naive_events_per_s``
-and ``ratio``.
+Both run on a dedicated database (``ett_bench_ingest``; ``--database`` names another),
+created, migrated and dropped here. The last line of output is one JSON object with
+``events_per_s``, ``naive_events_per_s`` and ``ratio``.
+
+``--sweep`` runs the end-to-end part with 1, 2 and 4 worker processes instead (each on a
+fresh database, the spool written once): how ingestion scales with processes on this
+machine, the figures the capacity plan (docs/explanation/capacity.md) is computed from.
+Its last line is one JSON object with ``events_per_s`` per process count.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import itertools
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,8 +43,10 @@ from bench.rollup_cost import _setup_django, bench_database
 
 ROOT = Path(__file__).resolve().parent.parent
 DATABASE = "ett_bench_ingest"
-EVENTS_TARGET = 20_000.0
-RATIO_TARGET = 20.0
+EVENTS_TARGET = 40_000.0
+RATIO_TARGET = 30.0
+#: Worker process counts ``--sweep`` runs, in order.
+SWEEP = (1, 2, 4)
 
 
 def _say(text: str) -> None:
@@ -180,7 +188,7 @@ def measure_naive(sample: int, seed: int, tag: str) -> float:
     return time.perf_counter() - start
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.ingest", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=200_000, help="events end to end")
@@ -189,14 +197,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=2, help="worker processes")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="10,000 events, 500 naive")
+    parser.add_argument("--sweep", action="store_true",
+                        help=f"end to end only, with {', '.join(map(str, SWEEP))} worker "
+                        "processes in turn")
+    parser.add_argument("--database", default=DATABASE,
+                        help=f"database made for the run and dropped after ({DATABASE})")
     args = parser.parse_args(argv)
     if args.quick:
         args.events, args.naive_sample = 10_000, 500
     if args.events < 1 or args.naive_sample < 1:
         parser.error("--events and --naive-sample must be >= 1")
+    return args
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     _setup_django()
-    with tempfile.TemporaryDirectory(prefix="ett-bench-ingest-") as tmp, bench_database(DATABASE):
+    if args.sweep:
+        print(json.dumps(sweep(args)))
+        return 0
+    with tempfile.TemporaryDirectory(prefix="ett-bench-ingest-") as tmp, \
+            bench_database(args.database):
         work = Path(tmp)
         _say(f"writing {args.events:,} events to spool files…")
         events = write_spool(work / "spool", args.events, args.seed)
@@ -234,6 +255,31 @@ def main(argv: list[str] | None = None) -> int:
             rate / naive_rate >= RATIO_TARGET,
     }))
     return 0
+
+
+def sweep(args: argparse.Namespace) -> dict[str, Any]:
+    """The end-to-end run with each of ``SWEEP`` worker process counts, one after another,
+    each on a fresh database and a fresh copy of one spool (the agent retires what it
+    shipped): how ingestion scales with processes here."""
+    rates: dict[str, int] = {}
+    current: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="ett-bench-ingest-") as tmp:
+        work = Path(tmp)
+        _say(f"writing {args.events:,} events to spool files…")
+        events = write_spool(work / "spool", args.events, args.seed)
+        for processes in SWEEP:
+            run = work / f"run-{processes}"
+            shutil.copytree(work / "spool", run / "spool")
+            with bench_database(args.database):
+                _say(f"shipping {events:,} events through {processes} worker process(es)…")
+                e2e = measure_end_to_end(run / "spool", events, processes, run)
+            rates[str(processes)] = round(events / e2e.committed_s)
+            current[str(processes)] = round(e2e.rollups_current_s, 3)
+    print(f"{'worker processes':<18}{'events/s':>10}{'vs 1':>8}{'rollups current (s)':>22}")
+    for count, rate in rates.items():
+        print(f"{count:<18}{rate:>10,}{rate / rates['1']:>8.2f}{current[count]:>22.2f}")
+    return {"events": events, "events_per_s": rates, "rollups_current_s": current,
+            "scaling_vs_1": {p: round(r / rates["1"], 2) for p, r in rates.items()}}
 
 
 if __name__ == "__main__":

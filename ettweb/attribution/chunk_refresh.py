@@ -1,8 +1,9 @@
 """Bringing a job's stored chunks up to date after new events landed in some fine chunks.
 
-A refresh first places the fine chunks the new events landed in (:func:`plan`): a chunk
-takes in fine chunks of its day until it holds about ``GROUP_EVENTS`` events, so a short
-small job is one chunk and a thousand-rank job one per fine chunk. It then reads the chunks
+A refresh first lays out the chunks around the fine chunks the new events landed in
+(:func:`plan`, :mod:`.chunk_layout`): a chunk takes in fine chunks of its day while it holds
+at most ``GROUP_EVENTS`` events, so a short small job is one chunk and a thousand-rank job
+one per fine chunk, the same whatever order the events came in. It then reads the chunks
 they fall in for their summaries, folds the job's skeleton (:mod:`.chunk_summary`) and walks
 the chunks in time order, recomputing (:mod:`.chunk_sweep`) a chunk that got new events or
 whose key changed, so a changed carry reaches the next chunk in the same pass. A running
@@ -14,15 +15,15 @@ small state of every chunk, whatever the job's age.
 
 from __future__ import annotations
 
-import math
-from bisect import bisect_right
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from .chunk_layout import Plan
+from .chunk_layout import plan as layout_plan
 from .chunk_summary import CHUNK_S, Skeleton, fold, summarize
 from .chunk_sweep import NO_CARRY, ChunkState, chunk_key, compute_chunk
-from .engine import DAY_S, Event, gc_paused
+from .engine import Event, gc_paused
 
 #: Events a refresh keeps in memory between reading a chunk for its summary and sweeping it
 #: (above it, the chunk is read again): bounds a refresh's memory whatever the backlog.
@@ -50,57 +51,19 @@ class Refreshed:
 GROUP_EVENTS: Final = 2_000
 
 
-@dataclass(frozen=True)
-class Plan:
-    """Which chunks a job has after new events landed in ``dirty`` fine chunks: their
-    first fine chunks in order, and which of them must be read again."""
-
-    chunks: list[int]
-    dirty: set[int]
-
-
 def plan(dirty: Collection[int], stored: Mapping[int, ChunkState],
-         counts: Mapping[int, int], chunk_s: float = CHUNK_S,
+         count_home: Callable[[Sequence[int]], Mapping[int, int]], chunk_s: float = CHUNK_S,
          group_events: int | None = None) -> Plan:
-    """Place the dirty fine chunks in chunks. A chunk is a run of fine chunks of one UTC
-    day; a fine chunk inside a chunk's run belongs to it, one past the end of the last run
-    joins it while it holds fewer than ``group_events`` events, and anything else starts a
-    chunk of its own. ``counts``: events per dirty fine chunk (none: nothing there);
-    ``group_events``: default ``GROUP_EVENTS``."""
-    group_events = GROUP_EVENTS if group_events is None else group_events
-    starts = sorted(stored)
-    events = {k: stored[k].events for k in starts}
-    placed: set[int] = set()
-    pending: list[int] = []
-    for f in sorted(dirty):
-        holder = _holder(f, starts, stored, chunk_s)
-        if holder is None:
-            pending.append(f)
-        else:
-            placed.add(holder)
-    for f in pending:
-        n = counts.get(f, 0)
-        if not n:
-            continue
-        i = bisect_right(starts, f) - 1
-        if (i >= 0 and _day(starts[i], chunk_s) == _day(f, chunk_s)
-                and events[starts[i]] + n <= group_events):
-            events[starts[i]] += n
-            placed.add(starts[i])
-        else:
-            starts.insert(i + 1, f)
-            events[f] = n
-            placed.add(f)
-    return Plan(starts, placed)
+    """Lay out the job's chunks after new events landed in the ``dirty`` fine chunks
+    (:mod:`.chunk_layout`: greedy per day, whatever order the events came in).
+    ``count_home(fines)``: events per fine chunk; ``group_events``: default ``GROUP_EVENTS``."""
+    return layout_plan(dirty, stored, count_home, chunk_s,
+                       GROUP_EVENTS if group_events is None else group_events)
 
 
 def followers(starts: Sequence[int]) -> dict[int, int | None]:
     """Each chunk's next chunk's first fine chunk (``None`` for the last)."""
     return {k: (starts[i + 1] if i + 1 < len(starts) else None) for i, k in enumerate(starts)}
-
-
-def _day(fine: int, chunk_s: float) -> int:
-    return math.floor(fine * chunk_s / DAY_S)
 
 
 def refresh(dirty: Collection[int], stored: Mapping[int, ChunkState],
@@ -123,30 +86,9 @@ def refresh(dirty: Collection[int], stored: Mapping[int, ChunkState],
     whose key changed (module doc). Memory: about one chunk's events and carry, plus the
     small state of every chunk.
     """
-    fresh = unplaced(dirty, stored, chunk_s)
-    placed = plan(dirty, stored, count_home(fresh) if fresh else {}, chunk_s, group_events)
+    placed = plan(dirty, stored, count_home, chunk_s, group_events)
     return refresh_planned(placed, stored, read_home, read_carry, chunk_s, write=write,
                            with_lanes=with_lanes, cached_events=cached_events)
-
-
-def unplaced(dirty: Collection[int], stored: Mapping[int, ChunkState],
-             chunk_s: float = CHUNK_S) -> list[int]:
-    """The dirty fine chunks no stored chunk surely holds: :func:`plan` needs their event
-    counts to place them."""
-    starts = sorted(stored)
-    return [f for f in sorted(dirty) if _holder(f, starts, stored, chunk_s) is None]
-
-
-def _holder(f: int, starts: Sequence[int], stored: Mapping[int, ChunkState],
-            chunk_s: float) -> int | None:
-    """The stored chunk whose run surely holds fine chunk f: the one before it, of the same
-    day, unless that is the last chunk and f lies past its events (then f may join it or
-    start a chunk of its own, by the events it brings)."""
-    i = bisect_right(starts, f) - 1
-    if i >= 0 and _day(starts[i], chunk_s) == _day(f, chunk_s) and (
-            i < len(starts) - 1 or f <= stored[starts[i]].last_fine):
-        return starts[i]
-    return None
 
 
 def refresh_planned(placed: Plan, stored: Mapping[int, ChunkState],

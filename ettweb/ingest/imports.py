@@ -39,8 +39,22 @@ from django.db import connection, connections
 from ettweb.attribution.engine import gc_paused
 from ettweb.ingest import retention
 from ettweb.ingest.batches import IngestResult, ingest_lines
-from ettweb.ingest.models import QuarantinedEvent
-from ettweb.rollups.models import AttemptRollup, DailyCategoryRollup, JobRollup, RecoveryRollup
+from ettweb.ingest.models import Job, QuarantinedEvent
+from ettweb.rollups.models import (
+    AttemptRollup,
+    AttemptTimeline,
+    AttributionChunk,
+    DailyCategoryRollup,
+    DirtyChunk,
+    DirtyJob,
+    FleetDayRollup,
+    JobDayRollup,
+    JobLostRollup,
+    JobRollup,
+    LabelDayRollup,
+    RecoveryPartRollup,
+    RecoveryRollup,
+)
 from ettweb.rollups.refresh import JOBS_PER_TRANSACTION, RefreshStats, refresh_jobs
 
 DEFAULT_BATCH_LINES = 5000
@@ -350,36 +364,69 @@ def refresh_imported(jobs: Sequence[str], *, progress: Progress | None = None,
     Chunks are ``refresh_jobs``' own transaction size, spread over ``workers`` processes
     (as in :func:`import_lines`); ``progress(n)`` gets the number of jobs of each finished
     chunk. The same numbers as one ``refresh_jobs(jobs)``: every job is recomputed whole
-    under its own advisory lock, whichever process does it.
+    under its own advisory lock, whichever process does it. A bulk refresh keeps the
+    planner's statistics current as it fills the tables (:func:`_analyze`).
     """
     began = time.perf_counter()
     ordered = sorted(set(jobs))
+    bulk = len(ordered) > ANALYZE_AFTER_JOBS
+    if bulk:
+        _analyze(_WRITTEN_BY_IMPORT)
     chunks = (ordered[at:at + JOBS_PER_TRANSACTION]
               for at in range(0, len(ordered), JOBS_PER_TRANSACTION))
     total = RefreshStats()
+    analyzed = not bulk
     with _pool(workers if len(ordered) > JOBS_PER_TRANSACTION else 1) as pool:
         for chunk, stats in _run(pool, _refresh, chunks):
             total = _plus(total, stats)
+            if not analyzed and total.jobs >= ANALYZE_AFTER_JOBS:
+                _analyze(_FILLED_BY_REFRESH)
+                analyzed = True
             if progress is not None:
                 progress(len(chunk))
-    if len(ordered) > ANALYZE_AFTER_JOBS:
-        _analyze_rollups()
+    if bulk:
+        _analyze(_READ_BY_PAGES)
     return replace(total, elapsed_s=time.perf_counter() - began)
 
 
 #: A refresh of more jobs than this is a bulk load: the planner's statistics are refreshed.
 ANALYZE_AFTER_JOBS = 1000
+#: (model, the columns its lookups filter on; empty: all) as :func:`_analyze` takes them.
+Analyzed = tuple[tuple[type, tuple[str, ...]], ...]
+#: What an import writes besides the events, read by job by the refresh that follows.
+_WRITTEN_BY_IMPORT: Analyzed = ((Job, ("job_id",)), (DirtyJob, ("job",)),
+                                (DirtyChunk, ("job", "chunk")))
+#: Every table a refresh writes per job and the sums beside them, by the columns it looks
+#: them up by (not the chunks' JSON: sampling it would cost more than the refresh saves).
+_FILLED_BY_REFRESH: Analyzed = (
+    (JobRollup, ("job",)), (AttemptRollup, ("job",)), (RecoveryRollup, ("job",)),
+    (RecoveryPartRollup, ("job",)), (JobLostRollup, ("job",)), (AttemptTimeline, ("job",)),
+    (DailyCategoryRollup, ("job", "day")), (JobDayRollup, ("job", "day")),
+    (FleetDayRollup, ("day", "category")),
+    (LabelDayRollup, ("day", "category", "model", "team", "cluster", "gpus")),
+    (AttributionChunk, ("job", "chunk")))
+#: What the fleet, rollout and job pages read, every column, once the import is done.
+_READ_BY_PAGES: Analyzed = tuple((model, ()) for model in (
+    DailyCategoryRollup, JobRollup, AttemptRollup, RecoveryRollup, JobDayRollup,
+    FleetDayRollup, LabelDayRollup))
 
 
-def _analyze_rollups() -> None:
-    """ANALYZE the rollup tables after a bulk load.
+def _analyze(tables: Analyzed) -> None:
+    """ANALYZE ``tables`` (of those columns) during and after a bulk load.
 
     Why: autovacuum analyzes a table only some time after it changed, and until then the
-    planner believes the rollup tables are as small as before the import. Seen on a
-    20,000-job import (EXPLAIN ANALYZE): a rollout's two windows were estimated at 771 day
-    rows instead of 72,500, so Postgres chose 72,500 index lookups and a sort on disk.
+    planner believes a table is as small as it last saw it. Before an import's refresh, its
+    marks and job rows look empty, and while it runs, the rollup tables it fills look as
+    they were: every lookup by job became a sequential scan of a whole table, once per
+    refresh transaction, a cost that grew with the square of the jobs imported. Analyzed
+    once with rows in them, the estimates follow the tables' growth (Postgres scales them
+    by the pages the tables have now). After the import, reads by rollout windows need the
+    day rows' statistics too: seen on a 20,000-job import (EXPLAIN ANALYZE), a rollout's two
+    windows were estimated at 771 day rows instead of 72,500, so Postgres chose 72,500 index
+    lookups and a sort on disk.
     """
-    tables = ", ".join(model._meta.db_table for model in (DailyCategoryRollup, JobRollup,
-                                                          AttemptRollup, RecoveryRollup))
+    named = ", ".join(model._meta.db_table  # type: ignore[attr-defined]
+                      + (f" ({', '.join(columns)})" if columns else "")
+                      for model, columns in tables)
     with connection.cursor() as cursor:
-        cursor.execute(f"ANALYZE {tables}")
+        cursor.execute(f"ANALYZE {named}")

@@ -50,6 +50,13 @@ class Job(models.Model):
     job_id = models.CharField(max_length=200, unique=True)
     first_seen = models.DateTimeField(auto_now_add=True)
     last_event_time = models.FloatField(help_text="latest event time seen, epoch seconds")
+    #: Every stored event of the job has its home time (span start, mark time: the events
+    #: table's partition key) between these, so a refresh reads a new job's events from its
+    #: days' partitions alone. NULL: not known (the job was stored before they were kept).
+    first_home = models.FloatField(null=True, blank=True,
+                                   help_text="earliest home time of its events, epoch seconds")
+    last_home = models.FloatField(null=True, blank=True,
+                                  help_text="latest home time of its events, epoch seconds")
     model = models.CharField(max_length=200, blank=True, default="")
     team = models.CharField(max_length=200, blank=True, default="")
     cluster = models.CharField(max_length=200, blank=True, default="")

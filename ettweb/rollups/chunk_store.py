@@ -23,13 +23,18 @@ from ettweb.attribution.chunk_sweep import ChunkState, segments_from_json, segme
 from ettweb.attribution.engine import Event, Segment
 from ettweb.attribution.lanes import Lane, Timeline
 from ettweb.ingest.models import Event as StoredEvent
+from ettweb.ingest.models import Job
+from ettweb.platform.bulk import server_cursor
 from ettweb.rollups.models import AttributionChunk, DirtyChunk
 
 CHUNKS: Final = AttributionChunk._meta.db_table
 DIRTY: Final = DirtyChunk._meta.db_table
 EVENTS: Final = StoredEvent._meta.db_table
-#: Chunks written per COPY while a refresh walks a job: bounds what it holds in memory.
-WRITE_EVERY: Final = 16
+JOBS: Final = Job._meta.db_table
+#: Bytes of chunk JSON a refresh buffers before it writes them (one COPY): bounds what it
+#: holds in memory, whatever the chunks' size (a thousand-rank chunk's lanes and carry are
+#: megabytes, a small job's chunk a few kilobytes).
+WRITE_BYTES: Final = 4 << 20
 _HOME: Final = 'coalesce("start", "ts")'
 _COLUMNS: Final = ("job", "chunk", "chunk_s", "summary", "state", "carry", "segments",
                    "timelines", "lanes", "final", "written_at")
@@ -88,9 +93,9 @@ def mark_chunks(events: Iterable[Event]) -> None:
     pairs = sorted({(event["job"], chunk_of(home_time(event), size)) for event in events})
     if not pairs:
         return
-    with connection.cursor() as cursor:
+    with server_cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {DIRTY} (job, chunk) SELECT * FROM unnest(%s::text[], %s::int8[]) "
+            f"INSERT INTO {DIRTY} (job, chunk) SELECT * FROM unnest(%b::text[], %b::int8[]) "
             "ORDER BY 1, 2 ON CONFLICT DO NOTHING",
             [[job for job, _ in pairs], [k for _, k in pairs]])
 
@@ -113,13 +118,43 @@ def home_chunks(job_ids: Sequence[str], size: float) -> dict[str, set[int]]:
     found: dict[str, set[int]] = {}
     if not job_ids:
         return found
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT DISTINCT job, floor({_HOME} / %s)::int8 FROM {EVENTS} "
-            "WHERE job = ANY(ARRAY(SELECT unnest(%s::text[])))", [size, list(job_ids)])
+    with server_cursor() as cursor:
+        cursor.execute(f"SELECT DISTINCT e.job, floor(e.home / %b)::int8 "
+                       f"FROM {_jobs_events(f'e.job, {_HOME} AS home')}",
+                       [size, list(job_ids)])
         for job, k in cursor.fetchall():
             found.setdefault(job, set()).add(int(k))
     return found
+
+
+def _jobs_events(columns: str) -> str:
+    """``FROM`` clause of every stored event of a list of jobs (``%b``, a text array),
+    ``columns`` of the events table as ``e``.
+
+    Each job's events are one index range, ``(job, home)`` from the first to the last home
+    time its job row has seen (``ingest.Job``; unbounded where not known), read only in the
+    daily partitions that range meets (``OFFSET 0`` keeps the read a per-job loop, which
+    Postgres prunes partitions for). Why not ``job = ANY(…)``: that probes every daily
+    partition for every job, so its cost grows with the days kept times the jobs read,
+    where this one grows with the days each job spans.
+    """
+    return (f"unnest(%b::text[]) AS w(job) LEFT JOIN {JOBS} j ON j.job_id = w.job "
+            f"CROSS JOIN LATERAL (SELECT {columns} FROM {EVENTS} e WHERE e.job = w.job "
+            f"AND {_HOME} >= coalesce(j.first_home, '-Infinity') "
+            f"AND {_HOME} <= coalesce(j.last_home, 'Infinity') OFFSET 0) e")
+
+
+def read_jobs(job_ids: Sequence[str], limit: int) -> list[Event] | None:
+    """Every stored event of ``job_ids``, in one query; ``None`` when they are more than
+    ``limit`` (the caller then reads chunk by chunk, in bounded memory)."""
+    if not job_ids:
+        return []
+    columns = ", ".join(f"e.{connection.ops.quote_name(name)}" for name in EVENT_COLUMNS)
+    with server_cursor() as cursor:
+        cursor.execute(f"SELECT {columns} FROM {_jobs_events('e.*')} LIMIT %b",
+                       [list(job_ids), limit + 1])
+        rows = cursor.fetchall()
+    return None if len(rows) > limit else [as_event(row) for row in rows]
 
 
 # --------------------------------------------------------------------------- chunks
@@ -191,30 +226,28 @@ def read_home(job: str, k: int, following: int | None, size: float) -> list[Even
         return [as_event(row) for row in cursor.fetchall()]
 
 
-def count_home(wanted: Mapping[str, Sequence[int]], size: float) -> dict[str, dict[int, int]]:
-    """Events per fine chunk for each job's listed fine chunks, in one query (an index
-    range per job: what placing new fine chunks in chunks needs, ``chunk_refresh.plan``).
+def count_home(wanted: Mapping[str, Sequence[tuple[int, int]]],
+               size: float) -> dict[str, dict[int, int]]:
+    """Events per occupied fine chunk of each job's fine chunk ranges (``[lo, hi)``), in one
+    query: what laying out a job's chunks needs (``attribution.chunk_layout``).
 
-    One index range per job, read once (``LATERAL``): joining on the listed fine chunks
+    One index range per range asked, read once (``LATERAL``): joining on listed fine chunks
     instead was far slower for a job with a long backlog.
     """
-    spans = {job: (min(fines), max(fines) + 1) for job, fines in wanted.items() if fines}
+    ranges = [(job, lo, hi) for job, asked in sorted(wanted.items()) for lo, hi in asked]
     counts: dict[str, dict[int, int]] = {}
-    if not spans:
+    if not ranges:
         return counts
-    jobs = sorted(spans)
-    with connection.cursor() as cursor:
+    with server_cursor() as cursor:
         cursor.execute(
-            f"SELECT c.j, x.f, x.n FROM unnest(%s::text[], %s::float8[], %s::float8[]) "
-            f"AS c(j, lo, hi) CROSS JOIN LATERAL (SELECT floor({_HOME} / %s)::int8 AS f, "
+            f"SELECT c.j, x.f, x.n FROM unnest(%b::text[], %b::float8[], %b::float8[]) "
+            f"AS c(j, lo, hi) CROSS JOIN LATERAL (SELECT floor({_HOME} / %b)::int8 AS f, "
             f"count(*) AS n FROM {EVENTS} e WHERE e.job = c.j AND {_HOME} >= c.lo "
             f"AND {_HOME} < c.hi GROUP BY 1) x",
-            [jobs, [spans[j][0] * size for j in jobs], [spans[j][1] * size for j in jobs],
-             size])
-        listed = {job: set(fines) for job, fines in wanted.items()}
+            [[job for job, _, _ in ranges], [lo * size for _, lo, _ in ranges],
+             [hi * size for _, _, hi in ranges], size])
         for job, f, n in cursor.fetchall():
-            if int(f) in listed[job]:
-                counts.setdefault(job, {})[int(f)] = int(n)
+            counts.setdefault(job, {})[int(f)] = int(n)
     return counts
 
 
@@ -230,11 +263,11 @@ def prefetch_home(ranges: Iterable[tuple[str, int, int | None]], size: float,
         return grouped
     bounds = [_bounds(k, following, size) for _, k, following in wanted]
     columns = ", ".join(f"e.{connection.ops.quote_name(name)}" for name in EVENT_COLUMNS)
-    with connection.cursor() as cursor:
+    with server_cursor() as cursor:
         cursor.execute(  # LATERAL: one index range per chunk, as in count_home
-            f"SELECT {columns}, c.n FROM unnest(%s::text[], %s::float8[], %s::float8[], "
-            f"%s::int[]) AS c(j, lo, hi, n) CROSS JOIN LATERAL (SELECT * FROM {EVENTS} e "
-            f"WHERE e.job = c.j AND {_HOME} >= c.lo AND {_HOME} < c.hi) e LIMIT %s",
+            f"SELECT {columns}, c.n FROM unnest(%b::text[], %b::float8[], %b::float8[], "
+            f"%b::int[]) AS c(j, lo, hi, n) CROSS JOIN LATERAL (SELECT * FROM {EVENTS} e "
+            f"WHERE e.job = c.j AND {_HOME} >= c.lo AND {_HOME} < c.hi) e LIMIT %b",
             [[job for job, _, _ in wanted], [lo for lo, _ in bounds], [hi for _, hi in bounds],
              list(range(len(wanted))), budget + 1])
         rows = cursor.fetchall()
@@ -293,24 +326,27 @@ def chunk_index(job: str) -> list[int]:
 
 class ChunkWriter:
     """Writes recomputed chunks, of any number of jobs, in groups (delete, then COPY): a
-    refresh holds at most ``WRITE_EVERY`` chunks' big fields at once, whatever the jobs'
-    length, and a refresh of many small jobs writes them in a few statements."""
+    refresh holds about ``WRITE_BYTES`` of chunks' big fields at once, whatever the jobs'
+    length, and a refresh of many small jobs writes them in a few statements. ``fresh``:
+    jobs with no chunk stored, whose chunks need no delete before they are written."""
 
-    def __init__(self, size: float) -> None:
+    def __init__(self, size: float, fresh: Iterable[str] = ()) -> None:
         self.size = size
+        self.fresh = set(fresh)
         self.rows: list[tuple[Any, ...]] = []
         self.gone: list[tuple[str, int]] = []
+        self.buffered = 0
         self.now = timezone.now()
 
     def add(self, job: str, state: ChunkState) -> None:
-        self.rows.append((
-            job, state.chunk, self.size, _text(state.summary_json()),
-            _text(state.state_json()), _text(state.carry or []),
-            _text(segments_to_json(state.segments or [])),
-            _text([[t.attempt, t.bin_s, [list(p) for p in t.pieces]]
-                   for t in state.timelines or []]),
-            _text([_lane_row(lane) for lane in state.lanes or []]), False, self.now))
-        if len(self.rows) >= WRITE_EVERY:
+        big = (_text(state.carry or []), _text(segments_to_json(state.segments or [])),
+               _text([[t.attempt, t.bin_s, [list(p) for p in t.pieces]]
+                      for t in state.timelines or []]),
+               _text([_lane_row(lane) for lane in state.lanes or []]))
+        self.rows.append((job, state.chunk, self.size, _text(state.summary_json()),
+                          _text(state.state_json()), *big, False, self.now))
+        self.buffered += sum(map(len, big))
+        if self.buffered >= WRITE_BYTES:
             self.flush()
 
     def delete(self, job: str, chunks: Iterable[int]) -> None:
@@ -319,7 +355,7 @@ class ChunkWriter:
 
     def flush(self) -> None:
         """Write what is buffered and delete what was asked."""
-        gone = [(row[0], row[1]) for row in self.rows] + self.gone
+        gone = [(row[0], row[1]) for row in self.rows if row[0] not in self.fresh] + self.gone
         raw = connection.connection
         assert raw is not None  # the caller holds a transaction, hence a connection
         with raw.cursor() as cursor:
@@ -331,7 +367,7 @@ class ChunkWriter:
                 with cursor.copy(f"COPY {CHUNKS} ({', '.join(_COLUMNS)}) FROM STDIN") as copy:
                     for row in self.rows:
                         copy.write_row(row)
-        self.rows, self.gone = [], []
+        self.rows, self.gone, self.buffered = [], [], 0
 
 
 def _text(value: Any) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import date
 from typing import Any, Final
 
@@ -19,6 +19,7 @@ from django.db import connection
 from django.utils import timezone
 
 from ettweb.attribution.components import PRODUCTIVE
+from ettweb.platform.bulk import server_cursor
 from ettweb.rollups.buckets import gpu_bucket
 from ettweb.rollups.copying import copy_rows
 from ettweb.rollups.job_rows import DayKey, DayValues
@@ -55,8 +56,8 @@ def job_labels(job_ids: Sequence[str]) -> dict[str, Labels]:
 
 
 def write_days(wanted: dict[str, dict[DayKey, DayValues]],
-               labels_before: Mapping[str, Labels] | None = None,
-               ) -> tuple[int, int, set[date]]:
+               labels_before: Mapping[str, Labels] | None = None, *,
+               new_jobs: Collection[str] = ()) -> tuple[int, int, set[date]]:
     """Write only the day rows whose numbers changed; returns (written, deleted, days).
 
     The fleet's day sums and the label sums get each written row's new value and lose its
@@ -64,18 +65,20 @@ def write_days(wanted: dict[str, dict[DayKey, DayValues]],
     wanted with no days loses all its rows (and their share of the sums).
     ``labels_before`` holds the jobs' label keys before this refresh rewrote their rollups
     (default: unchanged); a job whose key changed moves every one of its rows from the old
-    key's sums to the new one's.
+    key's sums to the new one's. ``new_jobs``: jobs that had no rollup before this refresh,
+    so no day rows either (nothing of theirs is read back or deleted).
     """
     if not wanted:
         return 0, 0, set()
     labels = job_labels(list(wanted))
     before = labels if labels_before is None else labels_before
+    known = [job for job in wanted if job not in new_jobs]
     stored: dict[tuple[str, date, str], tuple[int, DayValues]] = {
         (str(job), day, category): (pk, (seconds, gpu_seconds))
         for pk, job, day, category, seconds, gpu_seconds in DailyCategoryRollup.objects
-        .filter(job_id__in=list(wanted))
+        .filter(job_id__in=known)
         .values_list("id", "job_id", "day", "category", "seconds", "gpu_seconds")
-    }
+    } if known else {}
     moved = {job for job in wanted if job in before and before[job] != labels.get(job)}
     label_changes = _moved_label_changes(stored, wanted, moved, before, labels)
     now = timezone.now()
@@ -113,10 +116,9 @@ def write_days(wanted: dict[str, dict[DayKey, DayValues]],
         if stored:
             cursor.execute(f"DELETE FROM {DailyCategoryRollup._meta.db_table} "
                            "WHERE id = ANY(%s)", [[pk for pk, _ in stored.values()]])
-        _change_sums(cursor, FleetDayRollup._meta.db_table, _FLEET_KEY,
-                     [change[1:] for change in changes])
-        _change_sums(cursor, LabelDayRollup._meta.db_table, _LABEL_KEY, label_changes)
-        _rewrite_job_days(cursor, wanted, touched)
+    _change_sums(FleetDayRollup._meta.db_table, _FLEET_KEY, [change[1:] for change in changes])
+    _change_sums(LabelDayRollup._meta.db_table, _LABEL_KEY, label_changes)
+    _rewrite_job_days(wanted, touched, set(new_jobs))
     return len(inserts) + len(updates), len(stored), {day for _, day in touched}
 
 
@@ -142,7 +144,7 @@ def _moved_label_changes(stored: Mapping[tuple[str, date, str], tuple[int, DayVa
     return changes
 
 
-def _change_sums(cursor: Any, table: str, key: Sequence[tuple[str, str]],
+def _change_sums(table: str, key: Sequence[tuple[str, str]],
                  changes: Sequence[tuple[Any, ...]]) -> None:
     """Add ``changes`` (key values in ``key`` order, then seconds, GPU-seconds, +1 or -1)
     to a sum table in one statement, cells in key order.
@@ -151,38 +153,44 @@ def _change_sums(cursor: Any, table: str, key: Sequence[tuple[str, str]],
     ``audit.day_sum_drift`` apply to the stored rows. Key order: concurrent refreshes that
     share cells (today's, above all) lock them in the same order, so never deadlock; the
     locks last from here to the commit that follows. A cell that reaches exactly zero (its
-    last row gone) is deleted.
+    last row gone) is deleted: the upsert names the cells it left at zero (by id; usually
+    none), so only those are looked up again.
     """
     if not changes:
         return
     columns = [list(column) for column in zip(*changes, strict=True)]
     names = ", ".join(name for name, _ in key)
-    arrays = ", ".join(f"%s::{kind}[]" for _, kind in key)
-    cursor.execute(
-        f"INSERT INTO {table} AS f ({names}, seconds, gpu_seconds) "
-        f"SELECT {names}, SUM(sign * s::numeric), SUM(sign * g::numeric) "
-        f"FROM unnest({arrays}, %s::float8[], %s::float8[], %s::int[]) "
-        f"AS c({names}, s, g, sign) GROUP BY {names} ORDER BY {names} "
-        f"ON CONFLICT ({names}) DO UPDATE SET seconds = f.seconds + EXCLUDED.seconds, "
-        f"gpu_seconds = f.gpu_seconds + EXCLUDED.gpu_seconds", columns)
-    cursor.execute(
-        f"DELETE FROM {table} f USING unnest({arrays}) AS c({names}) "
-        f"WHERE ({', '.join(f'f.{name}' for name, _ in key)}) = "
-        f"({', '.join(f'c.{name}' for name, _ in key)}) "
-        f"AND f.seconds = 0 AND f.gpu_seconds = 0", columns[:len(key)])
+    arrays = ", ".join(f"%b::{kind}[]" for _, kind in key)
+    with server_cursor() as bound:  # the columns go as binary arrays, not SQL text
+        bound.execute(
+            f"INSERT INTO {table} AS f ({names}, seconds, gpu_seconds) "
+            f"SELECT {names}, SUM(sign * s::numeric), SUM(sign * g::numeric) "
+            f"FROM unnest({arrays}, %b::float8[], %b::float8[], %b::int[]) "
+            f"AS c({names}, s, g, sign) GROUP BY {names} ORDER BY {names} "
+            f"ON CONFLICT ({names}) DO UPDATE SET seconds = f.seconds + EXCLUDED.seconds, "
+            f"gpu_seconds = f.gpu_seconds + EXCLUDED.gpu_seconds "
+            "RETURNING CASE WHEN f.seconds = 0 AND f.gpu_seconds = 0 THEN f.id END", columns)
+        emptied = [pk for (pk,) in bound.fetchall() if pk is not None]
+        if emptied:
+            bound.execute(f"DELETE FROM {table} WHERE id = ANY(%b::int8[]) "
+                          "AND seconds = 0 AND gpu_seconds = 0", [emptied])
 
 
-def _rewrite_job_days(cursor: Any, wanted: Mapping[str, Mapping[DayKey, DayValues]],
-                      touched: set[tuple[str, date]]) -> None:
+def _rewrite_job_days(wanted: Mapping[str, Mapping[DayKey, DayValues]],
+                      touched: set[tuple[str, date]], new: set[str]) -> None:
     """Replace the job-day sums of the ``touched`` (job, day) pairs from the wanted rows
-    (``math.fsum``: the same sum whatever order the categories come in)."""
+    (``math.fsum``: the same sum whatever order the categories come in); the ``new`` jobs
+    have none to replace."""
     if not touched:
         return
     pairs = sorted(touched)
-    cursor.execute(
-        f"DELETE FROM {JobDayRollup._meta.db_table} d USING unnest(%s::text[], %s::date[]) "
-        "AS t(job, day) WHERE d.job = t.job AND d.day = t.day",
-        [[job for job, _ in pairs], [day for _, day in pairs]])
+    old = [(job, day) for job, day in pairs if job not in new]
+    if old:
+        with server_cursor() as bound:
+            bound.execute(
+                f"DELETE FROM {JobDayRollup._meta.db_table} d USING unnest(%b::text[], "
+                "%b::date[]) AS t(job, day) WHERE d.job = t.job AND d.day = t.day",
+                [[job for job, _ in old], [day for _, day in old]])
     walls: dict[tuple[str, date], list[float]] = defaultdict(list)
     productive: dict[tuple[str, date], float] = defaultdict(float)
     for job in {job for job, _ in pairs}:

@@ -5,7 +5,11 @@ owning component: owners edit :class:`PhaseComponent` and the next query maps ca
 components, so an edit takes effect at once without recomputing anything.
 
 Child tables reference :class:`JobRollup` through its ``job`` string (``to_field``) so the job
-id is the join key everywhere, exactly as events carry it.
+id is the join key everywhere, exactly as events carry it. Their foreign keys have no index of
+their own (``db_index=False``): every child table has a unique or ``(job, day)`` index that
+starts with the job, which serves each lookup by job, where the foreign key's index (and the
+``varchar_pattern_ops`` copy Django adds to it) only made every written row two index entries
+dearer. A refresh writes these rows for every job it recomputes.
 """
 
 from __future__ import annotations
@@ -93,6 +97,7 @@ class AttemptRollup(models.Model):
     """One attempt window (ETT_SPEC §3.1) after clamping."""
 
     job = models.ForeignKey(JobRollup, to_field="job", db_column="job", on_delete=models.CASCADE,
+                            db_index=False,
                             related_name="attempt_rows")
     attempt = models.PositiveIntegerField()
     start = models.FloatField()
@@ -121,6 +126,7 @@ class AttemptTimeline(models.Model):
     """
 
     job = models.ForeignKey(JobRollup, to_field="job", db_column="job", on_delete=models.CASCADE,
+                            db_index=False,
                             related_name="timeline_rows")
     attempt = models.PositiveIntegerField()
     bin_s = models.FloatField(default=0.0, help_text="0: exact pieces; else the grid's bin")
@@ -145,6 +151,7 @@ class DailyCategoryRollup(models.Model):
 
     day = models.DateField()
     job = models.ForeignKey(JobRollup, to_field="job", db_column="job", on_delete=models.CASCADE,
+                            db_index=False,
                             related_name="day_rows")
     category = models.CharField(max_length=64)
     seconds = models.FloatField()
@@ -244,6 +251,7 @@ class JobDayRollup(models.Model):
     """
 
     job = models.ForeignKey(JobRollup, to_field="job", db_column="job", on_delete=models.CASCADE,
+                            db_index=False,
                             related_name="job_days")
     day = models.DateField()
     wall_gpu_seconds = models.FloatField()
@@ -268,6 +276,7 @@ class JobLostRollup(models.Model):
     """
 
     job = models.ForeignKey(JobRollup, to_field="job", db_column="job", on_delete=models.CASCADE,
+                            db_index=False,
                             related_name="lost_rows")
     category = models.CharField(max_length=64)
     gpu_seconds = models.FloatField()
@@ -288,6 +297,7 @@ class RecoveryRollup(models.Model):
     """
 
     job = models.ForeignKey(JobRollup, to_field="job", db_column="job", on_delete=models.CASCADE,
+                            db_index=False,
                             related_name="recovery_rows")
     attempt = models.PositiveIntegerField(help_text="the failed, preempted or lost attempt")
     start = models.FloatField()
@@ -317,6 +327,7 @@ class RecoveryPartRollup(models.Model):
     """
 
     job = models.ForeignKey(JobRollup, to_field="job", db_column="job", on_delete=models.CASCADE,
+                            db_index=False,
                             related_name="recovery_parts")
     attempt = models.PositiveIntegerField()
     day = models.DateField()

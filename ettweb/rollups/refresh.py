@@ -18,14 +18,21 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from typing import Final
 
 from django.db import connection, transaction
 
-from ettweb.attribution import chunk_refresh, chunk_summary, chunk_sums, chunk_sweep, completeness
+from ettweb.attribution import (
+    chunk_layout,
+    chunk_refresh,
+    chunk_summary,
+    chunk_sums,
+    chunk_sweep,
+    completeness,
+)
 from ettweb.attribution.engine import Event, Segment
 from ettweb.attribution.lanes import Timeline
 from ettweb.rollups import chunk_store
@@ -116,12 +123,25 @@ def lock_jobs(job_ids: Sequence[str]) -> None:
                        "FROM unnest(%s::text[]) AS j) AS keys ORDER BY h", [list(job_ids)])
 
 
+def _no_jit() -> None:
+    """Keep Postgres from compiling this transaction's queries (JIT).
+
+    Why: after a bulk load the daily partitions are not analyzed yet, so the planner costs
+    a refresh's per-job reads over hundreds of partitions far above ``jit_above_cost``, and
+    compiling such a read takes many times longer than running it. A refresh's queries
+    are short index reads and small writes: compiling never pays for itself.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL jit = off")
+
+
 def refresh_batch(job_ids: list[str], *, only_marked: bool = False,
                   whole: bool = False) -> RefreshStats:
     """Refresh one transaction's worth of jobs (:func:`refresh_jobs` cuts them): lock them,
     claim their marks, recompute their dirty chunks and store the summed rows. ``whole``
     drops every chunk that is not final and recomputes the jobs from their events."""
     with transaction.atomic():
+        _no_jit()
         lock_jobs(job_ids)
         marked = claim_marks(job_ids)
         if only_marked:
@@ -147,7 +167,7 @@ def refresh_batch(job_ids: list[str], *, only_marked: bool = False,
         prefetched = chunk_store.prefetch_home(
             ((job, k, following) for job, placed in plans.items() if job not in loaded
              for k, following in _dirty_ranges(placed)), size, chunk_refresh.CACHED_EVENTS)
-        writer = chunk_store.ChunkWriter(size)
+        writer = chunk_store.ChunkWriter(size, fresh)
         kept = _KeptSegments()
         done = {job: _refresh_job(job, plans[job], stored.get(job, {}), size, writer,
                                   prefetched, loaded.get(job), kept) for job in job_ids}
@@ -171,15 +191,11 @@ def _load_fresh(job_ids: Sequence[str], size: float,
     which dominates an import of many small jobs."""
     if not job_ids:
         return {}
-    loaded: dict[str, dict[int, list[Event]]] = {job: {} for job in job_ids}
-    with connection.cursor() as cursor:
-        cursor.execute(select_events(f"{_OF_JOBS} LIMIT %s"),
-                       [list(job_ids), chunk_refresh.CACHED_EVENTS + 1])
-        rows = cursor.fetchall()
-    if len(rows) > chunk_refresh.CACHED_EVENTS:
+    events = chunk_store.read_jobs(job_ids, chunk_refresh.CACHED_EVENTS)
+    if events is None:
         return None
-    for row in rows:
-        event = as_event(row)
+    loaded: dict[str, dict[int, list[Event]]] = {job: {} for job in job_ids}
+    for event in events:
         fine = chunk_summary.chunk_of(chunk_summary.home_time(event), size)
         loaded[event["job"]].setdefault(fine, []).append(event)
     return loaded
@@ -188,15 +204,37 @@ def _load_fresh(job_ids: Sequence[str], size: float,
 def _plan(job_ids: Sequence[str], dirty: Mapping[str, set[int]],
           stored: Mapping[str, dict[int, chunk_sweep.ChunkState]], size: float,
           loaded: Mapping[str, dict[int, list[Event]]]) -> dict[str, chunk_refresh.Plan]:
-    """Place every job's dirty fine chunks in chunks, with one count query for all (none
-    for the jobs whose events are ``loaded``)."""
-    unplaced = {job: chunk_refresh.unplaced(dirty.get(job, set()), stored.get(job, {}), size)
-                for job in job_ids if job not in loaded}
-    counts = chunk_store.count_home({job: f for job, f in unplaced.items() if f}, size)
-    for job, by_fine in loaded.items():
-        counts[job] = {fine: len(events) for fine, events in by_fine.items()}
-    return {job: chunk_refresh.plan(dirty.get(job, set()), stored.get(job, {}), counts.get(job, {}),
-                             size) for job in job_ids}
+    """Lay out every job's chunks around its dirty fine chunks (``chunk_layout.placing``),
+    asking Postgres for the events per fine chunk all jobs still need in one query per
+    round (usually one round; none for the jobs whose events are ``loaded``)."""
+    group = chunk_refresh.GROUP_EVENTS
+    steps = {job: chunk_layout.placing(dirty.get(job, set()), stored.get(job, {}), size, group)
+             for job in job_ids}
+    plans: dict[str, chunk_refresh.Plan] = {}
+    asked: dict[str, chunk_layout.Ranges] = {}
+    for job, step in steps.items():
+        _advance(job, step, None, plans, asked)
+    while asked:
+        counts = chunk_store.count_home({job: r for job, r in asked.items() if job not in loaded},
+                                        size)
+        for job in asked.keys() & loaded.keys():
+            counts[job] = {fine: len(events) for fine, events in loaded[job].items()}
+        answering, asked = asked, {}
+        for job in answering:
+            _advance(job, steps[job], counts.get(job, {}), plans, asked)
+    return plans
+
+
+def _advance(job: str, step: Generator[chunk_layout.Ranges, chunk_layout.Counts,
+                                       chunk_refresh.Plan],
+             counts: chunk_layout.Counts | None, plans: dict[str, chunk_refresh.Plan],
+             asked: dict[str, chunk_layout.Ranges]) -> None:
+    """Give one job's layout the counts it asked for (``None``: start it); keep its plan
+    when done, or what it asks next."""
+    try:
+        asked[job] = next(step) if counts is None else step.send(counts)
+    except StopIteration as done:
+        plans[job] = done.value
 
 
 def _dirty_ranges(placed: chunk_refresh.Plan) -> list[tuple[int, int | None]]:

@@ -41,21 +41,23 @@ def write_jobs(rows: Sequence[JobRows], gone: Sequence[str]) -> tuple[int, int, 
 
     Returns what :func:`day_sums.write_days` did: (rows written, rows deleted, days).
     """
-    stored = dict(JobRollup.objects.filter(job__in=[r.job.job for r in rows])
-                  .values_list("job", "timeline_digest"))
-    labels_before = job_labels([r.job.job for r in rows])
-    _upsert_jobs([r.job for r in rows])
     jobs = [r.job.job for r in rows]
-    _replace_children(AttemptRollup, jobs, [a for r in rows for a in r.attempts])
-    _replace_children(RecoveryRollup, jobs, [x for r in rows for x in r.recoveries])
-    _replace_children(RecoveryPartRollup, jobs, [x for r in rows for x in part_rows(r)])
-    _replace_children(JobLostRollup, jobs, [x for r in rows for x in lost_rows(r.job)])
+    stored = dict(JobRollup.objects.filter(job__in=jobs).values_list("job", "timeline_digest"))
+    labels_before = job_labels([job for job in jobs if job in stored])
+    _upsert_jobs([r.job for r in rows])
+    # A job without a rollup row has no child rows (their foreign keys say so): nothing of
+    # a new job's is deleted or read back.
+    known = [job for job in jobs if job in stored]
+    _replace_children(AttemptRollup, known, [a for r in rows for a in r.attempts])
+    _replace_children(RecoveryRollup, known, [x for r in rows for x in r.recoveries])
+    _replace_children(RecoveryPartRollup, known, [x for r in rows for x in part_rows(r)])
+    _replace_children(JobLostRollup, known, [x for r in rows for x in lost_rows(r.job)])
     redrawn = [r for r in rows if stored.get(r.job.job) != r.job.timeline_digest]
     if redrawn:
-        _replace_children(AttemptTimeline, [r.job.job for r in redrawn],
+        _replace_children(AttemptTimeline, [r.job.job for r in redrawn if r.job.job in stored],
                           [t for r in redrawn for t in r.timeline])
     written = write_days({**{job: {} for job in gone}, **{r.job.job: r.days for r in rows}},
-                         labels_before)
+                         labels_before, new_jobs=[job for job in jobs if job not in stored])
     JobRollup.objects.filter(job__in=gone).delete()
     chunk_store.delete_chunks(gone)
     return written
@@ -89,7 +91,8 @@ def _upsert_jobs(jobs: Sequence[JobRollup]) -> None:
 def _replace_children(model: type, jobs: list[str], rows: list[Any]) -> None:
     """Delete the jobs' rows of ``model`` and COPY the new ones in (model instances, or
     tuples already in ``copy_columns`` order)."""
-    model.objects.filter(job_id__in=jobs).delete()  # type: ignore[attr-defined]
+    if jobs:
+        model.objects.filter(job_id__in=jobs).delete()  # type: ignore[attr-defined]
     raw = connection.connection
     assert raw is not None
     with raw.cursor() as cursor:

@@ -42,3 +42,10 @@ def test_bench_rollouts_refuses_an_empty_plan() -> None:
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "--jobs" in proc.stderr
+
+
+def test_bench_rollouts_takes_another_database() -> None:
+    from bench.rollouts import DATABASE, parse_args
+
+    assert parse_args(["--database", "elsewhere"]).database == "elsewhere"
+    assert parse_args([]).database == DATABASE == "ett_bench_rollouts"
