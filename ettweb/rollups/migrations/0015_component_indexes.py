@@ -10,7 +10,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("rollups", "0012_map_launch_phase"),
+        ("rollups", "0014_child_job_indexes"),
     ]
 
     operations = [
