@@ -228,7 +228,9 @@ def test_a_batch_held_past_the_timeout_stays_with_its_live_worker(
         assert score > taken_at + VISIBILITY_S  # beaten since it was taken
     wait_until(lambda: Event.objects.filter(job=job).count() == 200, 60, workers.logs)
     assert "Task ett.ingest_batch[" not in workers.log("bystander")
-    assert workers.log("holder").count("Task ett.ingest_batch[") == 2  # received, succeeded
+    # received, then succeeded: logged after the commit the rows above show, so waited for
+    wait_until(lambda: workers.log("holder").count("Task ett.ingest_batch[") == 2, 30,
+               workers.logs)
     time.sleep(2 * beat_period_s(VISIBILITY_S))
     assert server.zscore("unacked_index", tag) is None and not server.hexists("unacked", tag)
 
