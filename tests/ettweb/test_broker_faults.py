@@ -20,7 +20,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,34 +28,9 @@ from django.db import connection, transaction
 from ettweb.ingest.models import Event, EventId, QuarantinedEvent
 from ettweb.platform import brokerfix
 from tests.ettweb.waiting import a_session_waits_on_a_lock, wait_until
-from tests.ettweb.worker_fleet import ROOT, VISIBILITY_S, PrivateRedis, Workers
+from tests.ettweb.worker_fleet import ROOT, VISIBILITY_S, PrivateRedis, Workers, heartbeat_lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    server = PrivateRedis(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def workers(tmp_path: Path, redis: PrivateRedis) -> Iterator[Workers]:
-    running = Workers(tmp_path, redis)
-    try:
-        yield running
-    finally:
-        running.stop()
-
-
-def _lines(job: str, count: int) -> list[str]:
-    t0 = time.time() - 3600
-    return [json.dumps({"v": 1, "id": f"{job}-{i}", "job": job, "attempt": 0, "kind": "mark",
-                        "mark": "heartbeat", "ts": t0 + i}) for i in range(count)]
 
 
 def _stored(job: str) -> int:
@@ -72,7 +46,7 @@ def test_a_batch_held_by_a_killed_worker_is_stored_by_another(workers: Workers) 
     with transaction.atomic(), connection.cursor() as cursor:
         # The batch's insert waits on this lock, so the kill lands inside it.
         cursor.execute(f"LOCK TABLE {EventId._meta.db_table} IN SHARE MODE")
-        workers.publish(_lines(job, 500))
+        workers.publish(heartbeat_lines(job, 500))
         wait_until(a_session_waits_on_a_lock, 90, workers.logs)
         os.killpg(victim.pid, signal.SIGKILL)
         victim.wait(timeout=30)
@@ -90,13 +64,14 @@ def test_a_worker_survives_a_redis_restart_while_holding_a_message(
     go on consuming instead of exiting with "Unrecoverable error"."""
     first, second = f"before-{uuid.uuid4().hex[:6]}", f"after-{uuid.uuid4().hex[:6]}"
     worker = workers.start("survivor")
-    workers.publish(_lines(first, 50))  # stored; schedules a refresh 30 s out: held unacked
+    # stored; schedules a refresh 30 s out: held unacked
+    workers.publish(heartbeat_lines(first, 50))
     wait_until(lambda: _stored(first) == 50, 90, workers.logs)
     time.sleep(1.0)
     redis.stop()
     time.sleep(3.0)
     redis.start()
-    workers.publish(_lines(second, 50))
+    workers.publish(heartbeat_lines(second, 50))
     wait_until(lambda: _stored(second) == 50, 90, workers.logs)
     assert worker.poll() is None, workers.log("survivor")[-3000:]
     assert "Unrecoverable error" not in workers.log("survivor")
@@ -184,7 +159,7 @@ def test_a_task_acked_after_a_redis_reconnect_keeps_the_worker_alive(
     worker = workers.start("acker")
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(f"LOCK TABLE {EventId._meta.db_table} IN SHARE MODE")
-        workers.publish(_lines(held, 100))
+        workers.publish(heartbeat_lines(held, 100))
         wait_until(a_session_waits_on_a_lock, 90, workers.logs)
         redis.stop()
         time.sleep(3.0)
@@ -192,7 +167,7 @@ def test_a_task_acked_after_a_redis_reconnect_keeps_the_worker_alive(
         wait_until(lambda: workers.log("acker").count("Connected to redis://") >= 2, 60,
                    workers.logs)
     wait_until(lambda: _stored(held) == 100, 60, workers.logs)  # finished after the reconnect
-    workers.publish(_lines(after, 50))
+    workers.publish(heartbeat_lines(after, 50))
     wait_until(lambda: _stored(after) == 50, 120, workers.logs)
     assert worker.poll() is None, workers.log("acker")[-3000:]
     assert "Unrecoverable error" not in workers.log("acker")

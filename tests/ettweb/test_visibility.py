@@ -15,8 +15,6 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -28,22 +26,12 @@ from kombu import Connection, Exchange, Queue
 from ettweb.ingest.models import Event, EventId
 from ettweb.platform.visibility import Heartbeat, HeldMessagesHeartbeat, beat_period_s, held_tags
 from tests.ettweb.waiting import a_session_waits_on_a_lock, wait_until
-from tests.ettweb.worker_fleet import VISIBILITY_S, PrivateRedis, Workers
+from tests.ettweb.worker_fleet import VISIBILITY_S, PrivateRedis, Workers, heartbeat_lines
 
 #: The channel tests' visibility timeout: a beat every half second.
 SHORT_TIMEOUT_S = 1.5
 #: What the restore scan of every worker adds to the timeout (settings: every 10 s).
 SCAN_INTERVAL_S = 10.0
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    server = PrivateRedis(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _connection(redis: PrivateRedis) -> Connection:
@@ -172,21 +160,6 @@ def test_every_worker_of_the_app_runs_the_step() -> None:
 # ---------------------------------------------------------------- real workers
 
 
-@pytest.fixture
-def workers(tmp_path: Path, redis: PrivateRedis) -> Iterator[Workers]:
-    running = Workers(tmp_path, redis)
-    try:
-        yield running
-    finally:
-        running.stop()
-
-
-def _lines(job: str, count: int) -> list[str]:
-    t0 = time.time() - 3600
-    return [json.dumps({"v": 1, "id": f"{job}-{i}", "job": job, "attempt": 0, "kind": "mark",
-                        "mark": "heartbeat", "ts": t0 + i}) for i in range(count)]
-
-
 def _batch_tag(server: redis_py.Redis) -> str:
     """The delivery tag of the one ingest batch held unacknowledged."""
     (tag,) = [tag.decode() for tag, record in server.hgetall("unacked").items()
@@ -202,7 +175,7 @@ def _batch_held_mid_insert(workers: Workers, job: str) -> None:
     """Start the holder, then publish a batch whose insert waits on the test's table lock."""
     workers.start("holder")
     _ready(workers, "holder")
-    workers.publish(_lines(job, 200))
+    workers.publish(heartbeat_lines(job, 200))
     wait_until(a_session_waits_on_a_lock, 90, workers.logs)
 
 

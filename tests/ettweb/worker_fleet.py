@@ -7,6 +7,7 @@ package path (``tests.ettweb.worker_fleet``) so it works whatever directory pyte
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -126,3 +127,10 @@ class Workers:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+
+
+def heartbeat_lines(job: str, count: int) -> list[str]:
+    """``count`` valid heartbeat marks of ``job`` an hour old, as raw JSONL lines."""
+    t0 = time.time() - 3600
+    return [json.dumps({"v": 1, "id": f"{job}-{i}", "job": job, "attempt": 0, "kind": "mark",
+                        "mark": "heartbeat", "ts": t0 + i}) for i in range(count)]
