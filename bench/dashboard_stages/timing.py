@@ -64,10 +64,15 @@ def fill_path(target: Target, filler: Filler, rng: random.Random,
     return ROUTE_PARAM.sub(lambda m: values[m.group(2)], route)
 
 
-def query_for(params: Sequence[Param], filler: Filler, rng: random.Random) -> dict[str, str]:
+def query_for(params: Sequence[Param], filler: Filler, rng: random.Random,
+              links: Sequence[dict[str, str]] = ()) -> dict[str, str]:
     """Query values for one request: required ones always, each optional one half the time;
     a range's two ends are drawn together (both seven times in ten, one end alone one time
-    in ten each, neither otherwise), so ``date_from`` is never after ``date_to``."""
+    in ten each, neither otherwise), so ``date_from`` is never after ``date_to``.
+
+    A hidden input (the page's current sort, say) is sent as the page set it, or varied
+    with the values the page's own links give that name: never the filler's, since what
+    one page accepts for a name (``sort``) is not what another does."""
     names = {p.name for p in params}
     query: dict[str, str] = {}
     drawn: set[str] = set()
@@ -85,9 +90,10 @@ def query_for(params: Sequence[Param], filler: Filler, rng: random.Random) -> di
     for param in params:
         if param.name in query or param.name in drawn:
             continue
-        if param.value is not None and (rng.random() < 0.5
-                                        or filler.value(param.name, rng) is None):
-            query[param.name] = param.value  # a hidden input: as the page sent it, or varied
+        if param.value is not None:
+            offered = sorted({link[param.name] for link in links if param.name in link})
+            query[param.name] = (rng.choice(offered) if offered and rng.random() < 0.5
+                                 else param.value)
         elif param.required or rng.random() < 0.5:
             value = _value(param, filler, rng)
             if value is None and param.required:
@@ -164,7 +170,7 @@ class Measurer:
         path = fill_path(target, self.filler, rng)
         if target.links and rng.random() < 0.25:
             return _url(path, rng.choice(target.links))
-        return _url(path, query_for(target.params, self.filler, rng))
+        return _url(path, query_for(target.params, self.filler, rng, target.links))
 
     def measure(self, target: Target, repeats: int) -> Timing:
         rng = random.Random(f"{self.seed}:{target.key}")

@@ -198,6 +198,7 @@ def _snapshot() -> dict[str, dict[Any, Any]]:
         LabelDayRollup,
         RecoveryPartRollup,
         RecoveryRollup,
+        ScopeTotalRollup,
     )
 
     job_fields = [f.attname for f in JobRollup._meta.concrete_fields
@@ -219,6 +220,8 @@ def _snapshot() -> dict[str, dict[Any, Any]]:
             "day", "category", "seconds", "gpu_seconds")},
         "label_days": {r[:6]: r[6:] for r in LabelDayRollup.objects.values_list(
             "day", "category", "model", "team", "cluster", "gpus", "seconds", "gpu_seconds")},
+        "scope_totals": {r[:3]: r[3:] for r in ScopeTotalRollup.objects.values_list(
+            "team", "cluster", "category", "seconds", "gpu_seconds")},
         "job_days": {(r[0], r[1]): r[2:] for r in JobDayRollup.objects.values_list(
             "job_id", "day", "wall_gpu_seconds", "productive_gpu_seconds")},
         "recovery_parts": {r[:3]: r[3] for r in RecoveryPartRollup.objects.values_list(

@@ -54,6 +54,7 @@ from ettweb.rollups.models import (
     LabelDayRollup,
     RecoveryPartRollup,
     RecoveryRollup,
+    ScopeTotalRollup,
 )
 from ettweb.rollups.refresh import JOBS_PER_TRANSACTION, RefreshStats, refresh_jobs
 
@@ -395,7 +396,7 @@ ANALYZE_AFTER_JOBS = 1000
 Analyzed = tuple[tuple[type, tuple[str, ...]], ...]
 #: What an import writes besides the events, read by job by the refresh that follows.
 _WRITTEN_BY_IMPORT: Analyzed = ((Job, ("job_id",)), (DirtyJob, ("job",)),
-                                (DirtyChunk, ("job", "chunk")))
+                                (DirtyChunk, ("job",)))
 #: Every table a refresh writes per job and the sums beside them, by the columns it looks
 #: them up by (not the chunks' JSON: sampling it would cost more than the refresh saves).
 _FILLED_BY_REFRESH: Analyzed = (
@@ -404,7 +405,7 @@ _FILLED_BY_REFRESH: Analyzed = (
     (DailyCategoryRollup, ("job", "day")), (JobDayRollup, ("job", "day")),
     (FleetDayRollup, ("day", "category")),
     (LabelDayRollup, ("day", "category", "model", "team", "cluster", "gpus")),
-    (AttributionChunk, ("job", "chunk")))
+    (ScopeTotalRollup, ("team", "cluster", "category")), (AttributionChunk, ("job", "chunk")))
 #: What the fleet, rollout and job pages read, every column, once the import is done.
 _READ_BY_PAGES: Analyzed = tuple((model, ()) for model in (
     DailyCategoryRollup, JobRollup, AttemptRollup, RecoveryRollup, JobDayRollup,

@@ -20,10 +20,10 @@ from django.db.models import Count, Min, Sum
 
 from collector.schema import FAILED_STATUSES
 from ettweb.attribution.components import PRODUCTIVE, component_of
-from ettweb.queries.base import aggregating, phase_components
+from ettweb.queries.base import phase_components
 from ettweb.queries.collectors import CollectorsQuery, CollectorsQueryRunner
 from ettweb.queries.registry import Query, runner_for
-from ettweb.rollups.models import AttemptRollup, DirtyJob, JobRollup, LabelDayRollup
+from ettweb.rollups.models import AttemptRollup, DirtyJob, JobRollup, ScopeTotalRollup
 
 #: The label value of a job that never said its team or cluster.
 NONE: Final = "(none)"
@@ -71,18 +71,14 @@ class FleetTotalsResult:
         return sum(s.failures for s in self.scopes)
 
 
-def _lost_by_label_and_category() -> list[tuple[str, str, str, float]]:
-    """(team, cluster, category, lost GPU-seconds) over every job's whole life, summed in
-    Postgres from the label sums (``LabelDayRollup``: every job's day rows summed per label
-    combination, so all of them together are each job's whole-life totals): fewer rows than
-    joining every job's ``JobLostRollup`` rows to its labels, and no join."""
-    with aggregating() as cursor:
-        cursor.execute(
-            "SELECT team, cluster, category, SUM(gpu_seconds::float8) "
-            f"FROM {LabelDayRollup._meta.db_table} WHERE category <> %s GROUP BY 1, 2, 3",
-            [PRODUCTIVE])
-        return [(team, cluster, category, float(gpu_s or 0.0))
-                for team, cluster, category, gpu_s in cursor.fetchall()]
+def _lost_by_scope_and_category() -> list[tuple[str, str, str, float]]:
+    """(team, cluster, category, lost GPU-seconds) over every job's whole life, from the
+    all-time sums per scope (``ScopeTotalRollup``: the day rows summed per team, cluster and
+    category, kept with them): a few hundred rows, however long the history."""
+    rows = (ScopeTotalRollup.objects.exclude(category=PRODUCTIVE)
+            .values_list("team", "cluster", "category", "gpu_seconds"))
+    return [(team, cluster, category, float(gpu_s or 0.0))
+            for team, cluster, category, gpu_s in rows]
 
 
 @runner_for(FleetTotalsQuery)
@@ -103,7 +99,7 @@ class FleetTotalsQueryRunner:
             scope = (row["team"] or NONE, row["cluster"] or NONE)
             wall[scope] += float(row["wall"] or 0.0)
             productive[scope] += float(row["productive"] or 0.0)
-        for team, cluster, category, gpu_s in _lost_by_label_and_category():
+        for team, cluster, category, gpu_s in _lost_by_scope_and_category():
             if gpu_s:
                 lost[(team or NONE, cluster or NONE)][component_of(category, mapping)] += gpu_s
         failures = {(r["job__team"] or NONE, r["job__cluster"] or NONE): int(r["n"]) for r in

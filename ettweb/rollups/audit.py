@@ -19,6 +19,7 @@ from ettweb.rollups.models import (
     JobDayRollup,
     JobRollup,
     LabelDayRollup,
+    ScopeTotalRollup,
 )
 
 
@@ -30,6 +31,7 @@ class SumDrift:
     fleet_days: int
     job_days: int
     label_days: int
+    scope_totals: int
 
 
 def day_sum_drift(rel_tol: float = 1e-9) -> SumDrift:
@@ -64,10 +66,19 @@ def day_sum_drift(rel_tol: float = 1e-9) -> SumDrift:
             f"WHERE f.seconds IS DISTINCT FROM fresh.s "
             f"OR f.gpu_seconds IS DISTINCT FROM fresh.g")
         (label_days,) = cursor.fetchone() or (0,)
-    return SumDrift(int(fleet), int(job_days), int(label_days))
+        cursor.execute(
+            f"SELECT COUNT(*) FROM (SELECT j.team, j.cluster, d.category, "
+            f"SUM(d.seconds::numeric) AS s, SUM(d.gpu_seconds::numeric) AS g "
+            f"FROM {t['days']} d JOIN {t['jobs']} j ON j.job = d.job GROUP BY 1, 2, 3) fresh "
+            f"FULL JOIN {t['scopes']} f USING (team, cluster, category) "
+            f"WHERE f.seconds IS DISTINCT FROM fresh.s "
+            f"OR f.gpu_seconds IS DISTINCT FROM fresh.g")
+        (scope_totals,) = cursor.fetchone() or (0,)
+    return SumDrift(int(fleet), int(job_days), int(label_days), int(scope_totals))
 
 
 def _tables() -> dict[str, str]:
     return {"fleet": FleetDayRollup._meta.db_table, "job_days": JobDayRollup._meta.db_table,
-            "labels": LabelDayRollup._meta.db_table, "jobs": JobRollup._meta.db_table,
+            "labels": LabelDayRollup._meta.db_table,
+            "scopes": ScopeTotalRollup._meta.db_table, "jobs": JobRollup._meta.db_table,
             "days": DailyCategoryRollup._meta.db_table, "bucket": bucket_sql("j.gpus")}

@@ -87,17 +87,22 @@ def mark_chunks(events: Iterable[Event]) -> None:
 
     Over-marking is harmless (a repeated event's chunk is recomputed to the same numbers);
     under-marking would leave a chunk stale, so every event of the batch is marked, stored
-    or not. Rows are inserted in key order: two batches never deadlock on them.
+    or not. One row per job (its chunks as an array): the table has no unique key, so two
+    batches marking the same job never wait for each other.
     """
     size = chunk_s()
-    pairs = sorted({(event["job"], chunk_of(home_time(event), size)) for event in events})
-    if not pairs:
+    by_job: dict[str, set[int]] = {}
+    for event in events:
+        by_job.setdefault(event["job"], set()).add(chunk_of(home_time(event), size))
+    if not by_job:
         return
+    jobs = sorted(by_job)
     with server_cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {DIRTY} (job, chunk) SELECT * FROM unnest(%b::text[], %b::int8[]) "
-            "ORDER BY 1, 2 ON CONFLICT DO NOTHING",
-            [[job for job, _ in pairs], [k for _, k in pairs]])
+            f"INSERT INTO {DIRTY} (job, chunks) SELECT job, array_agg(chunk ORDER BY chunk) "
+            "FROM unnest(%b::text[], %b::int8[]) AS m(job, chunk) GROUP BY job",
+            [[job for job in jobs for _ in by_job[job]],
+             [k for job in jobs for k in sorted(by_job[job])]])
 
 
 def claim_chunks(job_ids: Sequence[str]) -> dict[str, set[int]]:
@@ -105,10 +110,10 @@ def claim_chunks(job_ids: Sequence[str]) -> dict[str, set[int]]:
     batch those covered has committed) and return them per job."""
     claimed: dict[str, set[int]] = {}
     with connection.cursor() as cursor:
-        cursor.execute(f"DELETE FROM {DIRTY} WHERE job = ANY(%s) RETURNING job, chunk",
+        cursor.execute(f"DELETE FROM {DIRTY} WHERE job = ANY(%s) RETURNING job, chunks",
                        [list(job_ids)])
-        for job, k in cursor.fetchall():
-            claimed.setdefault(job, set()).add(int(k))
+        for job, chunks in cursor.fetchall():
+            claimed.setdefault(job, set()).update(int(k) for k in chunks)
     return claimed
 
 
@@ -190,7 +195,8 @@ def delete_chunks(job_ids: Sequence[str], *, keep_final: bool = False) -> None:
 def jobs_marked_before(before: float, size: float) -> list[str]:
     """Jobs with a chunk marked for refresh that starts before ``before``."""
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT DISTINCT job FROM {DIRTY} WHERE chunk < %s ORDER BY 1",
+        # A row's chunks are in ascending order (``mark_chunks``): the first is its oldest.
+        cursor.execute(f"SELECT DISTINCT job FROM {DIRTY} WHERE chunks[1] < %s ORDER BY 1",
                        [before // size])
         return [job for (job,) in cursor.fetchall()]
 

@@ -3,8 +3,9 @@
 Only the day rows whose numbers changed are written, so a late batch rewrites exactly the
 days it touches (``DailyCategoryRollup.written_at`` shows which). Pages read the sums
 (:class:`FleetDayRollup` per day, :class:`LabelDayRollup` per label, :class:`JobDayRollup`
-per job-day) rather than the rows, so each written row's change is added to them in the same
-transaction: no reader ever sees the tables disagree. ``ettweb.rollups.audit`` checks them.
+per job-day, :class:`ScopeTotalRollup` per team and cluster over all days) rather than the
+rows, so each written row's change is added to them in the same transaction: no reader ever
+sees the tables disagree. ``ettweb.rollups.audit`` checks them.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ettweb.rollups.models import (
     JobDayRollup,
     JobRollup,
     LabelDayRollup,
+    ScopeTotalRollup,
 )
 
 #: Two day values closer than this (relative) are "unchanged": a recompute may redistribute
@@ -46,6 +48,7 @@ _LabelChange = tuple[date, str, str, str, str, str, float, float, int]
 _FLEET_KEY: Final = (("day", "date"), ("category", "text"))
 _LABEL_KEY: Final = (*_FLEET_KEY, ("model", "text"), ("team", "text"), ("cluster", "text"),
                      ("gpus", "text"))
+_SCOPE_KEY: Final = (("team", "text"), ("cluster", "text"), ("category", "text"))
 
 
 def job_labels(job_ids: Sequence[str]) -> dict[str, Labels]:
@@ -118,6 +121,9 @@ def write_days(wanted: dict[str, dict[DayKey, DayValues]],
                            "WHERE id = ANY(%s)", [[pk for pk, _ in stored.values()]])
     _change_sums(FleetDayRollup._meta.db_table, _FLEET_KEY, [change[1:] for change in changes])
     _change_sums(LabelDayRollup._meta.db_table, _LABEL_KEY, label_changes)
+    _change_sums(ScopeTotalRollup._meta.db_table, _SCOPE_KEY,
+                 [(team, cluster, category, s, g, sign)
+                  for _, category, _, team, cluster, _, s, g, sign in label_changes])
     _rewrite_job_days(wanted, touched, set(new_jobs))
     return len(inserts) + len(updates), len(stored), {day for _, day in touched}
 

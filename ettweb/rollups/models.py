@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
 from ettweb.attribution.components import UNKNOWN_COMPONENT
@@ -240,6 +241,30 @@ class LabelDayRollup(models.Model):
         return f"{self.day} {self.category} {self.model}/{self.team}/{self.cluster}/{self.gpus}"
 
 
+class ScopeTotalRollup(models.Model):
+    """Seconds and GPU-seconds per team, cluster and category over every day: the label
+    sums (:class:`LabelDayRollup`) summed over days, models and GPU sizes.
+
+    Why: ``/metrics`` reports each scope's all-time lost time on every scrape; summing the
+    label sums of a whole history for it read a row per label, day and category (157,000 at
+    the bench's fleet scale) where this holds a few hundred. Kept exact like the day sums,
+    by the same changes in the same transaction; ``rollups.audit`` checks it.
+    """
+
+    team = models.CharField(max_length=200, blank=True, default="")
+    cluster = models.CharField(max_length=200, blank=True, default="")
+    category = models.CharField(max_length=64)
+    seconds = ExactSumField()
+    gpu_seconds = ExactSumField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "cluster", "category"],
+                                               name="scopetotalrollup_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.team}/{self.cluster} {self.category}: {self.gpu_seconds:.1f} GPU-s"
+
+
 class JobDayRollup(models.Model):
     """One job's wall and productive GPU-seconds on one UTC day (its day rows summed over
     categories).
@@ -400,15 +425,21 @@ class AttributionChunk(models.Model):
 
 
 class DirtyChunk(models.Model):
-    """A chunk of a job that got new events since its last refresh (set by ingestion in
-    the transaction that stores them, beside the job's :class:`DirtyJob` mark)."""
+    """Chunks of a job that got new events since its last refresh (set by ingestion in the
+    transaction that stores them, beside the job's :class:`DirtyJob` mark): one row per job
+    and batch, the batch's chunks of that job in ``chunks``.
+
+    Why one row per batch, not per chunk: a batch touches a job's chunks in runs (an
+    import's batch holds whole jobs' histories), and a row per chunk was a heap tuple and two
+    index entries written and deleted for every second event. A job may have several rows
+    (one per batch since its refresh); the refresh claims them all and takes their union.
+    """
 
     job = models.CharField(max_length=200)
-    chunk = models.BigIntegerField()
+    chunks = ArrayField(models.BigIntegerField(), help_text="indexes of the chunks marked")
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["job", "chunk"],
-                                               name="dirtychunk_unique")]
+        indexes = [models.Index(fields=["job"], name="dirtychunk_job")]
 
     def __str__(self) -> str:
-        return f"{self.job} chunk {self.chunk}"
+        return f"{self.job} chunks {self.chunks}"

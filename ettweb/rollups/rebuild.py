@@ -26,6 +26,7 @@ from ettweb.rollups.models import (
     LabelDayRollup,
     RecoveryPartRollup,
     RecoveryRollup,
+    ScopeTotalRollup,
 )
 from ettweb.rollups.refresh import JOBS_PER_TRANSACTION, RefreshStats, refresh_batch
 
@@ -33,7 +34,7 @@ _ROLLUP_MODELS = (AttemptTimeline, JobLostRollup, RecoveryPartRollup, RecoveryRo
                   AttemptRollup, DailyCategoryRollup, JobRollup)
 #: Sums of the day rows, kept with them (``day_sums.write_days``) and checked by
 #: ``audit.day_sum_drift``.
-_DAY_SUM_MODELS = (FleetDayRollup, LabelDayRollup, JobDayRollup)
+_DAY_SUM_MODELS = (FleetDayRollup, LabelDayRollup, JobDayRollup, ScopeTotalRollup)
 
 
 def rebuild_all() -> RefreshStats:

@@ -114,6 +114,18 @@ def test_query_for_fills_required_parameters_and_both_ends_of_a_range() -> None:
     assert filler.path_value("phases/<str:name>/", "name", random.Random(0)) is None
 
 
+def test_a_hidden_input_is_varied_only_with_the_pages_own_link_values() -> None:
+    # /rollouts/ keeps its sort in a hidden input; the job list's sorts (-gpus) are a 400 there.
+    filler = Filler(_catalog())
+    assert "-gpus" in filler.choices["sort"]
+    params = [Param("sort", value="-at")]
+    links = [{"sort": "at"}, {"sort": "-ett_change", "verdict": "helped"}]
+    sent = {query_for(params, filler, random.Random(seed), links)["sort"] for seed in range(60)}
+    assert sent == {"-at", "at", "-ett_change"}
+    alone = {query_for(params, filler, random.Random(seed))["sort"] for seed in range(20)}
+    assert alone == {"-at"}
+
+
 def test_quick_and_refused_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     quick = parse_args(["--quick"])
     assert (quick.jobs, quick.days, quick.database) == (300, 30, "ett_bench_dashboard_quick")

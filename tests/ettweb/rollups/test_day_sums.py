@@ -24,6 +24,7 @@ from ettweb.rollups.models import (
     JobDayRollup,
     JobRollup,
     LabelDayRollup,
+    ScopeTotalRollup,
 )
 from ettweb.rollups.rebuild import rebuild_all
 from ettweb.rollups.refresh import refresh_jobs
@@ -69,7 +70,7 @@ def _summed_by_labels() -> dict[tuple[Any, ...], float]:
 
 
 def _assert_sums_exact() -> None:
-    assert day_sum_drift() == SumDrift(0, 0, 0)
+    assert day_sum_drift() == SumDrift(0, 0, 0, 0)
     labels, by_labels = _label_cells(), _summed_by_labels()
     assert set(labels) == set(by_labels)
     for key, value in by_labels.items():
@@ -98,7 +99,7 @@ def test_sums_follow_refreshes_late_events_and_removals() -> None:
     row = DailyCategoryRollup.objects.filter(category="productive").first()
     assert row is not None
     DailyCategoryRollup.objects.filter(pk=row.pk).update(gpu_seconds=row.gpu_seconds + 1.0)
-    assert day_sum_drift() == SumDrift(1, 1, 1)
+    assert day_sum_drift() == SumDrift(1, 1, 1, 1)
     DailyCategoryRollup.objects.filter(pk=row.pk).update(gpu_seconds=row.gpu_seconds)
     _assert_sums_exact()
 
@@ -108,6 +109,7 @@ def test_sums_follow_refreshes_late_events_and_removals() -> None:
     remove_jobs(_jobs())
     # Exact upkeep: every cell reached exactly zero and was deleted, no float ghosts left.
     assert not FleetDayRollup.objects.exists() and not JobDayRollup.objects.exists()
+    assert not ScopeTotalRollup.objects.exists()
     assert not LabelDayRollup.objects.exists()
 
 
@@ -159,6 +161,7 @@ def test_a_job_whose_events_are_gone_leaves_the_sums() -> None:
     _delete_events(["short"])
     refresh_jobs(["short"], whole=True)
     assert not FleetDayRollup.objects.exists() and not JobDayRollup.objects.exists()
+    assert not ScopeTotalRollup.objects.exists()
 
 
 @pytest.mark.django_db
@@ -175,7 +178,7 @@ def test_random_batches_in_random_order_keep_the_sums_exact() -> None:
         at += size
         ingest_lines(batch)
         refresh_jobs({_job_of(line) for line in batch})
-        assert day_sum_drift() == SumDrift(0, 0, 0)
+        assert day_sum_drift() == SumDrift(0, 0, 0, 0)
     _assert_sums_exact()
     before = _fleet_cells()
     rebuild_all()
