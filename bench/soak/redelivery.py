@@ -10,7 +10,11 @@ returns them at once.
 
 Celery logs ``[YYYY-mm-dd HH:MM:SS,mmm: LEVEL/Process] Task NAME[ID] received`` in local
 time, to the millisecond; a task's later lines (succeeded, raised, retry) name it the same
-way.
+way. A worker that loses the broker (a broker restart, a cut network) holds nothing from
+then on: the broker takes back what its connection held (Redis restores a closed channel's
+unacknowledged messages, RabbitMQ requeues a dead connection's) and Celery drops its own
+copies, countdowns waiting in its timer included. Those messages reach another worker
+before any later kill, so they are not that kill's to bring back.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ TASK_LINE = re.compile(
     r"Task (?P<name>[\w.]+)\[(?P<id>[0-9a-f-]{36})\] (?P<what>\w+)", re.MULTILINE)
 #: What the rig writes before each start of a process into its log.
 START_MARK = "\n==== start #"
+#: What a worker's consumer logs when its broker connection is gone (see the module's doc).
+CONNECTION_LOST = re.compile(r"^\[[^\]]+\] consumer: Connection to broker lost", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -40,8 +46,12 @@ class Kill:
 
 
 def held_tasks(log_text: str) -> dict[str, str]:
-    """Task ids the worker's current run received and never finished (id -> name)."""
+    """Task ids the worker received and never finished since its current run started or its
+    consumer last lost the broker, whichever came later (id -> name)."""
     run = log_text[log_text.rfind(START_MARK) + 1:] if START_MARK in log_text else log_text
+    losses = list(CONNECTION_LOST.finditer(run))
+    if losses:
+        run = run[losses[-1].end():]
     held: dict[str, str] = {}
     for line in TASK_LINE.finditer(run):
         if line["what"] == "received":

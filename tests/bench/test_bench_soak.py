@@ -211,3 +211,19 @@ def test_redelivery_runs_from_the_kill_to_the_next_receipt_of_each_held_task(
     assert found["worker_kill_not_redelivered"] == []
     assert found["worker_kill_redelivery"] == [{"worker": "worker-0", "held": 2,
                                                 "worst_s": 77.4}]
+
+
+def test_a_worker_that_lost_the_broker_holds_nothing_it_received_before(tmp_path: Path) -> None:
+    """Seen in the long soaks of 2026-12-04: a broker restart gave a worker's countdown
+    refreshes back (Celery dropped its copies), another worker ran them, and a later kill of
+    the first was counted as holding them, never to be redelivered. Only what it received
+    after its consumer reconnected is held."""
+    given_back, kept = f"ett.refresh_rollups[{uuid.uuid4()}]", f"ett.ingest_batch[{uuid.uuid4()}]"
+    t0 = float(int(time.time()) - 600)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t0 + 5))
+    log = ("\n==== start #1 at 0\n" + _task_line(t0, "MainProcess", given_back, "received")
+           + f"[{stamp},000: WARNING/MainProcess] consumer: Connection to broker lost. "
+           "Trying to re-establish the connection... (network:ConnectionError)\n"
+           + _task_line(t0 + 9, "MainProcess", kept, "received"))
+    assert held_tasks(log) == {kept[-37:-1]: "ett.ingest_batch"}
+    assert set(held_tasks(log.split("[" + stamp)[0])) == {given_back[-37:-1]}
