@@ -9,10 +9,11 @@ import time
 from collections.abc import Callable
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 
 from ettweb.ingest.batches import IngestResult, ingest_lines
 from ettweb.ingest.models import Event, EventId
+from tests.ettweb.db_sessions import start_session
 
 LineFactory = Callable[..., str]
 
@@ -42,22 +43,15 @@ def test_a_batch_overlapping_an_uncommitted_one_stores_only_what_is_new(
     errors: list[BaseException] = []
 
     def run(name: str, lines: list[str], hold: bool) -> None:
-        try:
-            with transaction.atomic():
-                results[name] = ingest_lines(lines)
-                if hold:  # the first batch keeps its ids uncommitted until released
-                    holding.set()
-                    assert release.wait(timeout=30)
-        except BaseException as exc:  # re-raised in the test thread
-            errors.append(exc)
-        finally:
-            connections.close_all()
+        with transaction.atomic():
+            results[name] = ingest_lines(lines)
+            if hold:  # the first batch keeps its ids uncommitted until released
+                holding.set()
+                assert release.wait(timeout=30)
 
-    one = threading.Thread(target=run, args=("first", first, True))
-    one.start()
+    one = start_session(lambda: run("first", first, True), errors)
     assert holding.wait(timeout=30)
-    two = threading.Thread(target=run, args=("second", second, False))
-    two.start()
+    two = start_session(lambda: run("second", second, False), errors)
     try:
         assert _waiting_on_a_lock()  # the second batch waits on the first's ids
     finally:

@@ -13,6 +13,7 @@ from ettweb.ingest.batches import ingest_lines
 from ettweb.rollups.marks import mark_dirty, stale_marks
 from ettweb.rollups.models import DirtyJob, JobRollup
 from ettweb.rollups.refresh import refresh_jobs
+from tests.ettweb.db_sessions import start_session
 
 
 @pytest.mark.django_db
@@ -62,31 +63,16 @@ def test_a_batch_committing_during_a_refresh_is_never_left_out() -> None:
     errors: list[BaseException] = []
 
     def slow_batch() -> None:
-        try:
-            with transaction.atomic():
-                ingest_lines(second)  # stores and locks the mark, inside the open transaction
-                holding.set()
-                assert release.wait(timeout=30)
-        except BaseException as exc:  # re-raised in the test thread
-            errors.append(exc)
-        finally:
-            connections.close_all()
+        with transaction.atomic():
+            ingest_lines(second)  # stores and locks the mark, inside the open transaction
+            holding.set()
+            assert release.wait(timeout=30)
 
     refreshed: list[int] = []
-
-    def refresh() -> None:
-        try:
-            refreshed.append(refresh_jobs(["job-000"], only_marked=True).events)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    batch = threading.Thread(target=slow_batch)
-    batch.start()
+    batch = start_session(slow_batch, errors)
     assert holding.wait(timeout=30)
-    refresher = threading.Thread(target=refresh)
-    refresher.start()
+    refresher = start_session(
+        lambda: refreshed.append(refresh_jobs(["job-000"], only_marked=True).events), errors)
     refresher.join(timeout=1.0)
     assert refresher.is_alive()  # waiting on the mark's row lock, not reading stale events
     release.set()

@@ -8,7 +8,7 @@ from datetime import date, timedelta
 from typing import Any
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 from rollup_fleet import EPOCH, FleetBuilder, fleet, in_lockstep
 
 from collector.schema import dump_event
@@ -17,6 +17,7 @@ from ettweb.ingest.batches import ingest_lines
 from ettweb.rollups.models import AttemptRollup, DailyCategoryRollup, JobRollup, RecoveryRollup
 from ettweb.rollups.rebuild import rebuild_all
 from ettweb.rollups.refresh import load_events, refresh_jobs
+from tests.ettweb.db_sessions import start_session
 
 HOUR = 3600.0
 DAY = 86400.0
@@ -261,19 +262,12 @@ def test_a_slow_refresh_never_overwrites_a_newer_one(monkeypatch: pytest.MonkeyP
     errors: list[BaseException] = []
 
     def run_slow() -> None:
-        try:
-            refresh_jobs(["job-000"])
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connections.close_all()
+        refresh_jobs(["job-000"])
 
-    slow = threading.Thread(target=run_slow, name="slow")
-    slow.start()
+    slow = start_session(run_slow, errors, name="slow")
     assert loaded.wait(timeout=30)
     ingest_lines(lines[-10:])
-    fast = threading.Thread(target=run_slow, name="fast")
-    fast.start()
+    fast = start_session(run_slow, errors, name="fast")
     slow.join(timeout=60)
     fast.join(timeout=60)
     assert not errors, errors
