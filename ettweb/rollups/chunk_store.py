@@ -195,8 +195,8 @@ def delete_chunks(job_ids: Sequence[str], *, keep_final: bool = False) -> None:
 def jobs_marked_before(before: float, size: float) -> list[str]:
     """Jobs with a chunk marked for refresh that starts before ``before``."""
     with connection.cursor() as cursor:
-        # A row's chunks are in ascending order (``mark_chunks``): the first is its oldest.
-        cursor.execute(f"SELECT DISTINCT job FROM {DIRTY} WHERE chunks[1] < %s ORDER BY 1",
+        cursor.execute(f"SELECT DISTINCT job FROM {DIRTY} WHERE EXISTS (SELECT FROM "
+                       "unnest(chunks) AS k WHERE k < %s) ORDER BY 1",
                        [before // size])
         return [job for (job,) in cursor.fetchall()]
 

@@ -10,8 +10,9 @@ from django.db import connections, transaction
 from rollup_fleet import fleet
 
 from ettweb.ingest.batches import ingest_lines
+from ettweb.rollups import chunk_store
 from ettweb.rollups.marks import mark_dirty, stale_marks
-from ettweb.rollups.models import DirtyJob, JobRollup
+from ettweb.rollups.models import DirtyChunk, DirtyJob, JobRollup
 from ettweb.rollups.refresh import refresh_jobs
 from tests.ettweb.db_sessions import start_session
 
@@ -157,3 +158,23 @@ def test_the_cost_estimate_follows_measured_refreshes(monkeypatch: pytest.Monkey
     assert marks._seconds_per_event == pytest.approx(100e-6, rel=0.01)
     marks.note_cost(RefreshStats(jobs=1, events=10, elapsed_s=5.0))  # too small to judge
     assert marks._seconds_per_event == pytest.approx(100e-6, rel=0.01)
+
+
+@pytest.mark.django_db
+def test_chunk_marks_are_one_row_per_job_and_batch_and_claimed_as_their_union() -> None:
+    """A batch marks each job it touches once (its chunks as an array); a refresh claims
+    every row of a job. Retention finds a job by any of its marked chunks, in any order."""
+    size = chunk_store.chunk_s()
+
+    def mark(*events: tuple[str, int]) -> None:
+        chunk_store.mark_chunks([{"job": job, "kind": "mark", "ts": k * size}
+                                 for job, k in events])
+
+    mark(("a", 5), ("a", 2), ("b", 9))
+    mark(("a", 7))
+    assert sorted(DirtyChunk.objects.values_list("job", "chunks")) == [
+        ("a", [2, 5]), ("a", [7]), ("b", [9])]
+    DirtyChunk.objects.create(job="c", chunks=[8, 3])  # an array out of order
+    assert chunk_store.jobs_marked_before(4 * size, size) == ["a", "c"]
+    assert chunk_store.claim_chunks(["a", "b"]) == {"a": {2, 5, 7}, "b": {9}}
+    assert list(DirtyChunk.objects.values_list("job", flat=True)) == ["c"]
