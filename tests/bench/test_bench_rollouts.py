@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.rollouts import percentile
+from bench.rollouts import percentile, phases, refresh_seconds
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,6 +25,10 @@ def test_bench_rollouts_small_fleet_prints_its_result_line() -> None:
     assert result["events"] > 150 * 10 and result["rollouts"] == 14
     assert result["import_events_per_s"] == pytest.approx(
         result["events"] / result["import_s"], rel=0.01)
+    assert result["store_s"] + result["refresh_s"] == pytest.approx(result["import_s"], abs=0.02)
+    assert 0 < result["refresh_share"] < 1
+    assert result["refresh_events_per_s"] == pytest.approx(
+        result["events"] / result["refresh_s"], rel=0.01)
     assert result["impact_requests"] == result["rollout_page_requests"] == 14
     for kind in ("impact", "rollout_page", "component_page"):
         assert 0 < result[f"{kind}_p50_ms"] <= result[f"{kind}_p95_ms"]
@@ -35,6 +39,20 @@ def test_percentile_interpolates_like_numpy() -> None:
     assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
     assert percentile([5.0], 95) == 5.0
     assert percentile([0.0, 10.0], 95) == pytest.approx(9.5)
+
+
+def test_refresh_seconds_are_read_from_the_command_summary() -> None:
+    line = ("imported 1 file: 262,212 stored, 0 duplicates, 0 rejected; "
+            "4,998 jobs refreshed in 19.7 s")
+    assert refresh_seconds(line) == 19.7
+    with pytest.raises(ValueError, match="no refresh time"):
+        refresh_seconds("imported 1 file: 3 stored, 0 duplicates, 0 rejected")
+
+
+def test_phases_split_the_import_into_storing_and_refreshing() -> None:
+    split = phases(1_000_000, 40.0, 30.0)
+    assert split == {"store_s": 10.0, "refresh_s": 30.0, "store_events_per_s": 100_000,
+                     "refresh_events_per_s": 33_333, "refresh_share": 0.75}
 
 
 def test_bench_rollouts_refuses_an_empty_plan() -> None:
