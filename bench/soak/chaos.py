@@ -72,10 +72,15 @@ class Outcome:
     note: str = ""
 
 
+#: Kinds a broker does not have at all, by broker: skipping them is no shortfall of a run
+#: (``run.meets_targets``), unlike a skip for the rig's sake or for ``--only``.
+NOT_FOR_BROKER: dict[str, frozenset[str]] = {"redis": frozenset({"memory_alarm"})}
+
+
 def available_kinds(rig: Rig) -> tuple[list[str], dict[str, str]]:
     """The kinds this rig can inject, and why each other one is skipped."""
     skipped: dict[str, str] = {}
-    if rig.broker.kind != "rabbitmq":
+    if "memory_alarm" in NOT_FOR_BROKER.get(rig.broker.kind, frozenset()):
         skipped["memory_alarm"] = ("RabbitMQ only: a Redis at maxmemory refuses the write "
                                    "after BRPOP took the message; blocked publishing is "
                                    "covered by publish_blocked")

@@ -227,3 +227,38 @@ def test_a_worker_that_lost_the_broker_holds_nothing_it_received_before(tmp_path
            + _task_line(t0 + 9, "MainProcess", kept, "received"))
     assert held_tasks(log) == {kept[-37:-1]: "ett.ingest_batch"}
     assert set(held_tasks(log.split("[" + stamp)[0])) == {given_back[-37:-1]}
+
+
+def _long_run(**changes: Any) -> dict[str, Any]:
+    """The fields of a long run's result line that its verdict reads (a Redis run's)."""
+    kinds = ("agent_kill", "worker_kill", "broker_restart", "postgres_restart",
+             "workers_stopped", "spool_full", "spool_corrupt", "publish_blocked",
+             "backlog_replay")
+    return {"passed": True, "broker": "redis", "events_emitted": 1_878_102,
+            "faults": dict.fromkeys(kinds, 50),
+            "faults_skipped": {"memory_alarm": "RabbitMQ only"},
+            "worker_kill_redelivery_worst_s": 36.7, "worker_kill_not_redelivered": [],
+            **changes}
+
+
+def test_a_kind_the_broker_does_not_have_is_no_shortfall() -> None:
+    from bench.soak.run import meets_targets
+
+    assert meets_targets(_long_run()) is True
+    assert meets_targets(_long_run(broker="rabbitmq")) is False  # RabbitMQ has alarms
+    assert meets_targets(_long_run(faults_skipped={
+        "memory_alarm": "RabbitMQ only",
+        "broker_restart": "no private RabbitMQ node; the shared one is not restarted"})) is False
+    assert meets_targets(_long_run(faults_skipped={
+        "memory_alarm": "RabbitMQ only", "agent_kill": "not in --only"})) is False
+
+
+def test_every_other_target_still_counts() -> None:
+    from bench.soak.run import meets_targets
+
+    assert meets_targets(_long_run(passed=False)) is False
+    assert meets_targets(_long_run(events_emitted=999_999)) is False
+    assert meets_targets(_long_run(faults={"agent_kill": 50, "worker_kill": 49})) is False
+    assert meets_targets(_long_run(worker_kill_redelivery_worst_s=120.5)) is False
+    assert meets_targets(_long_run(worker_kill_redelivery_worst_s=None)) is False
+    assert meets_targets(_long_run(worker_kill_not_redelivered=["ett.ingest_batch[x]"])) is False
