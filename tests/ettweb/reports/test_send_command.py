@@ -222,7 +222,8 @@ def test_bad_arguments_exit_2_with_one_line(smtp: SmtpServer) -> None:
     for proc, (args, reason) in zip(procs, cases, strict=True):
         run = finish(proc)
         assert run.code == 2, (args, run)
-        (line,) = run.err.splitlines()
+        assert len(run.err.splitlines()) == 1, (args, run)  # the whole stderr, when more
+        line = run.err.strip()
         assert line.startswith("CommandError: --") and reason in line, (args, line)
         assert run.out == ""
     assert smtp.received == []
@@ -236,7 +237,8 @@ def test_a_preview_with_no_relay_exits_1_and_says_why() -> None:
                  smtp_env={"EMAIL_HOST": "127.0.0.1", "EMAIL_PORT": str(closed_port())})
     run = finish(proc)
     assert run.code == 1, run
-    (line,) = run.err.splitlines()
+    assert len(run.err.splitlines()) == 1, run  # the whole stderr, when it says more
+    line = run.err.strip()
     assert line.startswith("CommandError: sending to boss@example.com failed: "
                            "ConnectionRefusedError"), line
     assert run.out == ""
