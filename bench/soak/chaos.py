@@ -72,19 +72,18 @@ class Outcome:
     note: str = ""
 
 
-#: Kinds a broker does not have at all, by broker: skipping them is no shortfall of a run
-#: (``run.meets_targets``), unlike a skip for the rig's sake or for ``--only``.
-NOT_FOR_BROKER: dict[str, frozenset[str]] = {"redis": frozenset({"memory_alarm"})}
+#: Kinds a broker does not have at all, by broker, with why: skipping them is no shortfall
+#: of a run (``run.meets_targets``), unlike a skip for the rig's sake or for ``--only``.
+NOT_FOR_BROKER: dict[str, dict[str, str]] = {
+    "redis": {"memory_alarm": "RabbitMQ only: a Redis at maxmemory refuses the write after "
+                              "BRPOP took the message; blocked publishing is covered by "
+                              "publish_blocked"}}
 
 
 def available_kinds(rig: Rig) -> tuple[list[str], dict[str, str]]:
     """The kinds this rig can inject, and why each other one is skipped."""
-    skipped: dict[str, str] = {}
-    if "memory_alarm" in NOT_FOR_BROKER.get(rig.broker.kind, frozenset()):
-        skipped["memory_alarm"] = ("RabbitMQ only: a Redis at maxmemory refuses the write "
-                                   "after BRPOP took the message; blocked publishing is "
-                                   "covered by publish_blocked")
-    elif not rig.broker.private:
+    skipped = dict(NOT_FOR_BROKER.get(rig.broker.kind, {}))
+    if "memory_alarm" not in skipped and not rig.broker.private:
         skipped["memory_alarm"] = "no private RabbitMQ node; the shared one is not alarmed"
     if not rig.broker.private:
         skipped["broker_restart"] = "no private RabbitMQ node; the shared one is not restarted"

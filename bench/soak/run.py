@@ -47,6 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.soak import chaos
 from bench.soak.redelivery import measure
 from bench.soak.rig import PROFILES, ROOT, Rig, backlog_bytes, say
 from bench.soak.services import REGISTRY, PrivateRedis
@@ -64,9 +65,7 @@ def meets_targets(result: Mapping[str, Any]) -> bool:
     ``chaos.NOT_FOR_BROKER``, is not), and every message a killed worker held back at a
     worker within ``REDELIVERY_TARGET_S``. A function of the printed line alone, so a kept
     line can be judged again."""
-    from bench.soak.chaos import NOT_FOR_BROKER
-
-    absent = NOT_FOR_BROKER.get(str(result.get("broker")), frozenset())
+    absent = chaos.NOT_FOR_BROKER.get(str(result.get("broker")), {}).keys()
     worst = result.get("worker_kill_redelivery_worst_s")
     return (bool(result.get("passed")) and result.get("events_emitted", 0) >= EVENTS_TARGET
             and not set(result.get("faults_skipped", {})) - absent
@@ -140,7 +139,7 @@ def _known_defects(result: dict[str, Any], lost: int, died: list[str], rig: Rig,
 def soak(args: argparse.Namespace, result: dict[str, Any]) -> None:
     """Run one soak, filling ``result`` (the JSON line) as it goes: a soak that breaks
     half-way still reports what it knows."""
-    from bench.soak import accounting, chaos
+    from bench.soak import accounting
 
     profile = dataclasses.replace(
         PROFILES[args.profile],
@@ -372,12 +371,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--{name} must be > 0")
     if args.visibility_timeout is not None and args.visibility_timeout < 10:
         parser.error("--visibility-timeout must be >= 10 (the settings' minimum)")
-    from bench.soak.chaos import KINDS
-
-    unknown = sorted(set(args.only or ()) - set(KINDS))
+    unknown = sorted(set(args.only or ()) - set(chaos.KINDS))
     if unknown:
         parser.error(f"--only: unknown fault kind(s) {', '.join(unknown)}; "
-                     f"known: {', '.join(KINDS)}")
+                     f"known: {', '.join(chaos.KINDS)}")
     result: dict[str, Any] = {"passed": False}
 
     def on_term(signum: int, _frame: object) -> None:

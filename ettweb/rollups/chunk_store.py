@@ -195,8 +195,7 @@ def delete_chunks(job_ids: Sequence[str], *, keep_final: bool = False) -> None:
 def jobs_marked_before(before: float, size: float) -> list[str]:
     """Jobs with a chunk marked for refresh that starts before ``before``."""
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT DISTINCT job FROM {DIRTY} WHERE EXISTS (SELECT FROM "
-                       "unnest(chunks) AS k WHERE k < %s) ORDER BY 1",
+        cursor.execute(f"SELECT DISTINCT job FROM {DIRTY} WHERE %s > ANY(chunks) ORDER BY 1",
                        [before // size])
         return [job for (job,) in cursor.fetchall()]
 

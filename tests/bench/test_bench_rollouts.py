@@ -25,10 +25,7 @@ def test_bench_rollouts_small_fleet_prints_its_result_line() -> None:
     assert result["events"] > 150 * 10 and result["rollouts"] == 14
     assert result["import_events_per_s"] == pytest.approx(
         result["events"] / result["import_s"], rel=0.01)
-    assert result["store_s"] + result["refresh_s"] == pytest.approx(result["import_s"], abs=0.02)
-    assert 0 < result["refresh_share"] < 1
-    assert result["refresh_events_per_s"] == pytest.approx(
-        result["events"] / result["refresh_s"], rel=0.01)
+    assert 0 < result["refresh_s"] < result["import_s"]  # read from the command's own line
     assert result["impact_requests"] == result["rollout_page_requests"] == 14
     for kind in ("impact", "rollout_page", "component_page"):
         assert 0 < result[f"{kind}_p50_ms"] <= result[f"{kind}_p95_ms"]
