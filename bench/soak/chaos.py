@@ -47,7 +47,7 @@ DAY_S = 86_400.0
 BACKLOG_AGE_S = 3 * DAY_S
 
 
-#: How long a spool_corrupt fault waits, its agent stopped, for records it may damage.
+#: How long a spool_corrupt fault waits, its agent frozen, for records it may damage.
 CORRUPT_WAIT_S = 12.0
 
 
@@ -328,17 +328,19 @@ class Chaos:
         out.note = "tmpfs" if node.tmpfs else "byte cap"
 
     def _spool_corrupt(self, fault: Fault, rng: random.Random, out: Outcome) -> None:
+        """Byte flips in records the node's agent has not read. The agent is frozen, not
+        stopped: a graceful stop ships its batch in hand once more, which with the broker
+        down takes seconds, and records are only written while the trainers still emit."""
         node = self.rig.nodes[fault.target]
-        status = node.agent.stop(timeout=20)
+        damage = Damage()
         try:
-            if status is None:
-                out.note = "agent did not stop gracefully: nothing damaged"
+            if not node.agent.freeze():
+                out.note = "agent did not freeze: nothing damaged"
                 return
             floor = sizes_of(node.spool)  # nothing beyond this was ever read
-            damage = Damage()
-            # Only records written while the agent is stopped can be damaged; on a loaded
+            # Only records written while the agent is frozen can be damaged; on a loaded
             # machine the node's trainers may take seconds to write one (the agent being
-            # stopped longer costs nothing: its spool holds the records).
+            # frozen longer costs nothing: its spool holds the records).
             deadline = time.monotonic() + CORRUPT_WAIT_S
             time.sleep(rng.uniform(0.3, 0.8))
             while not damage.ids and not damage.structural and time.monotonic() < deadline:
@@ -347,7 +349,7 @@ class Chaos:
                 if not damage.ids and not damage.structural:
                     time.sleep(0.3)
         finally:
-            node.agent.start()
+            node.agent.signal_group(signal.SIGCONT)
         out.injected = out.effective = bool(damage.ids or damage.structural)
         out.note = f"{len(damage.ids)} record(s) + {damage.structural} frame byte(s)"
         with self._mutex:

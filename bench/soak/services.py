@@ -130,6 +130,19 @@ class Group:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, sig)
 
+    def freeze(self, timeout: float = 10.0) -> bool:
+        """SIGSTOP the group and wait until every thread of it is stopped, so that nothing
+        it reads after this returns (True; False when it did not stop in ``timeout``)."""
+        if self.proc is None:
+            return False
+        self.signal_group(signal.SIGSTOP)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if _group_stopped(self.proc.pid):
+                return True
+            time.sleep(0.01)
+        return False
+
     def kill(self) -> None:
         """``kill -9`` the whole group and reap the leader."""
         with self.lock:
@@ -167,6 +180,24 @@ class Group:
                 return True
             self.unexpected_exits.append(int(self.proc.returncode))
             return False
+
+
+def _group_stopped(pgid: int) -> bool:
+    """Whether every thread of every live process in group ``pgid`` is stopped (state T)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[2]) != pgid:
+                continue
+            for task in (proc / "task").iterdir():
+                state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state not in ("T", "t", "Z", "X"):
+                    return False
+        except (OSError, IndexError, ValueError):
+            continue  # it went away while we looked
+    return True
 
 
 # --------------------------------------------------------------------------- Postgres

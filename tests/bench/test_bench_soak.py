@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -24,6 +26,7 @@ from bench.soak.aoftrace import fates
 from bench.soak.chaos import damage_unread, plan
 from bench.soak.redelivery import Kill, held_tasks, measure
 from bench.soak.rig import rabbitmq_reachable
+from bench.soak.services import Group
 from collector.spool_reader import read_records
 from collector.spool_writer import SegmentWriter
 
@@ -139,6 +142,37 @@ def _kombu_message(tag: str, ids: list[str]) -> bytes:
     body = base64.b64encode(json.dumps([[lines, "node-0", None], {}, {}]).encode()).decode()
     return json.dumps({"body": body, "headers": {"task": "ett.ingest_batch"},
                        "properties": {"delivery_tag": tag}}).encode()
+
+
+def test_a_frozen_group_reads_nothing_until_it_is_thawed(tmp_path: Path) -> None:
+    """spool_corrupt freezes the agent and takes the spool's sizes as the floor of what it
+    read: freeze() returns only once every thread of the group has stopped."""
+    script = ("import threading, time\n"
+              "def count(path):\n"
+              "    n = 0\n"
+              "    while True:\n"
+              "        n += 1\n"
+              "        open(path, 'w').write(str(n))\n"
+              "        time.sleep(0.005)\n"
+              f"threading.Thread(target=count, args=({str(tmp_path / 'a')!r},)).start()\n"
+              f"count({str(tmp_path / 'b')!r})\n")
+    group = Group("counter", [sys.executable, "-c", script], dict(os.environ),
+                  tmp_path / "counter.log")
+    group.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not all((tmp_path / n).exists() for n in "ab") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert group.freeze() is True
+        frozen = [(tmp_path / n).read_text() for n in "ab"]
+        time.sleep(0.3)
+        assert [(tmp_path / n).read_text() for n in "ab"] == frozen
+        group.signal_group(signal.SIGCONT)
+        time.sleep(0.3)
+        assert all(int((tmp_path / n).read_text() or 0) > int(f or 0)
+                   for n, f in zip("ab", frozen, strict=True))
+    finally:
+        group.kill()
 
 
 def test_aoftrace_tells_where_a_published_batch_was_lost(tmp_path: Path) -> None:
