@@ -8,6 +8,12 @@
    The same run is split in two: storing (the command's time less its refresh, which the
    command reports) and the refresh, each with its own events/s. Why: the import target
    counts both, and which one a change has to shrink is the first thing to know.
+   **The floor** (``bench.postgres_floor``): the rows the import left (events, ids, jobs,
+   every rollup table) copied out and COPYed back into empty tables with the same indexes
+   and foreign keys, on two connections, timed: the least time any import of this data into
+   these tables can take on this machine. ``import_over_floor`` is the import's time over
+   it, a ratio that holds from one machine to another where events/s do not;
+   ``floor_events_per_s`` is the most a target in events/s could ask here.
 2. **Serving**: with every simulated rollout stored, each of these is requested several times
    through Django's full stack (middleware, auth, query, template or JSON) and its server
    time taken: the impact endpoint (``/api/v1/rollouts/<id>/impact``, bearer token), the
@@ -33,6 +39,8 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
+from bench import postgres_floor
+from bench.postgres_floor import machine_busy_s
 from bench.rollup_cost import _setup_django, bench_database
 
 DATABASE = "ett_bench_rollouts"
@@ -104,6 +112,17 @@ def phases(events: int, seconds: float, refresh_s: float) -> dict[str, float]:
             "refresh_share": round(refresh_s / seconds, 3)}
 
 
+def _connect() -> Any:
+    """A new connection to the database Django's default connection uses now."""
+    import psycopg
+    from django.db import connection
+
+    params = connection.get_connection_params()
+    return psycopg.connect(**{key: value for key, value in params.items()
+                              if key in ("dbname", "user", "password", "host", "port",
+                                         "sslmode", "connect_timeout")})
+
+
 def server_times(client: Any, paths: Sequence[str], repeats: int,
                  headers: dict[str, str] | None = None) -> list[float]:
     """Milliseconds per request, each path ``repeats`` times (interleaved, not in a row)."""
@@ -168,16 +187,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             from ettweb.simulate.store import upsert_rollouts
 
             rollouts = upsert_rollouts(schedule)
+            busy = machine_busy_s()
             seconds, summary = timed_import(path)
+            after = machine_busy_s()
             _say(summary)
+            _say("the floor: copying the imported rows out and COPYing them back…")
+            floor = postgres_floor.measure(_connect)
+            _say(f"the floor: {floor.rows:,} rows ({floor.megabytes:.0f} MB) in "
+                 f"{floor.seconds:.1f} s, the import took {seconds / floor.seconds:.1f} times "
+                 f"as long")
             serving = measure_serving(args.repeats)
+    import_cpu = None if busy is None or after is None else round(after - busy, 2)
     impact_p95 = serving["impact"]["p95_ms"]
     rate = lines / seconds
     return {
         "benchmark": "rollouts", "jobs": args.jobs, "days": args.days, "seed": args.seed,
         "events": lines, "rollouts": rollouts, "import_s": round(seconds, 2),
         "import_events_per_s": round(rate),
-        **phases(lines, seconds, refresh_seconds(summary)), **{f"{kind}_{key}": value
+        **phases(lines, seconds, refresh_seconds(summary)), "import_cpu_s": import_cpu,
+        **floor.as_dict(), "import_over_floor": round(seconds / floor.seconds, 2),
+        "floor_events_per_s": round(lines / floor.seconds), **{f"{kind}_{key}": value
                                                for kind, numbers in serving.items()
                                                for key, value in numbers.items()},
         "targets": {"impact_p95_ms": IMPACT_P95_TARGET_MS,
