@@ -365,6 +365,8 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env.str_("DJANGO_LOG_LEVEL", "INFO")},
     # django-axes announces itself on every start (each manage.py command, each worker) on
-    # stderr; its failed-login and lockout lines (other loggers) stay.
-    "loggers": {"axes.apps": {"level": "WARNING"}},
+    # stderr; its failed-login and lockout lines (other loggers) stay. matplotlib (the
+    # e-mail's charts) says "generated new fontManager" the first time it runs on a machine:
+    # noise on a command's stderr, where one line says what went wrong.
+    "loggers": {"axes.apps": {"level": "WARNING"}, "matplotlib": {"level": "WARNING"}},
 }

@@ -231,10 +231,13 @@ def test_bad_arguments_exit_2_with_one_line(smtp: SmtpServer) -> None:
 
 @pytest.mark.integration
 @pytest.mark.django_db
-def test_a_preview_with_no_relay_exits_1_and_says_why() -> None:
-    """--to and a relay that refuses connections: exit status 1, the reason on stderr."""
+def test_a_preview_with_no_relay_exits_1_and_says_why(tmp_path: Path) -> None:
+    """--to and a relay that refuses connections: exit status 1, the reason on stderr, and
+    nothing else there, even the first time the charts are drawn on a machine (matplotlib
+    building its font cache in a config directory it has never seen)."""
     proc = start("--week", WEEK, "--to", "boss@example.com",
-                 smtp_env={"EMAIL_HOST": "127.0.0.1", "EMAIL_PORT": str(closed_port())})
+                 smtp_env={"EMAIL_HOST": "127.0.0.1", "EMAIL_PORT": str(closed_port()),
+                           "MPLCONFIGDIR": str(tmp_path / "matplotlib")})
     run = finish(proc)
     assert run.code == 1, run
     assert len(run.err.splitlines()) == 1, run  # the whole stderr, when it says more
