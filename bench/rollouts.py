@@ -8,7 +8,7 @@
    The same run is split in two: storing (the command's time less its refresh, which the
    command reports) and the refresh, each with its own events/s. Why: the import target
    counts both, and which one a change has to shrink is the first thing to know.
-   **The floor** (``bench.postgres_floor``): the rows the import left (events, ids, jobs,
+   **The floor** (``bench.rollouts_stages.floor``): the rows the import left (events, ids, jobs,
    every rollup table) copied out and COPYed back into empty tables with the same indexes
    and foreign keys, on two connections, timed: the least time any import of this data into
    these tables can take on this machine. ``import_over_floor`` is the import's time over
@@ -39,8 +39,8 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
-from bench import postgres_floor
-from bench.postgres_floor import machine_busy_s
+from bench.rollouts_stages import floor as postgres_floor
+from bench.rollouts_stages.floor import machine_busy_s
 from bench.rollup_cost import _setup_django, bench_database
 
 DATABASE = "ett_bench_rollouts"

@@ -1,4 +1,4 @@
-"""bench.postgres_floor: the rows an import left, loaded again into empty copies of their
+"""bench.rollouts_stages.floor: the rows an import left, loaded again into empty copies of their
 tables, indexes and foreign keys included; nothing of it stays behind."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import psycopg
 import pytest
 from django.db import connection
 
-from bench.postgres_floor import SCHEMA, measure
 from bench.rollouts import _connect, write_fleet
+from bench.rollouts_stages.floor import SCHEMA, measure
 from ettweb.ingest.imports import import_lines, refresh_imported
 
 TABLES = ("ingest_event", "ingest_eventid", "rollups_jobrollup", "rollups_dailycategoryrollup")
