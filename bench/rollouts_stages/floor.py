@@ -17,7 +17,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,31 +59,32 @@ class Floor:
 
 def machine_busy_s() -> float | None:
     """CPU seconds the whole machine has been busy since boot (every core, every process:
-    Postgres's backends are not ours to time), or ``None`` where ``/proc/stat`` is missing."""
+    Postgres's backends are not ours to time): user, nice, system, irq and softirq; idle,
+    I/O wait and the time the hypervisor gave to others (steal) are not ours. ``None``
+    where ``/proc/stat`` is missing."""
     try:
         with open("/proc/stat") as stat:
-            fields = [int(x) for x in stat.readline().split()[1:]]
-    except OSError:
+            user, nice, system, _idle, _iowait, irq, softirq = (
+                int(x) for x in stat.readline().split()[1:8])
+    except (OSError, ValueError):
         return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(connect: Callable[[], psycopg.Connection[Any]],
-            tables: Sequence[str] = IMPORTED_TABLES, parents: Sequence[str] = PARENTS,
-            loaders: int = 2) -> Floor:
-    """Copy ``tables`` out, then time loading them into empty copies on ``loaders``
-    connections (``parents`` first, alone); the floor schema is dropped whatever happens."""
-    with connect() as conn:
-        conn.autocommit = True
+def measure(url: str, tables: Sequence[str] = IMPORTED_TABLES,
+            parents: Sequence[str] = PARENTS, loaders: int = 2) -> Floor:
+    """Copy ``tables`` out of the database at ``url``, then time loading them into empty
+    copies on ``loaders`` connections (``parents`` first, alone); the floor schema is
+    dropped whatever happens. ``rows`` counts what the copies hold after the load."""
+    with psycopg.connect(url, autocommit=True) as conn:
         data = {table: _copy_out(conn, table) for table in tables}
         rows = {table: _count(conn, table) for table in tables}
         try:
             _make_schema(conn, tables)
             busy = machine_busy_s()
             began = time.perf_counter()
-            _load(connect, {t: data[t] for t in parents if t in data}, 1)
-            _load(connect, {t: data[t] for t in tables if t not in parents}, loaders)
+            _load(url, {t: data[t] for t in parents if t in data}, 1)
+            _load(url, {t: data[t] for t in tables if t not in parents}, loaders)
             seconds = time.perf_counter() - began
             after = machine_busy_s()
             loaded = {table: _count(conn, table, SCHEMA) for table in tables}
@@ -95,7 +96,7 @@ def measure(connect: Callable[[], psycopg.Connection[Any]],
                            f"against {rows}")
     return Floor(seconds=seconds,
                  cpu_s=None if busy is None or after is None else after - busy,
-                 rows=sum(rows.values()),
+                 rows=sum(loaded.values()),
                  megabytes=sum(len(chunk) for blob in data.values() for chunk in blob) / 2**20)
 
 
@@ -134,8 +135,7 @@ def _make_schema(conn: psycopg.Connection[Any], tables: Sequence[str]) -> None:
                 floor, sql.Identifier(child), sql.Identifier(name)) + sql.SQL(moved))
 
 
-def _load(connect: Callable[[], psycopg.Connection[Any]], data: dict[str, list[bytes]],
-          loaders: int) -> None:
+def _load(url: str, data: dict[str, list[bytes]], loaders: int) -> None:
     """COPY each table's blocks in, the tables dealt to ``loaders`` connections by size
     (largest first to the least loaded), one thread each."""
     shares: list[list[str]] = [[] for _ in range(max(1, loaders))]
@@ -148,7 +148,7 @@ def _load(connect: Callable[[], psycopg.Connection[Any]], data: dict[str, list[b
 
     def load(share: list[str]) -> None:
         try:
-            with connect() as conn:
+            with psycopg.connect(url) as conn:
                 for table in share:
                     query = sql.SQL("COPY {}.{} FROM STDIN (FORMAT binary)").format(
                         sql.Identifier(SCHEMA), sql.Identifier(table))

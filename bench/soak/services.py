@@ -30,6 +30,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from collector.run_procs import PROC, read_stat
+
 START_TIMEOUT_S = 60.0
 SERVER_USER = "pgserver"
 RABBITMQ_SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
@@ -183,20 +185,20 @@ class Group:
 
 
 def _group_stopped(pgid: int) -> bool:
-    """Whether every thread of every live process in group ``pgid`` is stopped (state T)."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
+    """Whether every thread of every live process in group ``pgid`` is stopped (or gone)."""
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
             continue
         try:
-            stat = (proc / "stat").read_text()
-            if int(stat.rsplit(")", 1)[1].split()[2]) != pgid:
+            if os.getpgid(int(entry.name)) != pgid:
                 continue
-            for task in (proc / "task").iterdir():
-                state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
-                if state not in ("T", "t", "Z", "X"):
-                    return False
-        except (OSError, IndexError, ValueError):
-            continue  # it went away while we looked
+            threads = [int(task.name) for task in (entry / "task").iterdir()]
+        except OSError:  # it went away while we looked
+            continue
+        for tid in threads:
+            stat = read_stat(tid, entry / "task")
+            if stat is not None and stat.state not in ("T", "t", "Z", "X"):
+                return False
     return True
 
 

@@ -127,12 +127,13 @@ def write_days(wanted: dict[str, dict[DayKey, DayValues]],
                            "WHERE id = ANY(%s)", [[pk for pk, _ in stored.values()]])
     rows = _NewRows([job for job in wanted if job in fresh], labels)
     _change_sums(FleetDayRollup._meta.db_table, _FLEET_KEY, [change[1:] for change in changes],
-                 rows.fleet())
-    _change_sums(LabelDayRollup._meta.db_table, _LABEL_KEY, label_changes, rows.label())
+                 rows.selecting(_FLEET_KEY))
+    _change_sums(LabelDayRollup._meta.db_table, _LABEL_KEY, label_changes,
+                 rows.selecting(_LABEL_KEY))
     _change_sums(ScopeTotalRollup._meta.db_table, _SCOPE_KEY,
                  [(team, cluster, category, s, g, sign)
                   for _, category, _, team, cluster, _, s, g, sign in label_changes],
-                 rows.scope())
+                 rows.selecting(_SCOPE_KEY))
     _rewrite_job_days(wanted, touched, set(new_jobs))
     return len(inserts) + len(updates), len(stored), {day for _, day in touched}
 
@@ -163,6 +164,11 @@ def _moved_label_changes(stored: Mapping[tuple[str, date, str], tuple[int, DayVa
 #: parameters: the day rows just written for new jobs, added to a sum as they are.
 _RowsSql = tuple[str, list[Any]]
 
+#: Where each key column of a sum comes from when new jobs' day rows are read back: the
+#: day row (``d``) or the job's labels (``l``).
+_ROW_SOURCES: Final = {"day": "d.day", "category": "d.category::text", "model": "l.model",
+                       "team": "l.team", "cluster": "l.cluster", "gpus": "l.gpus"}
+
 
 class _NewRows:
     """The day rows of jobs new to the rollups, as :func:`_change_sums` adds them: read
@@ -174,32 +180,24 @@ class _NewRows:
 
     def __init__(self, jobs: Sequence[str], labels: Mapping[str, Labels]) -> None:
         self.jobs = list(jobs)
-        self.labelled = [job for job in self.jobs if job in labels]
-        self.labels = [list(column) for column in zip(*(labels[job] for job in self.labelled),
-                                                      strict=True)] or [[], [], [], []]
+        self.labels = {job: labels[job] for job in self.jobs if job in labels}
 
-    def fleet(self) -> _RowsSql | None:
-        if not self.jobs:
+    def selecting(self, key: Sequence[tuple[str, str]]) -> _RowsSql | None:
+        """The new rows in ``key``'s columns; a key with label columns takes only the jobs
+        that have labels, as the changes of known jobs do. ``None``: no such rows."""
+        sources = [_ROW_SOURCES[name] for name, _ in key]
+        labelled = any(source.startswith("l.") for source in sources)
+        jobs = list(self.labels) if labelled else self.jobs
+        if not jobs:
             return None
-        return (f"SELECT day, category::text, seconds, gpu_seconds, 1 "
-                f"FROM {DailyCategoryRollup._meta.db_table} WHERE job = ANY(%b::text[])",
-                [self.jobs])
-
-    def label(self) -> _RowsSql | None:
-        return self._labelled("d.day, d.category::text, l.model, l.team, l.cluster, l.gpus")
-
-    def scope(self) -> _RowsSql | None:
-        return self._labelled("l.team, l.cluster, d.category::text")
-
-    def _labelled(self, keys: str) -> _RowsSql | None:
-        if not self.labelled:
-            return None
-        return (f"SELECT {keys}, d.seconds, d.gpu_seconds, 1 "
-                f"FROM {DailyCategoryRollup._meta.db_table} AS d JOIN unnest(%b::text[], "
-                "%b::text[], %b::text[], %b::text[], %b::text[]) "
-                "AS l(job, model, team, cluster, gpus) ON d.job = l.job "
+        rows = (f"SELECT {', '.join(sources)}, d.seconds, d.gpu_seconds, 1 "
+                f"FROM {DailyCategoryRollup._meta.db_table} AS d")
+        if not labelled:
+            return f"{rows} WHERE d.job = ANY(%b::text[])", [jobs]
+        return (f"{rows} JOIN unnest(%b::text[], %b::text[], %b::text[], %b::text[], "
+                "%b::text[]) AS l(job, model, team, cluster, gpus) ON d.job = l.job "
                 "WHERE d.job = ANY(%b::text[])",
-                [self.labelled, *self.labels, self.labelled])
+                [jobs, *map(list, zip(*self.labels.values(), strict=True)), jobs])
 
 
 def _change_sums(table: str, key: Sequence[tuple[str, str]],

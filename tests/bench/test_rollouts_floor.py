@@ -9,9 +9,10 @@ import psycopg
 import pytest
 from django.db import connection
 
-from bench.rollouts import _connect, write_fleet
+from bench.rollouts import write_fleet
 from bench.rollouts_stages.floor import SCHEMA, measure
 from ettweb.ingest.imports import import_lines, refresh_imported
+from ettweb.settings.env import database_url
 
 TABLES = ("ingest_event", "ingest_eventid", "rollups_jobrollup", "rollups_dailycategoryrollup")
 
@@ -20,6 +21,10 @@ def _count(table: str) -> int:
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT count(*) FROM {table}")
         return int(cursor.fetchone()[0])
+
+
+def _url() -> str:
+    return database_url(connection.settings_dict)
 
 
 def _schema_left() -> bool:
@@ -40,8 +45,8 @@ def imported(tmp_path: Path) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_the_floor_loads_every_row_the_import_left(imported: None) -> None:
-    floor = measure(_connect, TABLES)
-    assert floor.rows == sum(_count(table) for table in TABLES)
+    floor = measure(_url(), TABLES)
+    assert floor.rows == sum(_count(table) for table in TABLES)  # counted in the copies
     assert _count("rollups_dailycategoryrollup") > 0
     assert floor.seconds > 0 and floor.megabytes > 0
     assert not _schema_left()
@@ -49,10 +54,10 @@ def test_the_floor_loads_every_row_the_import_left(imported: None) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_the_floor_keeps_the_foreign_keys(imported: None) -> None:
-    """With no parents loaded first, the day rows (the largest table, loaded first on one
-    connection) name jobs the floor's job table does not hold yet: refused, as Postgres
-    would refuse them in the import's own tables."""
+    """The day rows loaded first and alone (as if they were the parents) name jobs the
+    floor's job table does not hold yet: refused, as Postgres would refuse them in the
+    import's own tables."""
     with pytest.raises(psycopg.errors.ForeignKeyViolation):
-        measure(_connect, ("rollups_jobrollup", "rollups_dailycategoryrollup"), parents=(),
-                loaders=1)
+        measure(_url(), ("rollups_jobrollup", "rollups_dailycategoryrollup"),
+                parents=("rollups_dailycategoryrollup",))
     assert not _schema_left()
