@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -146,31 +147,40 @@ def _kombu_message(tag: str, ids: list[str]) -> bytes:
 
 def test_a_frozen_group_reads_nothing_until_it_is_thawed(tmp_path: Path) -> None:
     """spool_corrupt freezes the agent and takes the spool's sizes as the floor of what it
-    read: freeze() returns only once every thread of the group has stopped."""
-    script = ("import threading, time\n"
+    read: after freeze() no thread of the group moves, and after SIGCONT each does again.
+    Each counter is written whole (a rename), so a read never sees it half-written."""
+    script = ("import os, threading, time\n"
               "def count(path):\n"
               "    n = 0\n"
               "    while True:\n"
               "        n += 1\n"
-              "        open(path, 'w').write(str(n))\n"
+              "        open(path + '.tmp', 'w').write(str(n))\n"
+              "        os.replace(path + '.tmp', path)\n"
               "        time.sleep(0.005)\n"
               f"threading.Thread(target=count, args=({str(tmp_path / 'a')!r},)).start()\n"
               f"count({str(tmp_path / 'b')!r})\n")
     group = Group("counter", [sys.executable, "-c", script], dict(os.environ),
                   tmp_path / "counter.log")
+
+    def counts() -> list[int]:
+        return [int((tmp_path / n).read_text()) for n in "ab"]
+
+    def within(seconds: float, done: Callable[[], bool]) -> bool:
+        deadline = time.monotonic() + seconds
+        while not done() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return done()
+
     group.start()
     try:
-        deadline = time.monotonic() + 10
-        while not all((tmp_path / n).exists() for n in "ab") and time.monotonic() < deadline:
-            time.sleep(0.05)
+        assert within(10, lambda: all((tmp_path / n).exists() for n in "ab"))
         assert group.freeze() is True
-        frozen = [(tmp_path / n).read_text() for n in "ab"]
+        frozen = counts()
         time.sleep(0.3)
-        assert [(tmp_path / n).read_text() for n in "ab"] == frozen
+        assert counts() == frozen
         group.signal_group(signal.SIGCONT)
-        time.sleep(0.3)
-        assert all(int((tmp_path / n).read_text() or 0) > int(f or 0)
-                   for n, f in zip("ab", frozen, strict=True))
+        assert within(10, lambda: all(now > then for now, then
+                                      in zip(counts(), frozen, strict=True))), counts()
     finally:
         group.kill()
 
