@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from .bounds import MAX_JOB_DAYS, check_windows
 from .chunk_layout import Plan
 from .chunk_layout import plan as layout_plan
 from .chunk_summary import CHUNK_S, Skeleton, fold, summarize
@@ -72,7 +73,7 @@ def refresh(dirty: Collection[int], stored: Mapping[int, ChunkState],
             count_home: Callable[[Sequence[int]], Mapping[int, int]],
             chunk_s: float = CHUNK_S, *, write: Callable[[ChunkState], None] | None = None,
             with_lanes: bool = True, cached_events: int = CACHED_EVENTS,
-            group_events: int | None = None) -> Refreshed:
+            group_events: int | None = None, max_days: int = MAX_JOB_DAYS) -> Refreshed:
     """Bring a job's chunks up to date after new events landed in the ``dirty`` fine
     chunks.
 
@@ -84,29 +85,32 @@ def refresh(dirty: Collection[int], stored: Mapping[int, ChunkState],
     for their summaries (keeping up to ``cached_events`` events for the sweep), folds the
     skeleton, then walks the chunks in time order and recomputes those that are dirty or
     whose key changed (module doc). Memory: about one chunk's events and carry, plus the
-    small state of every chunk.
+    small state of every chunk. A job whose window leaves the bounds (``max_days``,
+    :mod:`.bounds`) raises :class:`.bounds.JobOutOfBounds` before any chunk is swept.
     """
     placed = plan(dirty, stored, count_home, chunk_s, group_events)
     return refresh_planned(placed, stored, read_home, read_carry, chunk_s, write=write,
-                           with_lanes=with_lanes, cached_events=cached_events)
+                           with_lanes=with_lanes, cached_events=cached_events,
+                           max_days=max_days)
 
 
 def refresh_planned(placed: Plan, stored: Mapping[int, ChunkState],
                     read_home: Callable[[int, int | None], list[Event]],
                     read_carry: Callable[[int], list[Event]], chunk_s: float = CHUNK_S, *,
                     write: Callable[[ChunkState], None] | None = None, with_lanes: bool = True,
-                    cached_events: int = CACHED_EVENTS) -> Refreshed:
+                    cached_events: int = CACHED_EVENTS,
+                    max_days: int = MAX_JOB_DAYS) -> Refreshed:
     """:func:`refresh` once the dirty fine chunks are placed (:func:`plan`)."""
     with gc_paused():
         return _refresh(placed, stored, read_home, read_carry, chunk_s, write, with_lanes,
-                        cached_events)
+                        cached_events, max_days)
 
 
 def _refresh(placed: Plan, stored: Mapping[int, ChunkState],
              read_home: Callable[[int, int | None], list[Event]],
              read_carry: Callable[[int], list[Event]], chunk_s: float,
              write: Callable[[ChunkState], None] | None, with_lanes: bool,
-             cached_events: int) -> Refreshed:
+             cached_events: int, max_days: int) -> Refreshed:
     starts = placed.chunks
     following = followers(starts)
     summaries = {k: stored[k].summary for k in starts if k in stored and stored[k].summary}
@@ -131,6 +135,7 @@ def _refresh(placed: Plan, stored: Mapping[int, ChunkState],
     if skeleton is None:
         result.deleted = sorted(stored)
         return result
+    check_windows(skeleton.windows, max_days)  # before any loop over the job's days
     previous: ChunkState | None = None
     for k in starts:
         carry_digest = previous.carry_digest if previous else NO_CARRY

@@ -87,6 +87,9 @@ def _gauges(result: FleetTotalsResult) -> Iterator[Metric]:
              "yet.", result.pending_jobs),
             ("ett_rollup_lag_seconds", "Age of the oldest pending rollup refresh (0 when none): "
              "how far the numbers trail ingestion.", result.oldest_pending_s),
+            ("ett_rollup_parked_jobs", "Jobs whose refresh failed the same way twice and waits "
+             "for an admin (Parked refreshes in the admin); left out of the two above.",
+             result.parked_jobs),
             ("ett_collector_backlog_events", "Spool records not yet shipped, all collectors.",
              result.backlog_events),
             ("ett_collector_dropped_events", "Events Reporters dropped (full spool or disk), "

@@ -27,7 +27,7 @@ from ettweb.queries.exposed import as_api, doc, hidden, inline
 from ettweb.queries.registry import Query, runner_for
 from ettweb.rollups.chunk_store import chunk_index, chunk_lanes, chunk_s
 from ettweb.rollups.marks import rollup_outdated
-from ettweb.rollups.models import JobRollup
+from ettweb.rollups.models import JobRollup, ParkedRefresh
 
 Piece = tuple[str, float, float]  # (category or state, start, end), epoch seconds
 #: The job page's tables that export as CSV (``?format=csv&table=…``).
@@ -43,6 +43,9 @@ RETRY_AFTER_S: Final = 5
 #: hundred times without a checkpoint_load span needs a few lines, not a hundred (the API
 #: lists them all).
 SHOWN_FINDINGS: Final = 8
+#: What ``refresh_parked`` says, in the API's schema.
+PARKED_DOC: Final = ("Why the job's refresh is parked: it failed the same way twice, and its "
+                     "numbers stay as last stored until an admin retries it; null when not")
 
 # --------------------------------------------------------------------------- one job
 
@@ -204,7 +207,7 @@ class JobResult:
         "wall_gpu_s", "productive_gpu_s", "time_to_start_s", "time_to_recover_s", "failures",
         "repeated_steps", "anomalies", "quarantined", "lost_s", "lost_by_component_s",
         "lost_by_component_gpu_s", "attempts", "recoveries", "timeline", "lanes",
-        "instrumentation")
+        "instrumentation", "refresh_parked")
 
     job: str
     headline: JobHeadline = field(metadata=inline())
@@ -224,6 +227,7 @@ class JobResult:
     instrumentation: tuple[FindingRow, ...] | None = field(default=None, metadata=doc(
         "What looks missing from the job's events, largest first within each attempt "
         "([] when nothing does; null when the job was rolled up before the check existed)"))
+    refresh_parked: str | None = field(default=None, metadata=doc(PARKED_DOC))
 
     @property
     def status(self) -> Literal["ready"]:
@@ -314,13 +318,15 @@ class JobComputing:
 
     API_PROPERTIES: ClassVar[tuple[str, ...]] = ("status", "retry_after_s")
     API_ORDER: ClassVar[tuple[str, ...]] = ("job", "status", "model", "team", "cluster",
-                                            "events", "last_event_time", "retry_after_s")
+                                            "events", "last_event_time", "retry_after_s",
+                                            "refresh_parked")
 
     job: str
     events: int
     meta: JobMeta = field(metadata=inline())
     #: The latest event time ingestion saw (epoch seconds), if it recorded the job.
     last_event_time: float | None = None
+    refresh_parked: str | None = field(default=None, metadata=doc(PARKED_DOC))
 
     @property
     def status(self) -> Literal["computing"]:
@@ -342,14 +348,16 @@ def _computing(job: str, rollup: JobRollup | None) -> JobComputing | None:
     events = Event.objects.filter(job=job).count()
     if not events:
         return None
-    send_once(REFRESH_TASK, [[job]], within_s=ASK_AGAIN_S)
+    parked = _parked_error(job)
+    if parked is None:  # a parked job's refresh waits for an admin: asking again is no use
+        send_once(REFRESH_TASK, [[job]], within_s=ASK_AGAIN_S)
     row = Job.objects.filter(job_id=job).values_list("model", "team", "cluster",
                                                      "last_event_time").first()
     if row is None:  # ingestion keeps a row per job; an older rollup may still know labels
         meta = JobMeta() if rollup is None else JobMeta(rollup.model, rollup.team, rollup.cluster)
-        return JobComputing(job, events, meta)
+        return JobComputing(job, events, meta, refresh_parked=parked)
     model, team, cluster, last = row
-    return JobComputing(job, events, JobMeta(model, team, cluster), last)
+    return JobComputing(job, events, JobMeta(model, team, cluster), last, parked)
 
 
 @runner_for(JobQuery)
@@ -380,8 +388,14 @@ class JobQueryRunner:
             quarantined=quarantined_lines(QuarantinedEvent.objects.filter(job=self.query.job)),
             meta=_job_meta(self.query.job, rollup), timeline=timeline, lanes=lanes.rows,
             lanes_at=lanes.at, lanes_earlier=lanes.earlier, lanes_later=lanes.later,
-            instrumentation=_findings(rollup),
+            instrumentation=_findings(rollup), refresh_parked=_parked_error(self.query.job),
         )
+
+
+def _parked_error(job: str) -> str | None:
+    """The error that parked the job's refresh (``rollups.parking``), if it is parked."""
+    return (ParkedRefresh.objects.filter(job=job, parked_at__isnull=False)
+            .values_list("error", flat=True).first())
 
 
 def _findings(rollup: JobRollup) -> tuple[FindingRow, ...] | None:

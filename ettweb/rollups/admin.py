@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from django.contrib import admin
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
 from ettweb.platform.admin_readonly import ReadOnlyAdmin, utc_column
-from ettweb.rollups.models import JobRollup, PhaseComponent
+from ettweb.platform.deferred import send_once
+from ettweb.rollups.models import JobRollup, ParkedRefresh, PhaseComponent
 
 
 @admin.register(PhaseComponent)
@@ -28,3 +33,26 @@ class JobRollupAdmin(ReadOnlyAdmin):
     readonly_fields = ("window_start_utc", "window_end_utc")
     window_start_utc = utc_column("window_start", "window start (UTC)")
     window_end_utc = utc_column("window_end", "window end (UTC)")
+
+
+@admin.register(ParkedRefresh)
+class ParkedRefreshAdmin(ReadOnlyAdmin):
+    """Jobs whose refresh failed, with the error; parked ones wait here for an admin.
+
+    Read-only but for one action: retry sends ``ett.retry_refresh``, which forgets the
+    failures and refreshes the jobs at once (``ettweb.rollups.parking``). Fix the cause first
+    (a job whose events span more than ``ETT_REFRESH_MAX_JOB_DAYS`` parks again)."""
+
+    list_display = ("job", "parked_at", "failures", "error", "last_failed_at")
+    list_filter = (("parked_at", admin.EmptyFieldListFilter),)
+    search_fields = ("job", "error")
+    actions = ["retry"]  # type: ignore[assignment]  # ReadOnlyAdmin has none
+
+    @admin.action(description="Retry the refresh of the selected jobs")
+    def retry(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        jobs = sorted(queryset.values_list("job", flat=True))
+        if send_once("ett.retry_refresh", [jobs], within_s=0):
+            self.message_user(request, f"Retrying the refresh of {len(jobs)} job(s).")
+        else:
+            self.message_user(request, "The worker could not be reached: nothing was retried.",
+                              messages.ERROR)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from django.db import connection
 
 from ettweb.ingest import models as ingest
-from ettweb.rollups.models import DirtyJob, JobRollup
+from ettweb.rollups.models import DirtyJob, JobRollup, ParkedRefresh
 
 if TYPE_CHECKING:
     from ettweb.rollups.refresh import RefreshStats
@@ -76,8 +76,10 @@ def claim_marks(job_ids: Sequence[str]) -> set[str]:
 
 
 def stale_marks(older_than: float) -> list[str]:
-    """Jobs marked dirty before ``older_than`` (epoch seconds): refreshes that never ran."""
-    return list(DirtyJob.objects.filter(marked_at__lt=older_than)
+    """Jobs marked dirty before ``older_than`` (epoch seconds): refreshes that never ran.
+    Parked jobs are left out: their marks wait for an admin (``rollups.parking``)."""
+    parked = ParkedRefresh.objects.filter(parked_at__isnull=False).values("job")
+    return list(DirtyJob.objects.filter(marked_at__lt=older_than).exclude(job__in=parked)
                 .order_by("job").values_list("job", flat=True))
 
 

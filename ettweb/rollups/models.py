@@ -443,3 +443,36 @@ class DirtyChunk(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job} chunks {self.chunks}"
+
+
+class ParkedRefresh(models.Model):
+    """A job whose rollup refresh failed: while it runs, a failure, or *parked*.
+
+    Why: one job that cannot be refreshed (a bug, or events whose times no refresh should
+    attribute) must not stop every other job's refresh, nor be retried forever, killing the
+    worker each time. A refresh writes ``running_pid`` (its database backend) before it
+    starts and removes the row when it commits; a row whose backend is gone means the worker
+    died mid-refresh (killed, out of memory). A failure is counted with its error; the same
+    error twice in a row parks the job (``parked_at``): refreshes skip it, keeping its last
+    numbers, until an admin retries it (``ettweb.rollups.parking``).
+    """
+
+    job = models.CharField(max_length=200, primary_key=True)
+    error = models.TextField(blank=True, default="", help_text="the last failure's error")
+    failures = models.IntegerField(default=0, help_text="failures in a row with this error")
+    first_failed_at = models.DateTimeField(null=True, blank=True)
+    last_failed_at = models.DateTimeField(null=True, blank=True)
+    parked_at = models.DateTimeField(null=True, blank=True, db_index=True,
+                                     help_text="set: refreshes skip the job until retried")
+    running_pid = models.IntegerField(null=True, blank=True,
+                                      help_text="database backend of the refresh under way")
+    running_since = models.DateTimeField(null=True, blank=True,
+                                         help_text="when that backend started (tells a reused "
+                                                   "pid apart)")
+
+    class Meta:
+        ordering = ["-parked_at", "job"]
+
+    def __str__(self) -> str:
+        state = "parked" if self.parked_at else f"{self.failures} failure(s)"
+        return f"{self.job} ({state}): {self.error[:80]}"

@@ -17,12 +17,14 @@ committed event and leaves the rollup exact.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from typing import Final
 
+from django.conf import settings
 from django.db import connection, transaction
 
 from ettweb.attribution import (
@@ -35,12 +37,14 @@ from ettweb.attribution import (
 )
 from ettweb.attribution.engine import Event, Segment
 from ettweb.attribution.lanes import Timeline
-from ettweb.rollups import chunk_store
+from ettweb.platform.retry import DATABASE_ERRORS
+from ettweb.rollups import chunk_store, parking
 from ettweb.rollups.chunk_store import as_event, select_events
 from ettweb.rollups.job_rows import JobRows, job_rows
 from ettweb.rollups.marks import claim_marks, note_cost
 from ettweb.rollups.writers import write_jobs
 
+logger = logging.getLogger(__name__)
 #: Jobs refreshed per transaction: bounds memory and lock time for very large batches.
 JOBS_PER_TRANSACTION = 200
 
@@ -83,16 +87,58 @@ def refresh_jobs(job_ids: Iterable[str], *, only_marked: bool = False,
     several workers; the last one to run leaves the exact numbers. ``only_marked`` skips
     jobs without a dirty mark (another refresh already took it): what the
     ``ett.refresh_rollups`` task wants. Every refresh clears the marks it covers.
+
+    A job that cannot be refreshed never holds the others up, nor is tried forever: it is
+    refreshed alone, and parked after failing the same way twice (``rollups.parking``);
+    parked jobs are skipped. Database connection errors still propagate (the task waits).
     """
     began = time.perf_counter()
     ordered = sorted(set(job_ids))
     total = RefreshStats()
     for at in range(0, len(ordered), JOBS_PER_TRANSACTION):
         batch = ordered[at:at + JOBS_PER_TRANSACTION]
-        total = total.merged(refresh_batch(batch, only_marked=only_marked, whole=whole))
+        total = total.merged(_refresh_guarded(batch, only_marked=only_marked, whole=whole))
     stats = total.timed(began)
     note_cost(stats)
     return stats
+
+
+def _refresh_guarded(job_ids: list[str], *, only_marked: bool, whole: bool) -> RefreshStats:
+    """:func:`refresh_batch` for the jobs not parked; jobs that failed before, and every
+    job of a group that raised, are refreshed alone (:func:`_refresh_alone`)."""
+    skipped = parking.parked(job_ids)
+    job_ids = [job for job in job_ids if job not in skipped]
+    failed_before, now_parked = parking.begin(job_ids)
+    alone = failed_before - now_parked
+    group = [job for job in job_ids if job not in failed_before]
+    total = RefreshStats()
+    if group:
+        try:
+            total = refresh_batch(group, only_marked=only_marked, whole=whole)
+        except DATABASE_ERRORS:
+            raise
+        except Exception:  # one job of them, or all: find out one by one
+            logger.warning("rollup refresh of %d job(s) failed; refreshing them one by one",
+                           len(group), exc_info=True)
+            alone |= set(group)
+    for job in sorted(alone):
+        total = total.merged(_refresh_alone(job, only_marked=only_marked, whole=whole))
+    return total
+
+
+def _refresh_alone(job: str, *, only_marked: bool, whole: bool) -> RefreshStats:
+    """Refresh one job in its own transaction; a failure is counted, and the same error
+    twice in a row parks the job (``parking.failed``). Tries at most ``PARK_AFTER`` times."""
+    for _ in range(parking.PARK_AFTER):
+        try:
+            return refresh_batch([job], only_marked=only_marked, whole=whole)
+        except DATABASE_ERRORS:
+            raise
+        except Exception as exc:
+            if parking.failed(job, exc):
+                break
+            parking.begin([job])
+    return RefreshStats()
 
 
 def load_events(job_ids: Sequence[str]) -> dict[str, list[Event]]:
@@ -143,6 +189,7 @@ def refresh_batch(job_ids: list[str], *, only_marked: bool = False,
     with transaction.atomic():
         _no_jit()
         lock_jobs(job_ids)
+        parking.clear(job_ids)  # gone when this commits: a failure keeps them
         marked = claim_marks(job_ids)
         if only_marked:
             job_ids = [job for job in job_ids if job in marked]
@@ -266,7 +313,8 @@ def _refresh_job(job: str, placed: chunk_refresh.Plan, stored: dict[int, chunk_s
         writer.add(job, state)
 
     done = chunk_refresh.refresh_planned(placed, stored, read_home,
-                                  lambda k: chunk_store.read_carry(job, k), size, write=write)
+                                  lambda k: chunk_store.read_carry(job, k), size, write=write,
+                                  max_days=settings.ETT_REFRESH_MAX_JOB_DAYS)
     writer.delete(job, done.deleted)
     return done
 

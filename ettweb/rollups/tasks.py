@@ -10,6 +10,7 @@ from celery import shared_task
 
 from ettweb.platform.retry import waits_for_database
 from ettweb.rollups.marks import MARK_STALE_AFTER_S, outdated_jobs, stale_marks
+from ettweb.rollups.parking import unpark
 from ettweb.rollups.refresh import refresh_jobs
 
 
@@ -39,3 +40,14 @@ def refresh_outdated_rollups(job_ids: list[str]) -> int:
     the stored chunks, if it still is (several views may ask); returns how many."""
     jobs = outdated_jobs(str(job) for job in job_ids)
     return refresh_jobs(jobs).jobs if jobs else 0
+
+
+@shared_task(name="ett.retry_refresh")
+@waits_for_database
+def retry_refresh(job_ids: list[str]) -> int:
+    """An admin's retry of parked refreshes: forget the jobs' failures and refresh them now
+    (every chunk they marked); returns how many were refreshed. One that fails the same way
+    twice again is parked again."""
+    jobs = [str(job) for job in job_ids]
+    unpark(jobs)
+    return refresh_jobs(jobs).jobs

@@ -321,6 +321,10 @@ if 86400 % ETT_CHUNK_S:
     raise ImproperlyConfigured(
         f"ETT_CHUNK_S: must divide a day (86400 s) evenly, e.g. 600, 900 or 3600, "
         f"not {ETT_CHUNK_S}")
+# A refresh attributes a job whose window spans at most this many UTC days; a longer one
+# (an event's clock gone wrong) fails at once and is parked for an admin, instead of
+# allocating a row per day of the span (ettweb.attribution.bounds, ettweb.rollups.parking).
+ETT_REFRESH_MAX_JOB_DAYS: int = env.int_("ETT_REFRESH_MAX_JOB_DAYS", 3660, minimum=1)
 # Raw events are kept this many days; beat then drops their daily partitions, once every
 # chunk they feed is final (rollups, chunks and rollout impacts are kept).
 ETT_EVENT_RETENTION_DAYS: int = env.int_("ETT_EVENT_RETENTION_DAYS", 35, minimum=1)

@@ -98,7 +98,8 @@ def test_a_job_being_computed_is_a_202_to_ask_again(
     assert response["Retry-After"] == "5"
     assert response.json() == {"job": "j1", "status": "computing", "model": "",
                                "team": "", "cluster": "", "events": 12,
-                               "last_event_time": 1113.0, "retry_after_s": 5}
+                               "last_event_time": 1113.0, "retry_after_s": 5,
+                               "refresh_parked": None}
     tasks = queued()
     assert QueuedTask("ett.refresh_outdated_rollups", [["j1"]]) in tasks
     for task in tasks:

@@ -5,6 +5,7 @@ shows the floors beat's ``ett.raise_counter_floors`` raised, and writes nothing.
 from __future__ import annotations
 
 import re
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -13,6 +14,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from ettweb.access.tokens import issue_token
@@ -21,7 +23,8 @@ from ettweb.ingest.tasks import ingest_batch
 from ettweb.metrics.models import CounterFloor
 from ettweb.metrics.tasks import raise_counter_floors
 from ettweb.platform.schedule import BEAT_SCHEDULE
-from ettweb.rollups.models import DailyCategoryRollup
+from ettweb.rollups.marks import mark_dirty
+from ettweb.rollups.models import DailyCategoryRollup, ParkedRefresh
 from tests.conftest import mark, span
 from tests.ettweb.rollouts.test_rollout_impact import H, _day, day_job, store
 
@@ -108,6 +111,19 @@ def test_pipeline_gauges(client: Client, token: str) -> None:
     assert metrics["ett_collector_dropped_events"] == {(): 2.0}
     assert metrics["ett_rollup_pending_jobs"] == {(): 0.0}
     assert metrics["ett_rollup_lag_seconds"] == {(): 0.0}
+    assert metrics["ett_rollup_parked_jobs"] == {(): 0.0}
+
+
+def test_a_parked_job_is_its_own_gauge_not_lag(client: Client, token: str) -> None:
+    """A parked job keeps its dirty mark; the lag gauges measure the pipeline, so they
+    leave it out, and ``ett_rollup_parked_jobs`` counts it."""
+    mark_dirty(["stuck", "waiting"], time.time() - 600, 60.0)
+    ParkedRefresh.objects.create(job="stuck", error="JobOutOfBounds: …", failures=2,
+                                 parked_at=timezone.now())
+    metrics = scrape(client, token)
+    assert metrics["ett_rollup_parked_jobs"] == {(): 1.0}
+    assert metrics["ett_rollup_pending_jobs"] == {(): 1.0}
+    assert 590 <= metrics["ett_rollup_lag_seconds"][()] < 700
 
 
 def test_a_counter_never_goes_down(client: Client, token: str) -> None:
