@@ -24,11 +24,12 @@ from ettweb.rollups.models import (
     JobLostRollup,
     JobRollup,
     LabelDayRollup,
+    ParkedRefresh,
     RecoveryPartRollup,
     RecoveryRollup,
     ScopeTotalRollup,
 )
-from ettweb.rollups.refresh import JOBS_PER_TRANSACTION, RefreshStats, refresh_batch
+from ettweb.rollups.refresh import JOBS_PER_TRANSACTION, RefreshStats, refresh_group
 
 _ROLLUP_MODELS = (AttemptTimeline, JobLostRollup, RecoveryPartRollup, RecoveryRollup,
                   AttemptRollup, DailyCategoryRollup, JobRollup)
@@ -43,14 +44,17 @@ def rebuild_all() -> RefreshStats:
     One transaction: the tables are truncated first, so a concurrent ``refresh_jobs`` waits
     for the rebuild to commit and then re-reads its job. Each job is then refreshed as a
     new one, chunk by chunk: memory stays bounded by a chunk, however long the job. Chunks
-    made final by retention are kept and summed as they are.
+    made final by retention are kept and summed as they are. Parked refreshes are forgotten
+    first (a rebuild follows a fix); a job that fails the same way twice again is parked
+    again, and the others are rebuilt (``rollups.parking``).
     """
     began = time.perf_counter()
     with transaction.atomic():
         # Dirty marks go too: every job is recomputed here; a batch that commits later waits
         # for this TRUNCATE's lock, then marks its job again.
         tables = ", ".join(model._meta.db_table for model in
-                           (*_DAY_SUM_MODELS, *_ROLLUP_MODELS, DirtyJob, DirtyChunk))
+                           (*_DAY_SUM_MODELS, *_ROLLUP_MODELS, DirtyJob, DirtyChunk,
+                            ParkedRefresh))
         with connection.cursor() as cursor:
             # Django's FKs are deferred: checks still pending from earlier statements of an
             # enclosing transaction would make TRUNCATE fail, so run them now.
@@ -64,5 +68,5 @@ def rebuild_all() -> RefreshStats:
             jobs = [job for (job,) in cursor.fetchall()]
         total = RefreshStats()
         for at in range(0, len(jobs), JOBS_PER_TRANSACTION):
-            total = total.merged(refresh_batch(jobs[at:at + JOBS_PER_TRANSACTION], whole=True))
+            total = total.merged(refresh_group(jobs[at:at + JOBS_PER_TRANSACTION], whole=True))
     return total.timed(began)

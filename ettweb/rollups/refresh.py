@@ -97,13 +97,14 @@ def refresh_jobs(job_ids: Iterable[str], *, only_marked: bool = False,
     total = RefreshStats()
     for at in range(0, len(ordered), JOBS_PER_TRANSACTION):
         batch = ordered[at:at + JOBS_PER_TRANSACTION]
-        total = total.merged(_refresh_guarded(batch, only_marked=only_marked, whole=whole))
+        total = total.merged(refresh_group(batch, only_marked=only_marked, whole=whole))
     stats = total.timed(began)
     note_cost(stats)
     return stats
 
 
-def _refresh_guarded(job_ids: list[str], *, only_marked: bool, whole: bool) -> RefreshStats:
+def refresh_group(job_ids: list[str], *, only_marked: bool = False,
+                  whole: bool = False) -> RefreshStats:
     """:func:`refresh_batch` for the jobs not parked; jobs that failed before, and every
     job of a group that raised, are refreshed alone (:func:`_refresh_alone`)."""
     skipped = parking.parked(job_ids)

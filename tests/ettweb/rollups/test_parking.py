@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 from rollup_fleet import EPOCH, FleetBuilder
 
 from ettweb.attribution.bounds import JobOutOfBounds, check_windows
@@ -271,3 +272,47 @@ def test_pages_and_the_api_say_a_job_is_parked(client: Any) -> None:
         assert answer.json()["refresh_parked"].startswith("JobOutOfBounds: job window from")
     retry_refresh(["other"])  # retrying another job leaves these parked
     assert parking.parked(["stale", "new-far"]) == {"stale", "new-far"}
+
+
+@pytest.mark.django_db
+def test_a_rebuild_parks_the_job_it_cannot_do_and_rebuilds_the_rest() -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    _store_unchecked(_good("good-a"), _heartbeats("far", [EPOCH, 1e18]), _good("good-b"))
+    ParkedRefresh.objects.create(job="good-a", error="RuntimeError: fixed since", failures=2,
+                                 parked_at=timezone.now())  # a rebuild follows a fix
+    out, err = StringIO(), StringIO()
+    call_command("ett_rebuild_rollups", stdout=out, stderr=err)
+    assert out.getvalue().startswith("rebuilt 2 jobs from 6 events:")
+    assert err.getvalue().splitlines() == [
+        f"parked far: {ParkedRefresh.objects.get(job='far').error}",
+        "1 job(s) parked: fix the cause, then retry them (Parked refreshes in the admin)"]
+    assert set(JobRollup.objects.values_list("job", flat=True)) == {"good-a", "good-b"}
+    assert parking.parked(["far", "good-a", "good-b"]) == {"far"}
+
+
+@pytest.mark.django_db
+def test_admins_see_parked_refreshes_and_retry_them(client: Any,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.contrib.auth.models import User
+
+    from ettweb.rollups import admin as rollups_admin
+
+    _store_unchecked(_heartbeats("far", [EPOCH, 1e18]))
+    refresh_jobs(["far"])
+    sent: list[tuple[str, list[Any]]] = []
+    monkeypatch.setattr(rollups_admin, "send_once",
+                        lambda task, args, within_s: sent.append((task, list(args))) or True)
+    client.force_login(User.objects.create_superuser("admin", "a@example.com", "pw-admin-1"))
+    listing = client.get("/admin/rollups/parkedrefresh/")
+    assert listing.status_code == 200
+    assert b"far" in listing.content and b"JobOutOfBounds: job window from" in listing.content
+    response = client.post("/admin/rollups/parkedrefresh/",
+                           {"action": "retry", "_selected_action": ["far"]}, follow=True)
+    assert response.status_code == 200
+    assert b"Retrying the refresh of 1 job(s)." in response.content
+    assert sent == [("ett.retry_refresh", [["far"]])]
+    assert client.get("/admin/rollups/parkedrefresh/far/change/").status_code == 200
+    assert client.post("/admin/rollups/parkedrefresh/far/delete/").status_code == 403

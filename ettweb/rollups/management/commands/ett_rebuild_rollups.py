@@ -10,6 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from ettweb.rollups.models import ParkedRefresh
 from ettweb.rollups.rebuild import rebuild_all
 
 
@@ -20,3 +21,9 @@ class Command(BaseCommand):
         stats = rebuild_all()
         self.stdout.write(f"rebuilt {stats.jobs} jobs from {stats.events} events: "
                           f"{stats.day_rows_written} day rows in {stats.elapsed_s:.1f} s")
+        parked = ParkedRefresh.objects.filter(parked_at__isnull=False).order_by("job")
+        for job, error in parked.values_list("job", "error"):
+            self.stderr.write(f"parked {job}: {error}")
+        if parked:
+            self.stderr.write(f"{len(parked)} job(s) parked: fix the cause, then retry them "
+                              "(Parked refreshes in the admin)")
