@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
+from django.utils import timezone
 from playwright.sync_api import Browser, Page
 from pytest_django.live_server_helper import LiveServer
 
@@ -79,4 +80,34 @@ def test_the_job_page_in_a_browser(jobs: None, live_server: LiveServer, browser:
                            ".every(d => d.classList.contains('js-plotly-plot'))",
                            timeout=30_000)
     shoot(page, tmp_path, "job-phone.png")
+    assert problems == [] and external == []
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(120)
+def test_a_parked_job_in_a_browser(transactional_db: None, live_server: LiveServer,
+                                   browser: Browser, tmp_path: Path) -> None:
+    """A job whose refresh is parked says so above its numbers, in a card that reads as a
+    warning, and the page still draws every chart."""
+    from ettweb.rollups.models import ParkedRefresh
+
+    refresh_jobs(ingest_lines(staggered_job(4, job="held").lines()).jobs)
+    ParkedRefresh.objects.create(
+        job="held", failures=2, parked_at=timezone.now(),
+        error="JobOutOfBounds: job window from 2026-03-01 00:00:00 UTC to 1e+18 s lies "
+              "outside the dates a rollup can hold (years 1-9999)")
+    User.objects.create_user("viewer", password=PASSWORD)
+    problems: list[str] = []
+    external: list[str] = []
+    page = watched(browser, live_server, problems, external)
+    page.goto(f"{live_server.url}/accounts/login/?next=/jobs/held/")
+    page.fill("#id_username", "viewer")
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/jobs/held/")
+    notice = page.locator("#refresh-parked")
+    assert "Numbers not current: refresh parked" in notice.inner_text()
+    assert notice.bounding_box()["y"] < page.locator(".tiles").bounding_box()["y"]  # type: ignore[index]
+    page.wait_for_selector("#phase-timeline.js-plotly-plot", timeout=30_000)
+    shoot(page, tmp_path, "job-parked.png")
     assert problems == [] and external == []
