@@ -90,7 +90,8 @@ def preview(request: HttpRequest) -> HttpResponse:
     week = _week(form)
     user: User = request.user  # type: ignore[assignment]  # login_required
     if form.cleaned_data["user"]:
-        require(is_admin(request.user), request.user, "preview another user's report")
+        require(is_admin(request.user), request.user, "preview another user's report",
+                needs="admin")
         other = User.objects.filter(username=form.cleaned_data["user"]).first()
         if other is None:
             return HttpResponseBadRequest(
