@@ -51,6 +51,10 @@ class SendStatus(models.TextChoices):
     CANCELLED = "cancelled", "cancelled (unsubscribed)"
 
 
+#: A record in these states is still to be sent (by whoever claims it first).
+CLAIMABLE = (SendStatus.PENDING, SendStatus.RETRY)
+
+
 class SendRecord(models.Model):
     """One subscription's report for one ISO week, claimed once, sent at most once."""
 

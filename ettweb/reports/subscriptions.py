@@ -78,22 +78,39 @@ def new_subscription(user: User) -> Subscription:
                         enabled=True, fleet=True, components=[], owned=True)
 
 
-def ensure_owner_subscriptions() -> int:
-    """Subscribe every owner who owns a component, has a valid address and no subscription;
-    returns how many."""
+def default_owner_subscriptions() -> list[Subscription]:
+    """The subscriptions owners get by default, unsaved: every owner who owns a component,
+    has a valid address and no subscription yet (the planner saves them; ``send_weekly_reports
+    --dry-run`` only counts them, which is how it counts exactly what the real run sends)."""
     users = (owners().filter(owned_components__isnull=False, report_subscription__isnull=True)
-             .exclude(email="").distinct())
-    created = 0
+             .exclude(email="").distinct().order_by("pk"))
+    found = []
     for user in users:
         try:
             address = check_address(user.email)
         except ValueError:
             continue  # no usable address: the settings page asks them for one
+        subscription = new_subscription(user)
+        subscription.email = address
+        found.append(subscription)
+    return found
+
+
+def save_default_subscriptions(defaults: Iterable[Subscription]) -> list[tuple[Subscription,
+                                                                               bool]]:
+    """Save ``defaults`` (from :func:`default_owner_subscriptions`); each row now in the
+    database (a concurrent planner's, if it got there first) and whether this call made it."""
+    saved = []
+    for template in defaults:
         # get_or_create: two planners at once (beat and the command) must not both insert
         # (it retries the read on the unique user constraint instead of raising).
-        template = new_subscription(user)
-        _, made = Subscription.objects.get_or_create(user=user, defaults={
-            "email": address, "time_zone": template.time_zone, "fleet": template.fleet,
-            "owned": template.owned})
-        created += made
-    return created
+        saved.append(Subscription.objects.get_or_create(user=template.user, defaults={
+            "email": template.email, "time_zone": template.time_zone, "fleet": template.fleet,
+            "owned": template.owned}))
+    return saved
+
+
+def ensure_owner_subscriptions() -> int:
+    """Subscribe every owner who owns a component, has a valid address and no subscription;
+    returns how many."""
+    return sum(made for _, made in save_default_subscriptions(default_owner_subscriptions()))
