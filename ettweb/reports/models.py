@@ -1,7 +1,10 @@
 """Who gets the weekly report, and what happened to each week's send.
 
 A :class:`Subscription` is one user's: where to send, in which time zone, and what it covers
-(the whole fleet, and the components listed first: chosen ones, and those the user owns). A
+(the whole fleet, and the components listed first: chosen ones, and those the user owns).
+Where to send is the account's own address (the one an admin or the identity provider set:
+the only address ETT knows to be the user's) unless an admin set another (``email_from_admin``):
+anyone could otherwise send the fleet's numbers to any address (issue 40, item 4a). A
 :class:`SendRecord` is one (subscription, week): created when the week is planned, claimed by
 exactly one sender with a conditional UPDATE before anything is sent, and left in the admin
 with its attempts and last error. The unique constraint on (subscription, week) is what makes
@@ -19,7 +22,11 @@ class Subscription(models.Model):
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
                                 related_name="report_subscription")
-    email = models.EmailField(max_length=254, help_text="where the report goes")
+    email = models.EmailField(max_length=254, help_text=(
+        "where the report goes: the account's address, or another one an admin set here"))
+    email_from_admin = models.BooleanField(default=False, help_text=(
+        "the address was set by an admin and is not the account's; otherwise it is the "
+        "account's, and follows it when the account's address changes"))
     enabled = models.BooleanField(default=True, help_text="off: no more reports")
     time_zone = models.CharField(max_length=64, default="UTC",
                                  help_text="the report arrives Monday 09:00 here (IANA name)")

@@ -50,9 +50,11 @@ def _subscription_of(user: User) -> Subscription:
 @require_http_methods(["GET", "POST"])
 def subscription_settings(request: HttpRequest) -> HttpResponse:
     """``/reports/settings/``: what I receive, where, when. Every role, viewers included,
-    may save it: it is the user's own mail, not something others read."""
+    may save it: it is the user's own mail, not something others read. Where it goes is
+    the account's address unless an admin sets another (``SubscriptionForm``)."""
     subscription = _subscription_of(request.user)  # type: ignore[arg-type]  # login_required
-    form = SubscriptionForm(request.POST or None, instance=subscription)
+    form = SubscriptionForm(request.POST or None, instance=subscription,
+                            by_admin=is_admin(request.user))
     if request.method == "POST" and form.is_valid():
         saved = form.save(commit=False)
         if not saved.enabled and subscription.unsubscribed_at is None:
