@@ -25,7 +25,8 @@ class SubscriptionAdmin(admin.ModelAdmin):
                     "owned", "components", "created_at"]
     list_filter = ["enabled", "email_from_admin", "fleet", "owned", "time_zone"]
     search_fields = ["email", "user__username"]
-    readonly_fields = ["email_from_admin", "created_at", "updated_at", "unsubscribed_at"]
+    readonly_fields = ["email_from_admin", "version", "created_at", "updated_at",
+                       "unsubscribed_at"]
 
     def save_model(self, request: HttpRequest, obj: Subscription, form: Any,
                    change: bool) -> None:

@@ -13,6 +13,8 @@ with its attempts and last error. The unique constraint on (subscription, week) 
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 
@@ -40,12 +42,36 @@ class Subscription(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     unsubscribed_at = models.DateTimeField(null=True, blank=True)
+    version = models.PositiveIntegerField(default=1, editable=False, help_text=(
+        "goes up each time the report is turned back on: unsubscribe links of an earlier "
+        "version no longer unsubscribe"))
+
+    #: ``enabled`` as loaded from the database (None: not loaded, e.g. a new row).
+    _loaded_enabled: bool | None = None
 
     class Meta:
         ordering = ["email"]
 
     def __str__(self) -> str:
         return f"{self.email} ({'on' if self.enabled else 'off'})"
+
+    @classmethod
+    def from_db(cls, db: Any, field_names: Any, values: Any) -> Subscription:
+        instance = super().from_db(db, field_names, values)
+        instance._loaded_enabled = instance.enabled if "enabled" in field_names else None
+        return instance
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Turned back on (loaded off, saved on): a new version, so unsubscribe links in
+        reports sent before cannot undo it (``ettweb.reports.unsubscribe``). The settings
+        page and the admin both save through here; the unsubscribe link only turns off."""
+        if self.pk is not None and self.enabled and self._loaded_enabled is False:
+            self.version += 1
+            fields = kwargs.get("update_fields")
+            if fields is not None:
+                kwargs["update_fields"] = {*fields, "version"}
+        super().save(*args, **kwargs)
+        self._loaded_enabled = self.enabled
 
 
 class SendStatus(models.TextChoices):
