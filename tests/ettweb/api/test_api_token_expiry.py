@@ -66,7 +66,7 @@ def test_a_bad_expiry_is_refused_naming_the_flag(alice: User, days: str) -> None
 
 
 def test_a_past_expiry_is_never_issued(alice: User) -> None:
-    with pytest.raises(ValueError, match="expires_at: .* has passed"):
+    with pytest.raises(ValueError, match=r"expires_at: .* has passed"):
         issue_token(alice, "ci", expires_at=timezone.now() - timedelta(seconds=1))
 
 
