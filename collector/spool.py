@@ -21,6 +21,11 @@ spool looks like this:
   or absent agent. Each writer keeps its counts in the name of an empty sidecar,
   ``<stream>.<dropped>-<invalid>.dropped`` (renamed as they change, so a full disk cannot stop
   them), which the agent sums and ships as ``dropped_events`` in its health report.
+* **Only real segments**: the agent ships a ``*.jsonl`` only if it is a regular file with one
+  name (:func:`not_a_segment`). The spool is writable by every trainer on the node (the
+  ``ett`` group), so a symbolic link or a hard link placed there would otherwise make the
+  agent, with its own permissions, read and ship a file the placer cannot read (a link to a
+  0600 file was shipped and stored, issue 40). A FIFO or device would block or never end.
 """
 
 from __future__ import annotations
@@ -89,6 +94,23 @@ def unframe(line: str | bytes) -> str | bytes:
 def is_sealed(st: os.stat_result) -> bool:
     """A sealed segment has no write bit: its writer rolled past it or shut down."""
     return not st.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
+
+
+def not_a_segment(st: os.stat_result) -> str | None:
+    """Why a spool entry (its ``lstat``, or ``fstat`` once opened) must not be shipped, or None.
+
+    Not the owner: trainers write as their own users by design (the shared group), so a
+    segment's owner says nothing. What matters is that the bytes are the entry's own: a
+    symbolic link points elsewhere, a second hard link means the same file lives elsewhere
+    too (a Reporter never links its segments), and anything but a regular file is no segment.
+    """
+    if stat.S_ISLNK(st.st_mode):
+        return "a symbolic link"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if st.st_nlink > 1:
+        return f"a regular file with {st.st_nlink} hard links (a link to a file elsewhere)"
+    return None
 
 
 def spool_bytes(directory: Path) -> int:

@@ -10,13 +10,14 @@ passes as plain JSONL. The record format itself is ``collector.spool``'s.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import zlib
 from collections.abc import Generator
 
-from collector.spool import is_sealed
+from collector.spool import is_sealed, not_a_segment
 
 #: Single bytes as ints: ``9 in line`` is a memchr, ``b"\t" in line`` a general search.
 _TAB, _NL, _CR, _BRACE = 0x09, 0x0A, 0x0D, 0x7B
@@ -42,8 +43,34 @@ Record = tuple[int, str | None, str | None]  # (next offset, payload, problem)
 Item = tuple[int, str | None, str | None]  # (start offset, payload, problem), before ends
 
 
+class NotASegment(OSError):
+    """A spool entry the agent must not read (``collector.spool.not_a_segment``)."""
+
+
+def open_segment(path: str | os.PathLike[str]) -> int:
+    """A descriptor on ``path`` read without following a symbolic link (``O_NOFOLLOW``) or
+    blocking on a FIFO (``O_NONBLOCK``), checked again once open: the entry the directory
+    listing saw may have been swapped for a link since. NotASegment says why not."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW's answer for a symbolic link
+            raise NotASegment(f"{os.fspath(path)} is a symbolic link") from None
+        raise
+    try:
+        problem = not_a_segment(os.fstat(fd))
+        if problem is not None:
+            raise NotASegment(f"{os.fspath(path)} is {problem}")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def read_records(path: str | os.PathLike[str], offset: int = 0, *,
-                 final: bool | None = None) -> Generator[Record, None, None]:
+                 final: bool | None = None,
+                 segment_only: bool = False) -> Generator[Record, None, None]:
     """Yield ``(next_offset, payload, problem)`` for each *event* from ``offset`` on.
 
     ``payload`` is the event JSON (checksum removed) and ``problem`` is None for a good
@@ -66,8 +93,13 @@ def read_records(path: str | os.PathLike[str], offset: int = 0, *,
     ``final`` (default: whether it is sealed). Then it is read like any other line: in a
     framed file a tail that does not verify is a torn record, in any other file a plain
     last line without its newline (a hand-written JSONL file).
+
+    ``segment_only`` (the agent): open it as :func:`open_segment` does, so a link or a
+    special file raises :class:`NotASegment` (an ``OSError``) at the first item instead of
+    being read; the offline tools read whatever path they are given.
     """
-    with open(path, "rb") as spool:
+    source: int | str | os.PathLike[str] = open_segment(path) if segment_only else path
+    with open(source, "rb") as spool:
         sealed = is_sealed(os.fstat(spool.fileno()))
         final = sealed if final is None else final
         framed: bool | None = True if sealed else None

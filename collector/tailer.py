@@ -12,6 +12,10 @@ Why it works this way:
   are resynchronised, intact ones (also those fused by a lost newline) ship, and each
   destroyed event is counted once, when the batch around it commits; the rest of the
   segment ships.
+* It ships regular files with one name only (``collector.spool.not_a_segment``): a symbolic
+  link, a hard link or a FIFO in the group-writable spool is skipped with one warning naming
+  it, and files are opened without following links, so nobody can make the agent ship a
+  file they could not read themselves.
 * A sealed segment is deleted only after its last byte is committed and ``keep_shipped_s``
   has passed; an unsealed one never is, since its writer may still append.
 """
@@ -26,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from collector.ship_state import FileCursor, ShipState
-from collector.spool import SEGMENT_SUFFIX, is_sealed
-from collector.spool_reader import read_records
+from collector.spool import SEGMENT_SUFFIX, is_sealed, not_a_segment
+from collector.spool_reader import NotASegment, open_segment, read_records
 
 log = logging.getLogger("ett.collector")
 
@@ -70,18 +74,29 @@ class SpoolTailer:
         self.state = state
         self.read: dict[str, FileCursor] = {
             name: FileCursor(cur.offset, cur.inode) for name, cur in state.files.items()}
+        #: Entries skipped as not segments, with the reason last warned about: one warning
+        #: per entry (scan runs every poll), again only if it changes or comes back.
+        self.refused: dict[str, str] = {}
 
     def scan(self) -> list[str]:
         """The spool files now present, in name order; forgets deleted ones and restarts a
         file that was replaced (new inode) or truncated below its offset."""
         present: dict[str, os.stat_result] = {}
+        refused: dict[str, str] = {}
         with contextlib.suppress(FileNotFoundError), os.scandir(self.spool_dir) as entries:
             for entry in entries:  # scandir: one stat per file
                 if entry.name.startswith(".") or not entry.name.endswith(SEGMENT_SUFFIX):
                     continue  # as glob("*.jsonl"): hidden files are not spool segments
                 with contextlib.suppress(FileNotFoundError):
-                    if entry.is_file():
-                        present[entry.name] = entry.stat()
+                    st = entry.stat(follow_symlinks=False)  # the entry itself, not a target
+                    problem = not_a_segment(st)
+                    if problem is None:
+                        present[entry.name] = st
+                    else:
+                        refused[entry.name] = problem
+        for name, problem in refused.items():
+            self._refuse(name, problem)
+        self.refused = {name: why for name, why in self.refused.items() if name in refused}
         for name in list(self.state.files):
             if name not in present:
                 del self.state.files[name]
@@ -89,6 +104,13 @@ class SpoolTailer:
         for name, st in present.items():
             self._check_identity(name, st)
         return sorted(present)
+
+    def _refuse(self, name: str, problem: str) -> None:
+        """Warn once that ``name`` is skipped and why (not on every poll)."""
+        if self.refused.get(name) != problem:
+            log.warning("spool file %s is %s; not shipped (the agent ships only regular "
+                        "files with one name)", self.spool_dir / name, problem)
+            self.refused[name] = problem
 
     def _check_identity(self, name: str, st: os.stat_result) -> None:
         committed = self.state.files.get(name)
@@ -115,7 +137,7 @@ class SpoolTailer:
         rest of the segment still ships. The shared reader yields one item per event (one
         problem per destroyed event), so counting problems counts events."""
         cursor = self.read[name]
-        records = read_records(self.spool_dir / name, cursor.offset)
+        records = read_records(self.spool_dir / name, cursor.offset, segment_only=True)
         try:
             for end, payload, problem in records:
                 size = end - cursor.offset
@@ -131,6 +153,9 @@ class SpoolTailer:
                 if batch.is_full(max_lines, max_bytes):
                     return
         except FileNotFoundError:
+            return
+        except NotASegment as exc:  # swapped for a link since the scan: read nothing of it
+            self._refuse(name, str(exc).removeprefix(f"{self.spool_dir / name} is "))
             return
         finally:
             records.close()
@@ -170,7 +195,8 @@ class SpoolTailer:
         the events exactly (shipped or corrupted)."""
         total = 0
         for name, cur in list(self.state.files.items()):
-            with contextlib.suppress(FileNotFoundError), open(self.spool_dir / name, "rb") as f:
+            with contextlib.suppress(OSError), open(open_segment(self.spool_dir / name),
+                                                     "rb") as f:
                 f.seek(cur.offset)
                 last = b"\n"
                 while chunk := f.read(1 << 20):

@@ -48,6 +48,7 @@ class EttAdminSite(admin.AdminSite):
         @wraps(inner)
         def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             if request.user.is_authenticated and not self.has_permission(request):
-                raise PermissionDenied(refusal(request.user, "use the admin"))
+                raise PermissionDenied(refusal(request.user, "use the admin site",
+                                                       needs="admin"))
             return inner(request, *args, **kwargs)
         return cast(View, guarded)

@@ -106,19 +106,28 @@ def can_record_rollouts(user: AnyUser) -> bool:
     return is_admin(user) or bool(owned_components(user))
 
 
-def refusal(user: AnyUser, action: str) -> str:
-    """Why ``user`` may not ``action``: their role and what they own, and whom to ask."""
-    role = role_of(user)
-    if role == OWNER:
+#: Who may do an action: a component's owners and admins, or admins alone.
+Needs = Literal["owner", "admin"]
+
+
+def refusal(user: AnyUser, action: str, needs: Needs = "owner") -> str:
+    """Why ``user`` may not ``action``, in a sentence: their role (an owner's components),
+    who may (``needs``: a component's owners and admins, or admins alone) and whom to ask.
+
+    Why ``needs``: one wording for both kinds told an owner on ``/admin/`` that "use the
+    admin is for that component's owners and admins", and a viewer that owners may use the
+    admin, which they may not (issue 40, item 4c)."""
+    who = "only admins" if needs == ADMIN else "only a component's owners and admins"
+    if role_of(user) == OWNER:
         owned = ", ".join(sorted(owned_components(user))) or "no component"
-        return f"you own {owned}; {action} is for that component's owners and admins: {ASK}"
-    return f"a {role} may not {action}: that needs a component's owner role or admin, and {ASK}"
+        return f"you own {owned}, but {who} may {action}: {ASK}"
+    return f"a {role_of(user)} may not {action}: {who} may, and {ASK}"
 
 
-def require(allowed: bool, user: AnyUser, action: str) -> None:
+def require(allowed: bool, user: AnyUser, action: str, needs: Needs = "owner") -> None:
     """Refuse the request (a 403 page with the reason) unless ``allowed``."""
     if not allowed:
-        raise PermissionDenied(refusal(user, action))
+        raise PermissionDenied(refusal(user, action, needs))
 
 
 def owners() -> QuerySet[User]:

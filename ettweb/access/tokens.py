@@ -15,7 +15,7 @@ import functools
 import hashlib
 import secrets
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from django.contrib.auth.decorators import login_required
@@ -37,23 +37,45 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def issue_token(user: Any, name: str = "") -> str:
-    """Create a token for ``user`` and return it: the only time it exists in clear."""
+#: The longest life ``ett_api_token --expires-in`` gives a token (ten years).
+MAX_EXPIRES_IN_DAYS: Final = 3650
+
+
+class TokenExpired(Exception):
+    """A known, active token past its ``expires_at``; ``str`` is the refusal, for the 401."""
+
+
+def when(moment: datetime) -> str:
+    """``2026-12-07 19:25 UTC``: how an expiry is shown on creation, in the list, in a 401."""
+    return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+
+
+def issue_token(user: Any, name: str = "", expires_at: datetime | None = None) -> str:
+    """Create a token for ``user`` and return it: the only time it exists in clear.
+    ``expires_at`` (aware, in the future) makes it refused from then on; None: never."""
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ValueError(f"expires_at: {when(expires_at)} has passed")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     ApiToken.objects.create(user=user, name=name[:200], prefix=token[:PREFIX_CHARS],
-                            key_hash=_digest(token))
+                            key_hash=_digest(token), expires_at=expires_at)
     return token
 
 
 def user_for_token(token: str) -> Any | None:
-    """The active user an active token belongs to, else None; its use is sent to the worker
-    (``ett.note_token_used``), never written here."""
+    """The active user an active, unexpired token belongs to, else None; its use is sent to
+    the worker (``ett.note_token_used``), never written here. An expired one raises
+    :class:`TokenExpired`, so the caller can say when it expired instead of "invalid"."""
     if not token or len(token) > 200:
         return None
     row = (ApiToken.objects.select_related("user")
            .filter(key_hash=_digest(token), active=True).first())
     if row is None or not row.user.is_active:
         return None
+    if row.expires_at is not None and row.expires_at <= timezone.now():
+        raise TokenExpired(
+            f"bearer token: {row.prefix}… expired on {when(row.expires_at)}; ask an admin "
+            f"for a new one (python manage.py ett_api_token {row.user.username} "
+            f"--expires-in DAYS)")
     send_once("ett.note_token_used", [row.pk, timezone.now().isoformat()],
               within_s=NOTE_USE_EVERY_S, key=f"token {row.pk}")
     return row.user
@@ -82,7 +104,10 @@ def session_or_token(view: Callable[..., HttpResponse]) -> Callable[..., HttpRes
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         if request.user.is_authenticated or scheme.lower() != "bearer":
             return browser_view(request, *args, **kwargs)
-        user = user_for_token(token.strip())
+        try:
+            user = user_for_token(token.strip())
+        except TokenExpired as exc:
+            return JsonResponse({"error": str(exc)}, status=401)
         if user is None:
             return JsonResponse({"error": BAD_TOKEN}, status=401)
         request.user = user

@@ -16,14 +16,19 @@ from ninja.errors import HttpError
 from ninja.security import HttpBearer, SessionAuth
 
 from ettweb.access.roles import can_record_rollouts, refusal
-from ettweb.access.tokens import user_for_token
+from ettweb.access.tokens import TokenExpired, user_for_token
 
 
 class BearerToken(HttpBearer):
     """``Authorization: Bearer <token>`` from ``manage.py ett_api_token USERNAME``."""
 
     def authenticate(self, request: HttpRequest, token: str) -> Any:
-        user = user_for_token(token)
+        """The token's user; an expired token is a 401 saying when it expired (raised:
+        ninja answers it through ``ettweb.api.errors``, before any other auth is tried)."""
+        try:
+            user = user_for_token(token)
+        except TokenExpired as exc:
+            raise HttpError(401, str(exc)) from None
         if user is not None:
             request.user = user
         return user

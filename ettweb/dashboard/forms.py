@@ -13,7 +13,7 @@ from ettweb.pages.forms import ExportForm
 from ettweb.queries import JobsQuery
 from ettweb.queries.base import LABELS, one_sided_range
 from ettweb.queries.collectors import DEFAULT_SILENT_AFTER_S
-from ettweb.queries.job_list import MAX_PAGE_SIZE
+from ettweb.queries.job_list import MAX_PAGE_SIZE, MAX_SEARCH_CHARS
 from ettweb.queries.job_list import SORTS as JOB_SORTS
 from ettweb.queries.job_list import STATUSES as JOB_STATUSES
 
@@ -56,7 +56,7 @@ class CollectorsFilterForm(forms.Form):
 class JobsFilterForm(forms.Form):
     """The jobs list's inputs: all optional; a range keeps jobs whose window overlaps it."""
 
-    q = forms.CharField(required=False, max_length=200, label="Job")
+    q = forms.CharField(required=False, max_length=MAX_SEARCH_CHARS, label="Job")
     date_from = day_field()
     date_to = day_field()
     model = label_field("models")

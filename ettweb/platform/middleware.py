@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 
 NUL = "\x00"
 
@@ -27,7 +27,8 @@ def _nul_in(request: HttpRequest) -> str | None:
 
 
 class RefuseNulMiddleware:
-    """400 ``bad request: NUL character in <where>`` instead of a database error."""
+    """400 ``bad request: NUL character in <where>`` instead of a database error (under
+    ``/api/`` as the API's ``{"error": ...}``)."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -35,8 +36,10 @@ class RefuseNulMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         where = _nul_in(request)
         if where is not None:
-            return HttpResponseBadRequest(f"bad request: NUL character in {where}",
-                                          content_type="text/plain")
+            reason = f"bad request: NUL character in {where}"
+            if request.path_info.startswith("/api/"):  # the API's refusals are JSON
+                return JsonResponse({"error": reason}, status=400)
+            return HttpResponseBadRequest(reason, content_type="text/plain")
         return self.get_response(request)
 
 

@@ -18,10 +18,12 @@ from django.db.models import Count, F, Q, QuerySet, Sum
 
 from ettweb.attribution.components import component_of
 from ettweb.ingest.models import QuarantinedEvent
+from ettweb.platform.text import unstorable
 from ettweb.queries.base import (
     GPU_BUCKETS,
     HOUR_S,
     LABELS,
+    MAX_LABEL_CHARS,
     DateRange,
     aggregating,
     pct,
@@ -40,6 +42,10 @@ SORTS: Final[dict[str, str]] = {
     "gpus": "gpus", "start": "window_start", "attempts": "attempts", "wall": "wall_s"}
 STATUSES: Final = ("running", "completed", "failed", "preempted", "lost")
 MAX_PAGE_SIZE: Final = 200
+#: Longest search text (``q``) the jobs page and ``/api/v1/jobs`` take: a job's name is
+#: stored in 200 characters, so a longer text matches nothing; one limit for both, so the
+#: API never takes what the page refuses (issue 40, item 4e).
+MAX_SEARCH_CHARS: Final = 200
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,15 @@ class JobsQuery(Query["JobsResult"]):
     page_size: int = 50
 
     def __post_init__(self) -> None:
+        for name, value, limit in (("q", self.search, MAX_SEARCH_CHARS),
+                                   ("model", self.model, MAX_LABEL_CHARS),
+                                   ("team", self.team, MAX_LABEL_CHARS),
+                                   ("cluster", self.cluster, MAX_LABEL_CHARS)):
+            if len(value) > limit:
+                raise ValueError(f"{name} must be at most {limit} characters, not {len(value)}")
+            problem = unstorable(value)  # Postgres refuses a NUL: a 400, not a 500
+            if problem:
+                raise ValueError(f"{name} {problem}")
         validated("sort", self.sort.removeprefix("-"), tuple(SORTS))
         if self.gpus:
             validated("gpus", self.gpus, tuple(label for _, _, label in GPU_BUCKETS))

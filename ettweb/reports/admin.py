@@ -6,6 +6,8 @@ back in the queue — a person deciding that a possible duplicate is better than
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -16,11 +18,20 @@ from ettweb.reports.models import SendRecord, SendStatus, Subscription
 
 @admin.register(Subscription)
 class SubscriptionAdmin(admin.ModelAdmin):
-    list_display = ["email", "user", "enabled", "time_zone", "fleet", "owned",
-                    "components", "created_at"]
-    list_filter = ["enabled", "fleet", "owned", "time_zone"]
+    """An admin may send a user's report to any address: saving one that is not the
+    account's marks it ``email_from_admin`` (it then stays when the account's changes)."""
+
+    list_display = ["email", "email_from_admin", "user", "enabled", "time_zone", "fleet",
+                    "owned", "components", "created_at"]
+    list_filter = ["enabled", "email_from_admin", "fleet", "owned", "time_zone"]
     search_fields = ["email", "user__username"]
-    readonly_fields = ["created_at", "updated_at", "unsubscribed_at"]
+    readonly_fields = ["email_from_admin", "version", "created_at", "updated_at",
+                       "unsubscribed_at"]
+
+    def save_model(self, request: HttpRequest, obj: Subscription, form: Any,
+                   change: bool) -> None:
+        obj.email_from_admin = obj.email != (obj.user.email or "")
+        super().save_model(request, obj, form, change)
 
 
 @admin.register(SendRecord)

@@ -160,7 +160,8 @@ def render_for(subscription: Subscription | None, week: IsoWeek, cache: ReportCa
     (``chart_src``) instead of carrying it."""
     components = followed_components(subscription) if subscription else ()
     report = cache.report(week, components)
-    unsubscribe = (absolute(reverse("reports:unsubscribe", args=[make_token(subscription.pk)]))
+    unsubscribe = (absolute(reverse("reports:unsubscribe", args=[make_token(subscription.pk,
+                                                                         subscription.version)]))
                    if subscription and subscription.pk else "")
     return render(report, fleet=subscription.fleet if subscription else True,
                   chart_png=cache.chart(week, report) if with_chart else b"",

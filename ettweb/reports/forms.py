@@ -10,11 +10,20 @@ from ettweb.access.roles import owned_components
 from ettweb.components.known import known_components
 from ettweb.queries import IsoWeek
 from ettweb.reports.models import Subscription
-from ettweb.reports.subscriptions import check_address, check_time_zone, time_zones
+from ettweb.reports.subscriptions import (
+    AddressRefused,
+    allowed_address,
+    check_time_zone,
+    time_zones,
+)
 
 
 class SubscriptionForm(forms.ModelForm):
     """Address (checked on save), zone, on/off, and what the report lists first.
+
+    The address is the account's, or one an admin set (``allowed_address``): for anyone but
+    an admin (``by_admin``) the field is shown read-only and any other value is refused by
+    name, never silently replaced.
 
     ``owned`` is shown only to someone who owns a component: for anyone else the box would
     change nothing they can see, and the saved value stays (on by default), so components
@@ -38,8 +47,19 @@ class SubscriptionForm(forms.ModelForm):
                   "owned": "List the components I own first"}
         help_texts = {"enabled": "", "email": "checked when you save"}
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, by_admin: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.by_admin = by_admin
+        email = self.fields["email"]
+        if by_admin:
+            email.help_text = ("checked when you save; as an admin you may send it to any "
+                               "address (otherwise it is your account's)")
+        else:
+            email.required = False  # an account without one gets the reason, not "required"
+            email.widget.attrs["readonly"] = True
+            email.help_text = (
+                "set by an admin for you" if self.instance.pk and self.instance.email_from_admin
+                else "your account's address; an admin can send the report elsewhere")
         components = self.fields["components"]
         assert isinstance(components, forms.MultipleChoiceField)
         components.choices = [(c, c) for c in known_components()]
@@ -53,9 +73,21 @@ class SubscriptionForm(forms.ModelForm):
 
     def clean_email(self) -> str:
         try:
-            return check_address(self.cleaned_data["email"])
-        except ValueError as exc:
+            return allowed_address(self.instance, self.cleaned_data["email"] or "",
+                                   by_admin=self.by_admin)
+        except (AddressRefused, ValueError) as exc:
             raise forms.ValidationError(str(exc)) from exc
+
+    def save(self, commit: bool = True) -> Subscription:
+        """Remember whether the address is an admin's choice (not the account's): only
+        then does it stay when the account's address changes. Anyone else can only keep an
+        admin's address or take the account's (``allowed_address``), so for both the
+        choice is an admin's exactly when it is not the account's."""
+        subscription: Subscription = super().save(commit=False)
+        subscription.email_from_admin = subscription.email != (subscription.user.email or "")
+        if commit:
+            subscription.save()
+        return subscription
 
     def clean_time_zone(self) -> str:
         name = self.cleaned_data["time_zone"].strip()

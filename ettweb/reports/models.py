@@ -1,7 +1,10 @@
 """Who gets the weekly report, and what happened to each week's send.
 
 A :class:`Subscription` is one user's: where to send, in which time zone, and what it covers
-(the whole fleet, and the components listed first: chosen ones, and those the user owns). A
+(the whole fleet, and the components listed first: chosen ones, and those the user owns).
+Where to send is the account's own address (the one an admin or the identity provider set:
+the only address ETT knows to be the user's) unless an admin set another (``email_from_admin``):
+anyone could otherwise send the fleet's numbers to any address (issue 40, item 4a). A
 :class:`SendRecord` is one (subscription, week): created when the week is planned, claimed by
 exactly one sender with a conditional UPDATE before anything is sent, and left in the admin
 with its attempts and last error. The unique constraint on (subscription, week) is what makes
@@ -9,6 +12,8 @@ with its attempts and last error. The unique constraint on (subscription, week) 
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -19,7 +24,11 @@ class Subscription(models.Model):
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
                                 related_name="report_subscription")
-    email = models.EmailField(max_length=254, help_text="where the report goes")
+    email = models.EmailField(max_length=254, help_text=(
+        "where the report goes: the account's address, or another one an admin set here"))
+    email_from_admin = models.BooleanField(default=False, help_text=(
+        "the address was set by an admin and is not the account's; otherwise it is the "
+        "account's, and follows it when the account's address changes"))
     enabled = models.BooleanField(default=True, help_text="off: no more reports")
     time_zone = models.CharField(max_length=64, default="UTC",
                                  help_text="the report arrives Monday 09:00 here (IANA name)")
@@ -33,12 +42,36 @@ class Subscription(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     unsubscribed_at = models.DateTimeField(null=True, blank=True)
+    version = models.PositiveIntegerField(default=1, editable=False, help_text=(
+        "goes up each time the report is turned back on: unsubscribe links of an earlier "
+        "version no longer unsubscribe"))
+
+    #: ``enabled`` as loaded from the database (None: not loaded, e.g. a new row).
+    _loaded_enabled: bool | None = None
 
     class Meta:
         ordering = ["email"]
 
     def __str__(self) -> str:
         return f"{self.email} ({'on' if self.enabled else 'off'})"
+
+    @classmethod
+    def from_db(cls, db: Any, field_names: Any, values: Any) -> Subscription:
+        instance = super().from_db(db, field_names, values)
+        instance._loaded_enabled = instance.enabled if "enabled" in field_names else None
+        return instance
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Turned back on (loaded off, saved on): a new version, so unsubscribe links in
+        reports sent before cannot undo it (``ettweb.reports.unsubscribe``). The settings
+        page and the admin both save through here; the unsubscribe link only turns off."""
+        if self.pk is not None and self.enabled and self._loaded_enabled is False:
+            self.version += 1
+            fields = kwargs.get("update_fields")
+            if fields is not None:
+                kwargs["update_fields"] = {*fields, "version"}
+        super().save(*args, **kwargs)
+        self._loaded_enabled = self.enabled
 
 
 class SendStatus(models.TextChoices):
@@ -49,6 +82,10 @@ class SendStatus(models.TextChoices):
     FAILED = "failed", "failed"
     MISSED = "missed", "missed (claimed, never finished)"
     CANCELLED = "cancelled", "cancelled (unsubscribed)"
+
+
+#: A record in these states is still to be sent (by whoever claims it first).
+CLAIMABLE = (SendStatus.PENDING, SendStatus.RETRY)
 
 
 class SendRecord(models.Model):

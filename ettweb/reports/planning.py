@@ -11,14 +11,19 @@ rollup refreshes land first). Each subscriber's time then moves by a jitter that
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from datetime import datetime, time, timedelta
 from typing import Final
 
 from django.conf import settings
 
 from ettweb.queries import IsoWeek
-from ettweb.reports.models import SendRecord, SendStatus, Subscription
-from ettweb.reports.subscriptions import check_time_zone, ensure_owner_subscriptions
+from ettweb.reports.models import CLAIMABLE, SendRecord, SendStatus, Subscription
+from ettweb.reports.subscriptions import (
+    check_time_zone,
+    default_owner_subscriptions,
+    ensure_owner_subscriptions,
+)
 
 #: Local hour of the Monday send (ETT_SPEC §7).
 REPORT_HOUR: Final = 9
@@ -43,7 +48,8 @@ def due_at(week: IsoWeek, time_zone: str, subscription_id: int = 0) -> datetime:
         earliest.tzinfo)
 
 
-def plan_week(week: IsoWeek, now: datetime | None = None) -> int:
+def plan_week(week: IsoWeek, now: datetime | None = None,
+              subscriptions: Iterable[Subscription] | None = None) -> int:
     """Create the missing send records of ``week``; returns how many were created.
 
     Scheduled (``now`` None): each record is due at its subscriber's Monday morning, and a
@@ -51,10 +57,13 @@ def plan_week(week: IsoWeek, now: datetime | None = None) -> int:
     get last week's report mid-week). Sent by hand (``now`` given): every enabled
     subscription gets a record due now. Idempotent either way: the unique (subscription,
     week) constraint drops a record planned twice, so two beats planning at once create
-    each record once, and a week already sent is never planned again.
+    each record once, and a week already sent is never planned again. ``subscriptions``:
+    only these (saved, enabled ones: :func:`recipients_now`'s), else every enabled one.
     """
     records = []
-    for subscription in Subscription.objects.filter(enabled=True):
+    if subscriptions is None:
+        subscriptions = Subscription.objects.filter(enabled=True)
+    for subscription in subscriptions:
         if now is not None:
             when = now
         else:
@@ -76,3 +85,21 @@ def plan(now: datetime) -> int:
     """Subscribe owners by default, then plan the week that ended most recently."""
     ensure_owner_subscriptions()
     return plan_week(IsoWeek.last_complete(now))
+
+
+def recipients_now(week: IsoWeek) -> list[Subscription]:
+    """Who ``send_weekly_reports --week WEEK`` sends to if run now, by address.
+
+    Every enabled subscription whose week is not handled yet (no record, or one still
+    pending or waiting to retry), and, unsaved, the owners the run subscribes by default
+    (:func:`default_owner_subscriptions`). One function for the run and its ``--dry-run``:
+    the dry run, counting enabled subscriptions only, said "0 report(s) would be sent" where
+    the real run subscribed a new owner and sent 1 (issue 40, item 4b).
+    """
+    handled = set(SendRecord.objects.filter(week=str(week)).exclude(status__in=CLAIMABLE)
+                  .values_list("subscription_id", flat=True))
+    found = [subscription for subscription
+             in Subscription.objects.filter(enabled=True).select_related("user")
+             if subscription.pk not in handled]
+    found += default_owner_subscriptions()
+    return sorted(found, key=lambda subscription: (subscription.email, subscription.user_id))

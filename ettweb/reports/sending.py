@@ -28,11 +28,11 @@ from django.utils import timezone
 
 from ettweb.queries import IsoWeek
 from ettweb.reports.content import ReportCache, build_message, render_for
-from ettweb.reports.models import SendRecord, SendStatus
+from ettweb.reports.models import CLAIMABLE, SendRecord, SendStatus
 from ettweb.reports.planning import plan
 
 log = logging.getLogger(__name__)
-CLAIMABLE = (SendStatus.PENDING, SendStatus.RETRY)
+__all__ = ["CLAIMABLE", "SendSummary", "send_due", "send_records"]
 
 
 def sender_name() -> str:

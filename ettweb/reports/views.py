@@ -29,7 +29,7 @@ from ettweb.reports.content import ReportCache, render_for
 from ettweb.reports.forms import PreviewForm, SubscriptionForm
 from ettweb.reports.models import SendRecord, SendStatus, Subscription
 from ettweb.reports.subscriptions import new_subscription
-from ettweb.reports.unsubscribe import TokenError, read_token
+from ettweb.reports.unsubscribe import SUPERSEDED, TokenError, read_token
 
 
 def cancel_unsent(subscription: Subscription) -> None:
@@ -50,9 +50,11 @@ def _subscription_of(user: User) -> Subscription:
 @require_http_methods(["GET", "POST"])
 def subscription_settings(request: HttpRequest) -> HttpResponse:
     """``/reports/settings/``: what I receive, where, when. Every role, viewers included,
-    may save it: it is the user's own mail, not something others read."""
+    may save it: it is the user's own mail, not something others read. Where it goes is
+    the account's address unless an admin sets another (``SubscriptionForm``)."""
     subscription = _subscription_of(request.user)  # type: ignore[arg-type]  # login_required
-    form = SubscriptionForm(request.POST or None, instance=subscription)
+    form = SubscriptionForm(request.POST or None, instance=subscription,
+                            by_admin=is_admin(request.user))
     if request.method == "POST" and form.is_valid():
         saved = form.save(commit=False)
         if not saved.enabled and subscription.unsubscribed_at is None:
@@ -90,7 +92,8 @@ def preview(request: HttpRequest) -> HttpResponse:
     week = _week(form)
     user: User = request.user  # type: ignore[assignment]  # login_required
     if form.cleaned_data["user"]:
-        require(is_admin(request.user), request.user, "preview another user's report")
+        require(is_admin(request.user), request.user, "preview another user's report",
+                needs="admin")
         other = User.objects.filter(username=form.cleaned_data["user"]).first()
         if other is None:
             return HttpResponseBadRequest(
@@ -127,21 +130,30 @@ def preview_chart(request: HttpRequest) -> HttpResponse:
 @takes()
 @require_http_methods(["GET", "POST"])
 def unsubscribe(request: HttpRequest, token: str) -> HttpResponse:
-    """GET: confirm (changes nothing). POST: unsubscribe (the page's button or one-click)."""
+    """GET: confirm (changes nothing). POST: unsubscribe (the page's button or one-click).
+    A link of an earlier version of the subscription (it was turned back on since) is a
+    410 page saying so, and changes nothing."""
     try:
-        subscription = Subscription.objects.filter(pk=read_token(token)).first()
+        signed = read_token(token)
     except TokenError as exc:
         return render(request, "reports/unsubscribe_invalid.html", {"reason": str(exc)},
                       status=400)
+    subscription = Subscription.objects.filter(pk=signed.subscription_id).first()
     if subscription is None:
         return render(request, "reports/unsubscribe_invalid.html", {
             "reason": "this subscription no longer exists; there is nothing to unsubscribe"},
             status=404)
+    if signed.version != subscription.version:
+        # 410: the link was good once; the subscription it named has been renewed since.
+        return render(request, "reports/unsubscribe_invalid.html", {
+            "reason": SUPERSEDED, "subscription": subscription}, status=410)
     if request.method == "GET":
         return render(request, "reports/unsubscribe_confirm.html",
                       {"subscription": subscription})
     with transaction.atomic():
-        Subscription.objects.filter(pk=subscription.pk, enabled=True).update(
+        # The version in the filter too: a re-subscribe between the check and here wins.
+        Subscription.objects.filter(pk=subscription.pk, enabled=True,
+                                    version=signed.version).update(
             enabled=False, unsubscribed_at=timezone.now())
         cancel_unsent(subscription)
     return render(request, "reports/unsubscribed.html", {"subscription": subscription})

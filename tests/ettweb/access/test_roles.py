@@ -80,10 +80,15 @@ def test_inactive_and_anonymous_users_have_no_role() -> None:
 def test_a_refusal_names_the_role_and_what_the_owner_owns() -> None:
     owner = User.objects.create_user("o2")
     set_role(owner, "owner", ["pt2_compiler"])
-    with pytest.raises(PermissionDenied, match="you own pt2_compiler; edit scheduler is for"):
+    with pytest.raises(PermissionDenied, match=r"^you own pt2_compiler, but only a component's "
+                                               "owners and admins may edit scheduler: "):
         require(False, _fresh(owner), "edit scheduler")
-    with pytest.raises(PermissionDenied, match="a viewer may not record rollouts"):
+    with pytest.raises(PermissionDenied, match=r"^a viewer may not record rollouts: only a "
+                                               "component's owners and admins may, and "):
         require(False, User.objects.create_user("v2"), "record rollouts")
+    with pytest.raises(PermissionDenied, match=r"^a viewer may not use the admin site: only "
+                                               "admins may, and "):
+        require(False, User.objects.create_user("v3"), "use the admin site", needs="admin")
     require(True, owner, "anything")  # allowed: no exception
 
 

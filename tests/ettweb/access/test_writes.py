@@ -7,6 +7,7 @@ view added later without a check fails here the day it lands.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from datetime import UTC, datetime
@@ -189,7 +190,7 @@ def test_an_owner_cannot_touch_another_components_rollouts(
                                 {**FORM, "component": "checkpointing"}),
                      owner.post("/rollouts/new/", {**FORM, "component": "checkpointing"})):
         assert response.status_code == 403
-        assert _reason(response).startswith("you own pt2_compiler; ")
+        assert _reason(response).startswith("you own pt2_compiler, but only a component")
     moved = owner.post(f"/rollouts/{mine.pk}/edit/", {**FORM, "component": "checkpointing"})
     assert moved.status_code == 403
     assert "move a rollout to checkpointing" in _reason(moved)
@@ -292,18 +293,37 @@ def test_an_owners_token_records_rollouts_of_their_component_only(client: Client
     other = client.post("/api/v1/rollouts", json.dumps({**API_ROLLOUT, "component": "scheduler"}),
                         content_type="application/json", **headers)
     assert other.status_code == 403
-    assert other.json() == {"error": "you own checkpointing; record a rollout of scheduler is "
-                                     "for that component's owners and admins: an admin gives "
-                                     "roles (docs/how-to/manage-access.md: Roles)"}
+    assert other.json() == {"error": "you own checkpointing, but only a component's owners "
+                                     "and admins may record a rollout of scheduler: an admin "
+                                     "gives roles (docs/how-to/manage-access.md: Roles)"}
     assert list(Rollout.objects.values_list("component", flat=True)) == ["checkpointing"]
 
 
 def test_owners_and_viewers_are_refused_the_admin_with_a_reason(owner: Client) -> None:
-    for path in ("/admin/", "/admin/rollups/phasecomponent/", "/admin/auth/user/"):
-        response = owner.get(path)
-        assert response.status_code == 403, path
-        assert "use the admin" in _reason(response)
+    """Each role is told, in a sentence, that the admin is for admins alone (issue 40, 4c:
+    an owner read "use the admin is for that component's owners and admins", a viewer that
+    owners may use it)."""
+    viewer = _client(_user("vic", "viewer"))
+    said = {
+        owner: "you own pt2_compiler, but only admins may use the admin site: an admin gives "
+               "roles (docs/how-to/manage-access.md: Roles)",
+        viewer: "a viewer may not use the admin site: only admins may, and an admin gives "
+                "roles (docs/how-to/manage-access.md: Roles)"}
+    for client, reason in said.items():
+        for path in ("/admin/", "/admin/rollups/phasecomponent/", "/admin/auth/user/"):
+            response = client.get(path)
+            assert response.status_code == 403, path
+            assert html.unescape(_reason(response)) == reason, path
     assert 'href="/admin/"' not in owner.get("/rollouts/").content.decode()
+
+
+def test_only_admins_preview_another_users_report_and_owners_are_told_so(
+        owner: Client) -> None:
+    response = owner.get("/reports/preview/?user=olga")
+    assert response.status_code == 403
+    assert html.unescape(_reason(response)) == (
+        "you own pt2_compiler, but only admins may preview another user's report: an admin "
+        "gives roles (docs/how-to/manage-access.md: Roles)")
 
 
 # --------------------------------------------------------------------------- admins

@@ -18,6 +18,7 @@ from ettweb.attribution.components import component_of
 from ettweb.pages.csv_tables import neutralized
 from ettweb.queries import JobsQuery, calculate
 from ettweb.queries.base import phase_components
+from ettweb.queries.job_list import MAX_SEARCH_CHARS
 from ettweb.rollups.models import JobRollup
 from tests.ettweb.rollouts.test_rollout_impact import day_job, store
 
@@ -149,3 +150,30 @@ def test_a_page_past_the_last_is_refused_with_the_count(logged_in: Client, fleet
     token = issue_token(User.objects.create_user("reader2"), "jobs")
     api = logged_in.get("/api/v1/jobs?page=999999", HTTP_AUTHORIZATION=f"Bearer {token}")
     assert api.status_code == 400 and api.json()["error"].startswith("page: 999999 is past")
+
+
+def test_the_api_limits_the_search_text_as_the_page_does(logged_in: Client) -> None:
+    """One limit, ``MAX_SEARCH_CHARS``, for ``/`` and ``/api/v1/jobs`` (issue 40, 4e: the API
+    took a 3,000-character ``q`` the page refused past 200); the JSON error names the
+    parameter and the limit."""
+    token = issue_token(User.objects.create_user("reader3"), "jobs")
+    bearer = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    assert MAX_SEARCH_CHARS == 200
+    at_limit = logged_in.get("/api/v1/jobs", {"q": "j" * MAX_SEARCH_CHARS}, **bearer)
+    assert at_limit.status_code == 200, at_limit.content
+    assert logged_in.get("/", {"q": "j" * MAX_SEARCH_CHARS}).status_code == 200
+    for length in (MAX_SEARCH_CHARS + 1, 3000):
+        api = logged_in.get("/api/v1/jobs", {"q": "j" * length}, **bearer)
+        assert api.status_code == 400
+        assert api.json() == {"error": f"q: q must be at most 200 characters, not {length}"}
+        page = logged_in.get("/", {"q": "j" * length})
+        assert page.status_code == 400
+        assert page.content.decode().startswith(
+            f"bad parameters: q: Ensure this value has at most 200 characters (it has {length})")
+    for name in ("model", "team", "cluster"):
+        long_label = logged_in.get("/api/v1/jobs", {name: "x" * 201}, **bearer)
+        assert long_label.status_code == 400
+        assert long_label.json() == {
+            "error": f"{name}: {name} must be at most 200 characters, not 201"}
+    with pytest.raises(ValueError, match="q contains a NUL character"):
+        JobsQuery(search="a\x00b")  # the middleware refuses it first on the way in

@@ -19,8 +19,10 @@ from django.core import signing
 from django.test import Client
 from pytest_django.fixtures import Settings
 
+from ettweb.queries import IsoWeek
+from ettweb.reports.content import ReportCache, render_for
 from ettweb.reports.models import SendRecord, SendStatus, Subscription
-from ettweb.reports.unsubscribe import SALT, make_token
+from ettweb.reports.unsubscribe import SALT, TokenError, make_token, read_token
 from ettweb.rollouts.models import Rollout
 from tests.ettweb.rollouts.test_rollout_impact import day_job, store
 
@@ -147,6 +149,65 @@ def test_a_deleted_subscription_is_a_404_page(subscription: Subscription,
                      client.post(f"/reports/unsubscribe/{token}/")):
         assert response.status_code == 404
         assert "This subscription no longer exists" in body(response)
+
+
+def test_a_link_from_before_a_resubscribe_no_longer_unsubscribes(
+        subscription: Subscription, client: Client) -> None:
+    """Issue 40, 5g: a token valid 90 days unsubscribed a user who had since subscribed
+    again. Tokens carry the subscription's version, which turning it back on raises: the
+    old link is a 410 page that says why, and changes nothing; the new one works."""
+    old_link = f"/reports/unsubscribe/{make_token(subscription.pk, subscription.version)}/"
+    assert client.post(old_link, {"List-Unsubscribe": "One-Click"}).status_code == 200
+    sam = Client()
+    sam.force_login(subscription.user)
+    assert sam.post("/reports/settings/", {"enabled": "on", "email": "sam@example.com",
+                                           "time_zone": "UTC", "fleet": "on"}
+                    ).status_code == 302  # subscribed again
+    subscription.refresh_from_db()
+    assert subscription.enabled and subscription.version == 2
+    for response in (client.get(old_link),
+                     client.post(old_link, {"List-Unsubscribe": "One-Click"})):
+        assert response.status_code == 410
+        page = body(response)
+        assert "This link is from before you subscribed again" in page
+        assert ("This unsubscribe link is from a report sent before you subscribed again, so "
+                "it no longer unsubscribes you: use the link in your latest report, or turn "
+                "the report off on the report settings page.") in page
+        assert "The weekly ETT% report still goes to <b>sam@example.com</b>." in page
+    subscription.refresh_from_db()
+    assert subscription.enabled and subscription.unsubscribed_at is None
+
+    new_link = f"/reports/unsubscribe/{make_token(subscription.pk, 2)}/"
+    assert client.post(new_link, {"List-Unsubscribe": "One-Click"}).status_code == 200
+    subscription.refresh_from_db()
+    assert not subscription.enabled
+
+
+def test_only_turning_it_back_on_raises_the_version(subscription: Subscription) -> None:
+    """Edits that leave it on, and turning it off, keep every link sent so far working;
+    a link signed before versions existed (no ``v``) is version 1."""
+    subscription.time_zone = "Asia/Tokyo"
+    subscription.save()
+    loaded = Subscription.objects.get(pk=subscription.pk)
+    loaded.enabled = False
+    loaded.save(update_fields=["enabled"])
+    assert Subscription.objects.get(pk=subscription.pk).version == 1
+    legacy = signing.dumps({"s": subscription.pk}, salt=SALT, compress=False)
+    assert read_token(legacy) == (subscription.pk, 1)
+    again = Subscription.objects.get(pk=subscription.pk)
+    again.enabled = True
+    again.save(update_fields=["enabled"])
+    assert Subscription.objects.get(pk=subscription.pk).version == 2
+    for payload in ({"s": subscription.pk, "v": "2"}, {"s": subscription.pk, "v": True}):
+        with pytest.raises(TokenError, match="not valid"):
+            read_token(signing.dumps(payload, salt=SALT))
+
+
+def test_the_mail_carries_a_link_of_the_current_version(subscription: Subscription) -> None:
+    subscription.version = 7
+    rendered = render_for(subscription, IsoWeek.parse("2026-W11"), ReportCache())
+    token = rendered.unsubscribe_url.rstrip("/").rsplit("/", 1)[1]
+    assert read_token(token) == (subscription.pk, 7)
 
 
 @pytest.fixture

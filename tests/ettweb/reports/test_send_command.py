@@ -29,6 +29,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 from pytest_django.fixtures import Settings
 
+from ettweb.access.roles import set_role
 from ettweb.queries import IsoWeek
 from ettweb.reports.models import SendRecord, SendStatus, Subscription
 from ettweb.reports.sending import send_due
@@ -142,6 +143,49 @@ def test_dry_run_prints_each_recipient_and_sends_nothing(smtp: SmtpServer) -> No
         f"2 report(s) would be sent for {WEEK}; nothing was sent",
     ]
     assert smtp.received == [] and not SendRecord.objects.exists()
+
+
+def _would_send(run: Run) -> set[str]:
+    return {line.split(" ", 3)[3].split(" ", 1)[0] for line in run.out.splitlines()
+            if line.startswith("would send to ")}
+
+
+@pytest.mark.django_db
+def test_dry_run_counts_what_the_real_run_sends(smtp: SmtpServer) -> None:
+    """Issue 40, 4b: the dry run said "0 report(s) would be sent" where the real run
+    subscribed a new owner with an e-mail and sent 1. Both now ask ``recipients_now``; on the
+    same data they name the same people: a new owner (subscribed by default), a subscriber,
+    one the schedule already sent, one it planned but did not send yet, one turned off, an
+    owner without a usable address, a viewer with an address (no default for viewers)."""
+    scheduled = subscribe("early")
+    assert len(send_due(lambda: AFTER_W11_DUE, pause_s=0).sent) == 1  # early: handled
+    newcomer = User.objects.create_user("nora", email="nora@example.com")  # after the beat
+    set_role(newcomer, "owner", ["pt2_compiler"])
+    subscribe("ann")
+    pending = subscribe("pat")
+    SendRecord.objects.create(subscription=pending, week=WEEK, due_at=AFTER_W11_DUE,
+                              next_attempt_at=datetime(2030, 1, 1, tzinfo=UTC))
+    subscribe("off", enabled=False)
+    set_role(User.objects.create_user("nomail", email="nomail@intranet"), "owner",
+             ["checkpointing"])
+    User.objects.create_user("vic", email="vic@example.com")  # a viewer: not by default
+
+    dry = command("--week", WEEK, "--dry-run")
+    assert dry.code == 0, dry
+    assert f"skip {scheduled.email}: {WEEK} already handled" in dry.out.splitlines()
+    assert (f"would send to nora@example.com (pt2_compiler, subscribed by default as an "
+            f"owner): ETT% {WEEK}: no training data this week") in dry.out.splitlines()
+    assert dry.out.splitlines()[-1] == f"3 report(s) would be sent for {WEEK}; nothing was sent"
+    assert len(smtp.received) == 1  # early's, by the schedule; the dry run sent nothing
+    assert not Subscription.objects.filter(user=newcomer).exists()
+
+    run = command("--week", WEEK)
+    assert run.code == 0, run
+    assert counts(run)[0] == 3
+    assert set(smtp.handler.count_by_recipient()) - {scheduled.email} == _would_send(dry) == {
+        "nora@example.com", "ann@example.com", "pat@example.com"}
+    again = command("--week", WEEK, "--dry-run")
+    assert again.out.splitlines()[-1] == f"0 report(s) would be sent for {WEEK}; nothing was sent"
 
 
 @pytest.mark.django_db

@@ -289,7 +289,7 @@ def test_a_scheduled_send_arrives_monday_morning_as_a_complete_message(
     unsubscribe = re.fullmatch(rf"<({re.escape(BASE)}/reports/unsubscribe/([^/]+)/)>",
                                message["List-Unsubscribe"].strip())
     assert unsubscribe is not None, message["List-Unsubscribe"]
-    assert read_token(unsubscribe.group(2)) == alice.pk
+    assert read_token(unsubscribe.group(2)).subscription_id == alice.pk
     assert message["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
 
     assert message.get_content_type() == "multipart/related"

@@ -17,7 +17,7 @@ from ettweb.reports.models import SendRecord, SendStatus, Subscription
 from ettweb.reports.subscriptions import check_address, check_names, check_time_zone
 
 URL = "/reports/settings/"
-GOOD = {"enabled": "on", "email": "alice@example.org", "time_zone": "Europe/Berlin",
+GOOD = {"enabled": "on", "email": "alice@example.com", "time_zone": "Europe/Berlin",
         "fleet": "on", "owned": "on", "components": ["scheduler", "evaluation"]}
 
 
@@ -106,7 +106,7 @@ def test_someone_who_owns_nothing_gets_no_owned_box(db: None, client: Client) ->
     assert 'name="owned"' not in body and "You own components" not in body
     assert "teams" not in body.lower()
     assert 'name="components" value="pt2_compiler"' in body
-    response = client.post(URL, {**GOOD, "owned": ""})  # a stale box posted: ignored
+    response = client.post(URL, {**GOOD, "email": user.email, "owned": ""})  # a stale box
     assert response.status_code == 302
     saved = Subscription.objects.get(user=user)
     assert saved.owned and saved.components == ["scheduler", "evaluation"]
@@ -115,7 +115,9 @@ def test_someone_who_owns_nothing_gets_no_owned_box(db: None, client: Client) ->
 @pytest.mark.parametrize(("change", "reason"), [
     ({"email": "bob"}, "'bob' is not a valid e-mail address"),
     ({"email": "bob@intranet"}, "'bob@intranet' is not a valid e-mail address"),
-    ({"email": ""}, "This field is required."),
+    ({"email": ""}, "'' is not your account's address (alice@example.com): reports go only "
+                    "there, or to an address an admin sets for you"),
+    ({"email": "alice@example.org"}, "'alice@example.org' is not your account's address"),
     ({"time_zone": "Mars/Olympus"}, "unknown time zone 'Mars/Olympus'"),
     ({"components": ["nope"]}, "Select a valid choice. nope is not one of the available"),
 ])
@@ -130,16 +132,17 @@ def test_bad_input_is_shown_and_nothing_saved(alice: User, client: Client,
 
 def test_a_good_post_saves_and_redirects(alice: User, client: Client) -> None:
     """Post/redirect/get, values trimmed, and the page confirms when the next one comes."""
-    response = client.post(URL, {**GOOD, "email": "  alice@example.org ",
+    response = client.post(URL, {**GOOD, "email": "  alice@example.com ",
                                  "time_zone": " Europe/Berlin "})
     assert response.status_code == 302 and response["Location"] == f"{URL}?saved=1"
     saved = Subscription.objects.get(user=alice)
     assert (saved.email, saved.time_zone, saved.enabled, saved.fleet) == (
-        "alice@example.org", "Europe/Berlin", True, True)
+        "alice@example.com", "Europe/Berlin", True, True)
+    assert not saved.email_from_admin
     assert saved.components == ["scheduler", "evaluation"] and saved.owned
     assert saved.unsubscribed_at is None
     body = html.unescape(client.get(f"{URL}?saved=1").content.decode())
-    assert "Saved. Next report: Monday 09:00 Europe/Berlin to alice@example.org." in body
+    assert "Saved. Next report: Monday 09:00 Europe/Berlin to alice@example.com." in body
     assert "You are not subscribed yet" not in body
     response = client.post(URL, {**GOOD, "fleet": "", "owned": "", "components": []})
     saved.refresh_from_db()
@@ -182,3 +185,89 @@ def test_anonymous_is_sent_to_log_in(db: None, client: Client) -> None:
     assert response["Location"] == f"/accounts/login/?next={URL}"
     response = client.post(URL, GOOD)
     assert response.status_code == 302 and not Subscription.objects.exists()
+
+
+# --------------------------------------------------------------------------- the address
+
+def test_a_viewer_cannot_send_the_report_to_another_address(db: None, client: Client) -> None:
+    """Issue 40, 4a: a viewer directed the fleet report to any unverified address. The
+    address is the account's (an admin's or the identity provider's); another is refused
+    by name, nothing saved, and the field is shown read-only."""
+    viewer = User.objects.create_user("vic", email="vic@example.com")
+    client.force_login(viewer)
+    status, body = page(client)
+    assert re.search(r'<input type="email" name="email" value="vic@example.com"[^>]* readonly',
+                     body)
+    assert "your account's address; an admin can send the report elsewhere" in body
+    status, body = page(client, {**GOOD, "email": "leak@elsewhere.example"})
+    assert status == 200
+    assert ("'leak@elsewhere.example' is not your account's address (vic@example.com): "
+            "reports go only there, or to an address an admin sets for you") in body
+    assert not Subscription.objects.exists()
+    Subscription.objects.create(user=viewer, email=viewer.email)
+    page(client, {**GOOD, "email": "leak@elsewhere.example"})
+    assert Subscription.objects.get(user=viewer).email == "vic@example.com"
+
+
+def test_an_account_without_an_address_is_told_who_sets_one(db: None, client: Client) -> None:
+    client.force_login(User.objects.create_user("nomail"))
+    status, body = page(client, {**GOOD, "email": ""})
+    assert status == 200
+    assert ("your account has no e-mail address, so the report has nowhere to go; an admin "
+            "sets it (admin: Users, or manage.py ett_login NAME --email ADDRESS) or your "
+            "identity provider does at sign-in") in body
+    assert not Subscription.objects.exists()
+
+
+def test_an_admin_may_set_any_address_and_it_stays_theirs(db: None, client: Client) -> None:
+    """On their own page, and for someone else in the admin: the address is then the
+    admin's choice, kept when the account's changes, and the user may keep it but not
+    change it."""
+    ada = User.objects.create_user("ada", email="ada@example.com")
+    set_role(ada, "admin")
+    client.force_login(ada)
+    assert client.post(URL, {**GOOD, "email": "ops@example.net"}).status_code == 302
+    mine = Subscription.objects.get(user=ada)
+    assert (mine.email, mine.email_from_admin) == ("ops@example.net", True)
+
+    bob = User.objects.create_user("bob", email="bob@example.com")
+    theirs = Subscription.objects.create(user=bob, email=bob.email)
+    change = client.post(f"/admin/reports/subscription/{theirs.pk}/change/", {
+        "user": bob.pk, "email": "team-list@example.com", "enabled": "on",
+        "time_zone": "UTC", "fleet": "on", "owned": "on", "components": "[]"})
+    assert change.status_code == 302, change.content.decode()[:2000]
+    theirs.refresh_from_db()
+    assert (theirs.email, theirs.email_from_admin) == ("team-list@example.com", True)
+    bob.email = "bob@new.example.com"
+    bob.save()  # the account's address moves: the admin's choice stays
+    theirs.refresh_from_db()
+    assert theirs.email == "team-list@example.com"
+
+    bobs = Client()
+    bobs.force_login(bob)
+    status, body = page(bobs)
+    assert status == 200
+    assert 'value="team-list@example.com"' in body and "set by an admin for you" in body
+    assert bobs.post(URL, {**GOOD, "email": "team-list@example.com"}).status_code == 302
+    status, body = page(bobs, {**GOOD, "email": "bob@new.example.com"})
+    assert status == 302, body
+    assert "is not your account's address" not in body  # their account's own: allowed
+    theirs.refresh_from_db()
+    assert (theirs.email, theirs.email_from_admin) == ("bob@new.example.com", False)
+    _status, body = page(bobs, {**GOOD, "email": "other@example.com"})
+    assert "'other@example.com' is not your account's address" in body
+
+
+def test_the_subscription_follows_the_accounts_address(db: None) -> None:
+    """The identity provider, ``ett_login --email`` and the admin change the account's
+    address by saving the user: a subscription on the account's address moves with it."""
+    user = User.objects.create_user("cy", email="cy@example.com")
+    subscription = Subscription.objects.create(user=user, email=user.email)
+    user.email = "cy@new.example.com"
+    user.save(update_fields=["email"])
+    subscription.refresh_from_db()
+    assert subscription.email == "cy@new.example.com"
+    user.email = ""
+    user.save()  # no address now: nothing to follow, the last one stays
+    subscription.refresh_from_db()
+    assert subscription.email == "cy@new.example.com"

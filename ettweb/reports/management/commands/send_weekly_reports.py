@@ -3,7 +3,9 @@
 Sends a week's reports now, in this process (no worker or beat needed), through the same send
 records as the schedule: a report the schedule already sent is not sent again, and two of
 these commands at once still send each report once. ``--to`` sends the fleet report to one
-address as a preview (no record); ``--dry-run`` prints who would get what and sends nothing.
+address as a preview (no record); ``--dry-run`` prints who would get what and sends nothing:
+the same recipients as the run (``planning.recipients_now``), owners it would subscribe by
+default included, so its count is the run's.
 Exit status: 0 all sent, 1 a send failed (the reason is printed and kept in the admin), 2 bad
 arguments (one line).
 """
@@ -19,13 +21,13 @@ from tqdm import tqdm
 
 from ettweb.queries import IsoWeek
 from ettweb.reports.content import ReportCache, build_message, render_for
-from ettweb.reports.models import SendRecord, Subscription
-from ettweb.reports.planning import plan_week
-from ettweb.reports.sending import CLAIMABLE, send_records
+from ettweb.reports.models import CLAIMABLE, SendRecord
+from ettweb.reports.planning import plan_week, recipients_now
+from ettweb.reports.sending import send_records
 from ettweb.reports.subscriptions import (
     check_address,
-    ensure_owner_subscriptions,
     followed_components,
+    save_default_subscriptions,
 )
 
 EXIT_BAD_ARGS = 2
@@ -58,7 +60,9 @@ class Command(BaseCommand):
                             help="send the fleet report to this one address only (a preview; "
                                  "no send record, subscribers get nothing)")
         parser.add_argument("--dry-run", action="store_true",
-                            help="print what would be sent to whom; send nothing")
+                            help="print what would be sent to whom, as the real run would "
+                                 "send it now (owners it would subscribe by default "
+                                 "included); send nothing, change nothing")
         parser.add_argument("--no-progress", action="store_true",
                             help="no progress bar on stderr")
 
@@ -89,23 +93,26 @@ class Command(BaseCommand):
         self.stdout.write(f"sent to {address}: {rendered.subject}")
 
     def _dry_run(self, week: IsoWeek) -> None:
-        done = set(SendRecord.objects.filter(week=str(week)).exclude(status__in=CLAIMABLE)
-                   .values_list("subscription_id", flat=True))
+        handled = (SendRecord.objects.filter(week=str(week), subscription__enabled=True)
+                   .exclude(status__in=CLAIMABLE).select_related("subscription")
+                   .order_by("subscription__email"))
+        for record in handled:
+            self.stdout.write(f"skip {record.subscription.email}: {week} already handled")
         cache, count = ReportCache(), 0
-        for subscription in Subscription.objects.filter(enabled=True).order_by("email"):
-            if subscription.pk in done:
-                self.stdout.write(f"skip {subscription.email}: {week} already handled")
-                continue
+        for subscription in recipients_now(week):
             rendered = render_for(subscription, week, cache)
             followed = ", ".join(followed_components(subscription)) or "fleet only"
-            self.stdout.write(f"would send to {subscription.email} ({followed}): "
+            new = "" if subscription.pk else ", subscribed by default as an owner"
+            self.stdout.write(f"would send to {subscription.email} ({followed}{new}): "
                               f"{rendered.subject}")
             count += 1
         self.stdout.write(f"{count} report(s) would be sent for {week}; nothing was sent")
 
     def _send(self, week: IsoWeek, *, progress: bool) -> None:
-        ensure_owner_subscriptions()
-        plan_week(week, now=timezone.now())
+        chosen = recipients_now(week)  # exactly what --dry-run lists
+        saved = [s for s in chosen if s.pk is not None]
+        saved += [row for row, _ in save_default_subscriptions(s for s in chosen if s.pk is None)]
+        plan_week(week, now=timezone.now(), subscriptions=saved)
         records = SendRecord.objects.filter(week=str(week))
         before = records.exclude(status__in=CLAIMABLE).count()
         ids = list(records.filter(status__in=CLAIMABLE).order_by("id")
