@@ -38,6 +38,7 @@ from ettweb.ingest.credentials import (
     BatchRejected,
     claimed_id,
     prune_nonces,
+    prune_rejections,
     record_rejection,
     verify_batch,
 )
@@ -250,8 +251,10 @@ def ensure_event_partitions() -> list[str]:
 @shared_task(name="ett.prune_batch_nonces")
 @waits_for_database
 def prune_batch_nonces() -> int:
-    """Beat: forget nonces too old to be replayed (their timestamp fails the skew check)."""
-    return prune_nonces()
+    """Beat: forget nonces too old to be replayed (their timestamp fails the skew check),
+    and refused sources past ``ETT_COLLECTOR_REJECTIONS_DAYS`` even when no new refusal
+    comes to prune them."""
+    return prune_nonces() + prune_rejections()
 
 
 @shared_task(name="ett.drop_expired_events")
