@@ -23,7 +23,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from collector.auth import health_body
-from ettweb.ingest import partitions, retention
+from ettweb.ingest import fairness, partitions, retention
 from ettweb.ingest.batches import (
     IngestResult,
     Nonce,
@@ -95,11 +95,16 @@ def ingest_batch(self: Any, lines: list[str], source: str = "",
     refresh runs ``ETT_ROLLUP_REFRESH_DELAY_S`` after the events committed (inline when
     called in-process), so running jobs show live numbers a few seconds behind.
     Events older than the retention horizon are refused with one warning naming their days,
-    not quarantined (``retention``). Returns ``{"stored", "duplicates", "rejected",
-    "expired"}``.
+    not quarantined (``retention``). A batch over its source's rate is put back once at the
+    queue's tail instead (``fairness``; ``"deferred": 1``). Returns ``{"stored",
+    "duplicates", "rejected", "expired"}``.
     """
     batch: list[Any] = lines if isinstance(lines, list) else [lines]
     source = str(source)
+    # Over its source's rate: put back once at the queue's tail, so a flood waits behind the
+    # other nodes' batches instead of ahead of them (ettweb.ingest.fairness).
+    if fairness.should_defer(self, source) and fairness.defer(self, batch, source, auth):
+        return {"stored": 0, "duplicates": 0, "rejected": 0, "expired": 0, "deferred": 1}
     try:
         nonce = _authenticate(auth, batch, in_process=_in_process(self))
     except BatchRejected as exc:
