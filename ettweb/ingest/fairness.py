@@ -6,23 +6,30 @@ by 925 s: each waited for the whole flood to be *stored* ahead of it. The publis
 hostile, so the limit is enforced by the worker, never trusted to the agent.
 
 The rule. Each batch ``source`` may have ``ETT_INGEST_SOURCE_RATE`` batches a second stored
-in turn, with bursts of ``ETT_INGEST_SOURCE_BURST`` (a GCRA token bucket shared by every worker,
-in Postgres, which both brokers' deployments have). A batch over its source's rate is not
-stored in its turn: the worker publishes a copy of it at the tail of the queue it came from,
-with publisher confirms on RabbitMQ (a Redis push is confirmed by its reply), and only once
-the broker has taken the copy does the task return and the original get acknowledged. The
-copy carries a header only the server can make (an HMAC of its task id under
-``SECRET_KEY``), and a batch bearing it is stored whatever its source's rate: a batch is put
-back **once**, never again, so nothing retries forever and nothing valid is dropped. If the
-copy cannot be published (the broker refuses, a timeout), the batch is stored now, as before.
+in turn, with bursts of ``ETT_INGEST_SOURCE_BURST`` (10 and 20 by default; an agent ships
+about one batch every 2 s): a GCRA token bucket shared by every worker, in Postgres, which
+both brokers' deployments have. A batch over its source's rate is not stored in its turn:
+the worker publishes a copy of it at the tail of the queue it came from, with publisher
+confirms on RabbitMQ (a Redis push is confirmed by its reply), and only once the broker has
+taken the copy does the task return and the original get acknowledged. The copy carries a
+header only the server can make (an HMAC of its task id under ``SECRET_KEY``), and a batch
+bearing it is stored whatever its source's rate: a batch is put back **once**, never again,
+so nothing retries forever and nothing valid is dropped. If the copy cannot be published
+(the broker refuses, a timeout), the batch is stored now, as before.
 
-What it buys. A flood queued ahead of another node's batch now costs that batch one
-*deferral* per flood batch (the bucket check and a publish: measured in
-``tests/ettweb/ingest/test_source_fairness.py`` and the soak's ``source_flood``), not one
-*store*; the flood's batches are stored after it, on their second pass. The bound stays
-proportional to the flood queued ahead (a worker must take each message off the FIFO to look
-at it); only per-source queues at the publisher would remove that, and the publisher is the
-party not trusted.
+What it buys, and what it does not. A flood queued ahead of another node's batch now costs
+that batch one *deferral* per flood batch beyond the burst, not one *store*, and the flood's
+batches are stored after it, on their second pass. The bound stays proportional to the flood
+queued ahead: a worker must take each message off the FIFO to look at it, and that
+per-message cost (the pop, the pool, the ack) is the floor. On a loaded 2-core machine it is
+about as large as storing a one-line batch (20-30 ms), so a flood of *tiny* batches delays
+the others about as long as before; the gain grows with the flood's batch size, and a
+deferral never costs a flood batch more than one extra pass (the figures, from the soak's
+``source_flood``, are in docs/explanation/delivery.md). Only separate queues at the
+publisher would remove the floor, and the publisher is the party not trusted. Against a
+*hostile* publisher a per-source limit is weak anyway: it may name a new source for every
+batch (each gets a fresh burst; the state stays bounded). It holds back one node that floods
+under its own name (a bug, a backlog replay) without starving it.
 
 Why not an overflow queue consumed beside the main one: RabbitMQ serves two queues on one
 channel in turn, not the main one first, so every deferral would be paired with a flood

@@ -311,8 +311,8 @@ ETT_COLLECTOR_REJECTIONS_DAYS: int = env.int_("ETT_COLLECTOR_REJECTIONS_DAYS", 7
 # turn (with bursts of ETT_INGEST_SOURCE_BURST); a batch over it is put back once at the
 # queue's tail, so one node's flood cannot hold the other nodes' events back
 # (ettweb.ingest.fairness). 0 turns the limit off.
-ETT_INGEST_SOURCE_RATE: float = env.float_("ETT_INGEST_SOURCE_RATE", 20.0, minimum=0.0)
-ETT_INGEST_SOURCE_BURST: int = env.int_("ETT_INGEST_SOURCE_BURST", 100, minimum=1)
+ETT_INGEST_SOURCE_RATE: float = env.float_("ETT_INGEST_SOURCE_RATE", 10.0, minimum=0.0)
+ETT_INGEST_SOURCE_BURST: int = env.int_("ETT_INGEST_SOURCE_BURST", 20, minimum=1)
 # Daily event partitions are created automatically for event times within this many days
 # before / after now; anything outside lands in the default partition.
 ETT_PARTITION_DAYS_BACK: int = env.int_("ETT_PARTITION_DAYS_BACK", 35, minimum=0)
