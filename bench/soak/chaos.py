@@ -439,8 +439,9 @@ def flood_and_probe(rig: Rig, number: int, batches: int) -> Flood:
             flood.probe_delay_s = round(time.monotonic() - published, 2)
             flood.ahead = len(rig.stored_among(ids))
             rate, burst = settings.ETT_INGEST_SOURCE_RATE, settings.ETT_INGEST_SOURCE_BURST
-            # + 5: batches in flight at the workers, and the poll's own lag
-            flood.allowed = round(burst + rate * flood.probe_delay_s + 5, 1) if rate else None
+            if rate and size >= settings.ETT_INGEST_DEFER_MIN_LINES:  # else none is put back
+                # In batches; + 5: batches in flight at the workers, and the poll's own lag.
+                flood.allowed = round((burst + rate * flood.probe_delay_s) / size + 5, 1)
             break
         time.sleep(0.05)
     return flood

@@ -77,7 +77,7 @@ PROFILES: dict[str, Profile] = {
     # make test: every fault kind once, about a minute of wall time on two cores.
     "short": Profile("short", nodes=3, trainers=2, minutes=0.6, rate=110.0, faults_per_kind=1,
                      events_per_job=1500, segment_bytes=32 * 1024, backlog_events=300,
-                     refresh_delay_s=2.0, drain_timeout_s=150.0, flood_batches=200),
+                     refresh_delay_s=2.0, drain_timeout_s=150.0, flood_batches=100),
     # What fits in ~10 minutes on two cores (3,500 events/s sustained there without faults):
     # about a million events, six faults of every kind.
     "medium": Profile("medium", nodes=4, trainers=3, minutes=7.0, rate=200.0,

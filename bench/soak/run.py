@@ -387,7 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--faults-per-kind", type=int, help="faults of every kind")
     parser.add_argument("--flood-batches", type=int,
                         help="tiny batches each source_flood publishes from one source (the "
-                             "profile's: 200 short, 600 otherwise)")
+                             "profile's: 100 short, 600 otherwise)")
     parser.add_argument("--flood-lines", type=int,
                         help="events in each source_flood batch (default 1: tiny batches)")
     parser.add_argument("--visibility-timeout", type=float,

@@ -5,27 +5,31 @@ batches (a bug, a backlog replay, a hostile publisher) once delayed every other 
 by 925 s: each waited for the whole flood to be *stored* ahead of it. The publisher may be
 hostile, so the limit is enforced by the worker, never trusted to the agent.
 
-The rule. Each batch ``source`` may have ``ETT_INGEST_SOURCE_RATE`` batches a second stored
-in turn, with bursts of ``ETT_INGEST_SOURCE_BURST`` (10 and 20 by default; an agent ships
-about one batch every 2 s): a GCRA token bucket shared by every worker, in Postgres, which
-both brokers' deployments have. A batch over its source's rate is not stored in its turn:
-the worker publishes a copy of it at the tail of the queue it came from, with publisher
-confirms on RabbitMQ (a Redis push is confirmed by its reply), and only once the broker has
-taken the copy does the task return and the original get acknowledged. The copy carries a
-header only the server can make (an HMAC of its task id under ``SECRET_KEY``), and a batch
-bearing it is stored whatever its source's rate: a batch is put back **once**, never again,
-so nothing retries forever and nothing valid is dropped. If the copy cannot be published
-(the broker refuses, a timeout), the batch is stored now, as before.
+The rule. Each batch ``source`` may have ``ETT_INGEST_SOURCE_RATE`` events a second stored
+in turn, with bursts of ``ETT_INGEST_SOURCE_BURST`` events (2,000 and 20,000 by default): a
+GCRA token bucket shared by every worker, in Postgres, which both brokers' deployments have.
+A batch of at least ``ETT_INGEST_DEFER_MIN_LINES`` (500) lines over its source's rate is not
+stored in its turn: the worker publishes a copy of it at the tail of the queue it came from,
+with publisher confirms on RabbitMQ (a Redis push is confirmed by its reply), and only once
+the broker has taken the copy does the task return and the original get acknowledged. The
+copy carries a header only the server can make (an HMAC of its task id under
+``SECRET_KEY``), and a batch bearing it is stored whatever its source's rate: a batch is put
+back **once**, never again, so nothing retries forever and nothing valid is dropped. If the
+copy cannot be published (the broker refuses, a timeout), the batch is stored now, as
+before. A smaller batch is counted but never put back: see below.
 
-What it buys, and what it does not. A flood queued ahead of another node's batch now costs
-that batch one *deferral* per flood batch beyond the burst, not one *store*, and the flood's
-batches are stored after it, on their second pass. The bound stays proportional to the flood
-queued ahead: a worker must take each message off the FIFO to look at it, and that
-per-message cost (the pop, the pool, the ack) is the floor. On a loaded 2-core machine it is
-about as large as storing a one-line batch (20-30 ms), so a flood of *tiny* batches delays
-the others about as long as before; the gain grows with the flood's batch size, and a
-deferral never costs a flood batch more than one extra pass (the figures, from the soak's
-``source_flood``, are in docs/explanation/delivery.md). Only separate queues at the
+What it buys, and what it does not. A flood of big batches queued ahead of another node's
+batch now costs that batch one *deferral* per flood batch beyond the burst, not one *store*,
+and the flood's batches are stored after it, on their second pass. The bound stays
+proportional to the flood queued ahead: a worker must take each message off the FIFO to look
+at it, and that per-message cost (the pop, the pool, the ack) is the floor. On a loaded
+2-core machine it is about as large as storing a batch of 1 or 100 lines (20-30 ms), so
+putting back a small batch would add a pass and buy nothing: measured with every batch
+eligible, a flood of 1,000 one-line batches held another source's batch back *longer*
+(18.0 s against 12.9 s without the limit). Hence ``ETT_INGEST_DEFER_MIN_LINES``: a flood of
+tiny batches costs the others what it did before (N stores), a flood of big ones about N
+deferrals (the figures, from the soak's ``source_flood``, are in
+docs/explanation/delivery.md). Only separate queues at the
 publisher would remove the floor, and the publisher is the party not trusted. Against a
 *hostile* publisher a per-source limit is weak anyway: it may name a new source for every
 batch (each gets a fresh burst; the state stays bounded). It holds back one node that floods
@@ -76,28 +80,33 @@ def slot(source: str) -> int:
     return int.from_bytes(digest, "big") % SLOTS
 
 
-def take(source: str, now: float | None = None) -> bool:
-    """Whether ``source`` may have one more batch stored now (and count it if so).
+def take(source: str, events: int = 1, now: float | None = None, *,
+         force: bool = False) -> bool:
+    """Whether ``source`` may have a batch of ``events`` stored now (and count it if so);
+    with ``force``, count it whatever the answer (a batch stored anyway).
 
-    GCRA in one statement: a slot's ``tat`` is when its bucket would be full again; a batch
-    is within the rate when ``tat`` is at most ``burst - 1`` intervals ahead of now, and then
-    moves it one interval on. A batch over the rate changes nothing, so a flood cannot push
-    its own slot further into the future than a full bucket. Runs in autocommit, outside the
-    batch's transaction: the slot's row lock is held for this statement only.
+    GCRA in one statement, in events: a slot's ``tat`` is when its bucket would be full
+    again; a batch fits when moving ``tat`` on by its events keeps it within the burst of
+    now. A batch that does not fit changes nothing, and a counted one never pushes ``tat``
+    past a full bucket, so a flood cannot push its own slot further into the future than
+    that. Runs in autocommit, outside the batch's transaction: the slot's row lock is held
+    for this statement only.
     """
     rate = settings.ETT_INGEST_SOURCE_RATE
     if rate <= 0:
         return True
     now = time.time() if now is None else now
-    interval = 1.0 / rate
     table = SourceBucket._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {table} (slot, tat) VALUES (%(slot)s, %(now)s + %(t)s) "
-            f"ON CONFLICT (slot) DO UPDATE SET tat = greatest({table}.tat, %(now)s) + %(t)s "
-            f"WHERE {table}.tat - %(now)s <= %(ahead)s RETURNING 1",
-            {"slot": slot(source), "now": now, "t": interval,
-             "ahead": (settings.ETT_INGEST_SOURCE_BURST - 1) * interval})
+            f"INSERT INTO {table} (slot, tat) VALUES (%(slot)s, %(now)s + least(%(w)s, "
+            "%(burst)s) * %(t)s) "
+            f"ON CONFLICT (slot) DO UPDATE SET tat = least(greatest({table}.tat, %(now)s) "
+            "+ %(w)s * %(t)s, %(now)s + %(burst)s * %(t)s) "
+            f"WHERE %(force)s OR greatest({table}.tat, %(now)s) + %(w)s * %(t)s - %(now)s "
+            "<= %(burst)s * %(t)s RETURNING 1",
+            {"slot": slot(source), "now": now, "t": 1.0 / rate, "w": max(1, events),
+             "burst": settings.ETT_INGEST_SOURCE_BURST, "force": force})
         return cursor.fetchone() is not None
 
 
@@ -116,16 +125,23 @@ def was_deferred(request: Any) -> bool:
             and hmac.compare_digest(mark, _token(task_id)))
 
 
-def should_defer(task: Any, source: str) -> bool:
-    """Whether this delivery is over its source's rate and was never put back before.
+def should_defer(task: Any, source: str, events: int) -> bool:
+    """Whether this delivery of ``events`` lines should be put back: its source is over the
+    rate, the batch is big enough for a deferral to pay, and it was never put back before.
 
-    Only a delivery from the broker is limited: a plain call or an eager ``apply`` (trusted
-    code in this process, tests) has no queue to be put back on."""
+    A batch under ``ETT_INGEST_DEFER_MIN_LINES`` is only counted: taking a message off the
+    queue, checking it and publishing it again costs about what storing a small batch does
+    (the per-message floor), so deferring it would only add a pass. Only a delivery from the
+    broker is limited: a plain call or an eager ``apply`` (trusted code in this process,
+    tests) has no queue to be put back on."""
     request = task.request
-    if request.called_directly or (request.delivery_info or {}).get("is_eager"):
+    if request.called_directly or (request.delivery_info or {}).get("is_eager") \
+            or settings.ETT_INGEST_SOURCE_RATE <= 0:
         return False
-    return settings.ETT_INGEST_SOURCE_RATE > 0 and not was_deferred(request) \
-        and not take(source)
+    if events < settings.ETT_INGEST_DEFER_MIN_LINES or was_deferred(request):
+        take(source, events, force=True)
+        return False
+    return not take(source, events)
 
 
 _publisher: Any = None

@@ -103,7 +103,8 @@ def ingest_batch(self: Any, lines: list[str], source: str = "",
     source = str(source)
     # Over its source's rate: put back once at the queue's tail, so a flood waits behind the
     # other nodes' batches instead of ahead of them (ettweb.ingest.fairness).
-    if fairness.should_defer(self, source) and fairness.defer(self, batch, source, auth):
+    if fairness.should_defer(self, source, len(batch)) \
+            and fairness.defer(self, batch, source, auth):
         return {"stored": 0, "duplicates": 0, "rejected": 0, "expired": 0, "deferred": 1}
     try:
         nonce = _authenticate(auth, batch, in_process=_in_process(self))

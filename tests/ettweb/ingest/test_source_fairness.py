@@ -1,9 +1,11 @@
-"""Per-source fairness (issue 40, item 5): a node flooding tiny valid batches once delayed
-every other node's events by up to 925 s, each waiting for the whole flood to be stored. The
-worker now stores at most ``ETT_INGEST_SOURCE_RATE`` batches a second of a source in turn and
-puts the rest back once at the queue's tail (``ettweb.ingest.fairness``), so another node's
-batch published after a flood waits for one cheap deferral per flood batch, not one store;
-and every flood batch is still stored, exactly once."""
+"""Per-source fairness (issue 40, item 5): a node flooding valid batches once delayed every
+other node's events by up to 925 s, each waiting for the whole flood to be stored. The worker
+now stores at most ``ETT_INGEST_SOURCE_RATE`` events a second of a source in turn and puts
+the batches over it back once at the queue's tail (``ettweb.ingest.fairness``), so another
+node's batch published after a flood waits for one deferral per flood batch, not one store;
+and every flood batch is still stored, exactly once. In production only batches of
+``ETT_INGEST_DEFER_MIN_LINES`` lines are put back; the real-worker test lowers it to 1 so
+that a flood of one-line batches shows the order quickly."""
 
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from ettweb.ingest.tasks import ingest_batch
 from tests.ettweb.ingest.conftest import Signer
 from tests.ettweb.worker_fleet import PrivateRedis, Workers
 
-FLOOD = 300
+FLOOD = 200
 RATE, BURST = 5, 10
 #: What one deferral may cost a worker of concurrency 1 on a loaded 2-core machine: a generous
 #: ceiling (the measured cost is printed; see docs/explanation/delivery.md for the figures).
@@ -48,20 +50,49 @@ def _line(job: str, index: int) -> str:
 @override_settings(ETT_INGEST_SOURCE_RATE=2.0, ETT_INGEST_SOURCE_BURST=3)
 def test_the_bucket_allows_the_burst_then_the_rate() -> None:
     now = 1_000_000.0
-    assert [fairness.take("node-a", now) for _ in range(5)] == [True, True, True, False, False]
-    assert fairness.take("node-b", now)  # another source has its own bucket
-    assert not fairness.take("node-a", now + 0.4)
-    assert fairness.take("node-a", now + 0.5)  # one interval (1/rate) later: one more
-    assert not fairness.take("node-a", now + 0.5)
+    assert [fairness.take("node-a", 1, now) for _ in range(5)] == [True, True, True, False,
+                                                                   False]
+    assert fairness.take("node-b", 1, now)  # another source has its own bucket
+    assert not fairness.take("node-a", 1, now + 0.4)
+    assert fairness.take("node-a", 1, now + 0.5)  # one interval (1/rate) later: one more
+    assert not fairness.take("node-a", 1, now + 0.5)
     # A flood refused meanwhile pushed nothing further: a quiet second refills two.
-    assert [fairness.take("node-a", now + 1.5) for _ in range(3)] == [True, True, False]
+    assert [fairness.take("node-a", 1, now + 1.5) for _ in range(3)] == [True, True, False]
+
+
+@pytest.mark.django_db
+@override_settings(ETT_INGEST_SOURCE_RATE=10.0, ETT_INGEST_SOURCE_BURST=30)
+def test_a_batch_counts_its_events_and_a_counted_one_stops_at_a_full_bucket() -> None:
+    now = 1_000_000.0
+    assert fairness.take("node-a", 20, now)
+    assert not fairness.take("node-a", 11, now)  # 20 + 11 > 30
+    assert fairness.take("node-a", 10, now)
+    assert not fairness.take("node-a", 1, now)
+    assert fairness.take("node-a", 500, now, force=True)  # stored anyway: counted ...
+    assert fairness.take("node-a", 10, now + 1.0)  # ... but no further than a full bucket
+    assert fairness.take("node-c", 500, now)  # a first batch bigger than the burst: allowed
+
+
+@pytest.mark.django_db
+@override_settings(ETT_INGEST_SOURCE_RATE=1.0, ETT_INGEST_SOURCE_BURST=1,
+                   ETT_INGEST_DEFER_MIN_LINES=3)
+def test_only_a_batch_big_enough_is_put_back() -> None:
+    request = SimpleNamespace(called_directly=False, delivery_info={"routing_key": "q"},
+                              get=lambda key, default=None: default)
+    task = SimpleNamespace(request=request)
+    assert not fairness.should_defer(task, "node-a", 3)  # within the burst
+    assert not fairness.should_defer(task, "node-a", 2)  # over it, but small: counted
+    assert fairness.should_defer(task, "node-a", 3)
+    eager = SimpleNamespace(request=SimpleNamespace(
+        called_directly=False, delivery_info={"is_eager": True}, get=request.get))
+    assert not fairness.should_defer(eager, "node-a", 3)
 
 
 @pytest.mark.django_db
 @override_settings(ETT_INGEST_SOURCE_RATE=1.0, ETT_INGEST_SOURCE_BURST=1)
 def test_a_million_source_names_make_at_most_the_slots() -> None:
     for index in range(3 * fairness.SLOTS // 2):
-        fairness.take(f"made-up-{index}", 1_000_000.0)
+        fairness.take(f"made-up-{index}", 1, 1_000_000.0)
     assert SourceBucket.objects.count() <= fairness.SLOTS
     assert {fairness.slot("node-7") for _ in range(3)} == {fairness.slot("node-7")}
 
@@ -70,7 +101,7 @@ def test_a_million_source_names_make_at_most_the_slots() -> None:
 def test_a_rate_of_zero_turns_it_off() -> None:
     task = SimpleNamespace(request=SimpleNamespace(called_directly=False, delivery_info={},
                                                    get=lambda key, default=None: default))
-    assert not fairness.should_defer(task, "node-a")  # no database touched: no bucket read
+    assert not fairness.should_defer(task, "node-a", 5000)  # no database: no bucket read
 
 
 def test_only_the_servers_mark_skips_the_check() -> None:
@@ -125,7 +156,8 @@ def fleet(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Workers]:
             pytest.fail("no RabbitMQ on 127.0.0.1:5672: make test needs one (README)")
         broker = Broker(RABBITMQ)
     running = Workers(tmp_path, broker)
-    running.env.update(ETT_INGEST_SOURCE_RATE=str(RATE), ETT_INGEST_SOURCE_BURST=str(BURST))
+    running.env.update(ETT_INGEST_SOURCE_RATE=str(RATE), ETT_INGEST_SOURCE_BURST=str(BURST),
+                       ETT_INGEST_DEFER_MIN_LINES="1")
     try:
         yield running
     finally:
