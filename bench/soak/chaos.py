@@ -415,8 +415,9 @@ def flood_and_probe(rig: Rig, number: int, batches: int) -> Flood:
     now = time.time()
 
     def batch(job: str, event_id: str, at: float, lines: int = 1) -> list[str]:
-        return [json.dumps({"v": 1, "id": event_id if not k else f"{event_id}.{k}", "job": job,
-                            "attempt": 0, "kind": "mark", "mark": "heartbeat", "ts": at + k})
+        return [json.dumps({"v": 1, "id": event_id if not k else f"{event_id}.{k}",
+                            "job": job, "attempt": 0, "kind": "mark", "mark": "heartbeat",
+                            "ts": at + k * 0.001})
                 for k in range(lines)]
 
     size = rig.profile.flood_lines
@@ -427,7 +428,7 @@ def flood_and_probe(rig: Rig, number: int, batches: int) -> Flood:
     options: dict[str, Any] = {"queue": rig.queue}
     with app.connection_for_write(transport_options={"confirm_publish": True}) as conn:
         for index, event_id in enumerate(ids):
-            lines = batch(f"soak-flood-{tag}", event_id, now - 600 + index * 0.1, size)
+            lines = batch(f"soak-flood-{tag}", event_id, now - 3600 + index, size)
             app.send_task("ett.ingest_batch", connection=conn, **options,
                           args=(lines, f"flood-{tag}", sign_batch(collector_id, secret, lines)))
         lines = batch(f"soak-probe-{tag}", probe_id, now - 60)

@@ -61,9 +61,10 @@ FAULTS_TARGET = 50
 #: The longest a killed worker's held messages may take to reach a worker again (issue 31).
 REDELIVERY_TARGET_S = 120.0
 #: The longest another source's batch may wait behind a source_flood of ``flood_batches``
-#: (600 in the long profile) tiny batches, with the per-source rate at its defaults and two
-#: workers: each flood batch ahead of it costs a deferral (~25 ms on a loaded 2-core
-#: machine), not a store (issue 40, item 5).
+#: (600 in the long profile) one-line batches published at once, with two workers. Batches
+#: that small are stored in their turn, never put back (a deferral would cost as much as the
+#: store, ``ettweb.ingest.fairness``): the bound is what storing 600 of them takes on a
+#: loaded 2-core machine (1,000 took 13-18 s there, 2026-12-07), with room to spare.
 SOURCE_FLOOD_TARGET_S = 30.0
 
 
