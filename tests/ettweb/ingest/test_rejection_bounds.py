@@ -71,6 +71,7 @@ def test_a_flood_of_unsigned_sources_stays_bounded_and_exactly_counted(
     client.force_login(User.objects.create_user("viewer"))
     page = client.get("/collectors/")
     html = page.content.decode()
+    print(f"/collectors/ after {FLOOD} refused sources, {kept} kept: {len(page.content):,} B")
     assert page.status_code == 200 and len(page.content) < 150_000, len(page.content)
     assert html.count('class="rejected"') == kept
     assert 'id="refusals-total">3,000<' in html and 'id="refused-sources">3,000<' in html
