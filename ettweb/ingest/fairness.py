@@ -1,4 +1,4 @@
-"""Per-source fairness: one node's flood of batches cannot hold every other node's events back.
+"""Per-source fairness: a node flooding big batches waits behind the other nodes' batches.
 
 Why: batches from every node share one FIFO queue, so a node that publishes 100,000 tiny
 batches (a bug, a backlog replay, a hostile publisher) once delayed every other node's events
@@ -24,16 +24,17 @@ and the flood's batches are stored after it, on their second pass. The bound sta
 proportional to the flood queued ahead: a worker must take each message off the FIFO to look
 at it, and that per-message cost (the pop, the pool, the ack) is the floor. On a loaded
 2-core machine it is about as large as storing a batch of 1 or 100 lines (20-30 ms), so
-putting back a small batch would add a pass and buy nothing: measured with every batch
-eligible, a flood of 1,000 one-line batches held another source's batch back *longer*
-(18.0 s against 12.9 s without the limit). Hence ``ETT_INGEST_DEFER_MIN_LINES``: a flood of
-tiny batches costs the others what it did before (N stores), a flood of big ones about N
-deferrals (the figures, from the soak's ``source_flood``, are in
-docs/explanation/delivery.md). Only separate queues at the
-publisher would remove the floor, and the publisher is the party not trusted. Against a
-*hostile* publisher a per-source limit is weak anyway: it may name a new source for every
-batch (each gets a fresh burst; the state stays bounded). It holds back one node that floods
-under its own name (a bug, a backlog replay) without starving it.
+putting back a small batch adds a pass and buys nothing: measured with every batch eligible,
+a flood of 1,000 one-line batches held another source's batch back no less, and in single
+runs longer (18.0 s against 12.9 s without the limit on Redis, 9.3 s against 7.6 s on
+RabbitMQ; runs on a shared machine vary by half). Hence ``ETT_INGEST_DEFER_MIN_LINES``: a
+flood of tiny batches costs the others what it did before (N stores), a flood of big ones
+about N deferrals (the figures, from the soak's ``source_flood``, are in
+docs/explanation/delivery.md). Only separate queues at the publisher would remove the floor,
+and the publisher is the party not trusted. Against a *hostile* publisher a per-source limit
+is weak anyway: it may name a new source for every batch (each gets a fresh burst; the state
+stays bounded). It holds back one node that floods under its own name (a bug, a backlog
+replay) without starving it.
 
 Why not an overflow queue consumed beside the main one: RabbitMQ serves two queues on one
 channel in turn, not the main one first, so every deferral would be paired with a flood
