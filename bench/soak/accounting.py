@@ -89,9 +89,11 @@ def stored_counts() -> dict[str, int]:
         return {str(event_id): int(count) for event_id, count in cursor.fetchall()}
 
 
-def account(all_books: list[NodeBooks], damage: list[Damage]) -> tuple[dict[str, Any], set[str]]:
+def account(all_books: list[NodeBooks], damage: list[Damage],
+            published: Iterable[str] = ()) -> tuple[dict[str, Any], set[str]]:
     """The per-id books (every figure the JSON line reports about events), and the ids
-    neither stored nor accountable as a whole node's drops and corruption."""
+    neither stored nor accountable as a whole node's drops and corruption. ``published``:
+    ids the soak sent to the broker itself (source_flood's), each of which must be stored."""
     from django.db import connection
 
     from ettweb.ingest.models import QuarantinedEvent
@@ -128,6 +130,12 @@ def account(all_books: list[NodeBooks], damage: list[Damage]) -> tuple[dict[str,
                          "last_seq": max(seqs)[0], "sample": [i for _s, i in sorted(seqs)[:3]]}
                 for t, seqs in sorted(spans.items())}
         per_node.append(entry)
+    direct = set(published)
+    direct_missing = [event_id for event_id in direct if event_id not in stored]
+    lost += len(direct_missing)
+    unexplained.update(direct_missing)
+    overlap += len(emitted & direct)
+    emitted |= direct
     targeted = {event_id for d in damage for event_id in d.ids}
     return {
         "events_emitted": len(emitted),
@@ -145,6 +153,7 @@ def account(all_books: list[NodeBooks], damage: list[Damage]) -> tuple[dict[str,
         "miscounted": miscounted,
         "unknown_stored": sum(1 for event_id in stored if event_id not in emitted),
         "ids_reused_across_nodes": overlap,
+        "published_directly": len(direct), "published_directly_missing": len(direct_missing),
         "quarantined": quarantined_lines(QuarantinedEvent.objects.all()),
         "trainer_books_complete": all(b.trainers_ok for b in all_books),
         "per_node": per_node,

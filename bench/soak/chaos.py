@@ -42,6 +42,7 @@ from collector.spool import dropped_events, frame
 KINDS: tuple[str, ...] = (
     "agent_kill", "worker_kill", "broker_restart", "postgres_restart", "workers_stopped",
     "spool_full", "spool_corrupt", "publish_blocked", "memory_alarm", "backlog_replay",
+    "source_flood",
 )
 DAY_S = 86_400.0
 BACKLOG_AGE_S = 3 * DAY_S
@@ -125,6 +126,20 @@ class Damage:
 
 
 @dataclass
+class Flood:
+    """What one source_flood did: the flood's and the probe's event ids (every one must be
+    stored, once), how long the probe took to be stored, and how many flood batches were
+    stored before it (the per-source rate allows ``allowed`` of them; without it, all)."""
+
+    ids: list[str]
+    probe_id: str
+    batches: int
+    probe_delay_s: float | None = None
+    ahead: int | None = None
+    allowed: float | None = None
+
+
+@dataclass
 class Backlog:
     """A replayed 3-day-old backlog: new ids (must be stored), the jobs and UTC days it
     touches (their rollups must be recomputed after ``written``), copies of old lines."""
@@ -146,6 +161,7 @@ class Chaos:
         self.outcomes: list[Outcome] = []
         self.damage: list[Damage] = []
         self.backlogs: list[Backlog] = []
+        self.floods: list[Flood] = []
         self.kills: list[Kill] = []  # every worker_kill, with the tasks its victim held
         self.locks: dict[str, threading.Lock] = {}
         self._mutex = threading.Lock()
@@ -226,6 +242,9 @@ class Chaos:
             return ["postgres"]
         if kind == "publish_blocked":
             return [f"proxy-{i}" for i in (nodes if target < 0 else [target])]
+        if kind == "source_flood":  # a clean measurement: no worker, broker or database away
+            return [*(f"worker-{i}" for i in range(len(self.rig.workers))), "broker",
+                    "postgres"]
         return []
 
     # ------------------------------------------------------------------ the faults
@@ -363,6 +382,70 @@ class Chaos:
             self.backlogs.append(backlog)
         out.injected = out.effective = True
         out.note = f"{len(backlog.ids)} events + {backlog.duplicates} copies, {backlog.days}"
+
+
+    def _source_flood(self, fault: Fault, rng: random.Random, out: Outcome) -> None:
+        """One source publishes ``profile.flood_batches`` signed batches of ``flood_lines``
+        events (1: tiny) straight to the broker (as a hostile or broken node would), then
+        another source one batch: the probe. How long the probe takes to be stored is the
+        flood's delay of other sources' events (issue 40, item 5); the flood's batches must
+        all be stored too."""
+        flood = flood_and_probe(self.rig, len(self.floods), self.rig.profile.flood_batches)
+        with self._mutex:
+            self.floods.append(flood)
+        out.injected = out.effective = True
+        out.note = (f"{flood.batches} batches; probe stored after "
+                    f"{flood.probe_delay_s if flood.probe_delay_s is not None else '-'} s, "
+                    f"behind {flood.ahead} of them (the rate allows {flood.allowed})")
+
+
+#: How long a source_flood waits for its probe before it gives up (counted not stored).
+PROBE_WAIT_S = 300.0
+
+
+def flood_and_probe(rig: Rig, number: int, batches: int) -> Flood:
+    """Publish the flood and the probe, and time the probe (see ``Chaos._source_flood``)."""
+    from django.conf import settings
+
+    from collector.auth import sign_batch
+    from ettweb.celery import app
+
+    collector_id, secret = rig.flood_credential
+    tag = f"{rig.tag}-f{number}"
+    now = time.time()
+
+    def batch(job: str, event_id: str, at: float, lines: int = 1) -> list[str]:
+        return [json.dumps({"v": 1, "id": event_id if not k else f"{event_id}.{k}",
+                            "job": job, "attempt": 0, "kind": "mark", "mark": "heartbeat",
+                            "ts": at + k * 0.001})
+                for k in range(lines)]
+
+    size = rig.profile.flood_lines
+    ids = [f"flood-{tag}-{i}" for i in range(batches)]  # each batch's first event
+    every = [event_id if not k else f"{event_id}.{k}" for event_id in ids for k in range(size)]
+    probe_id = f"probe-{tag}"
+    flood = Flood([*every, probe_id], probe_id, batches)
+    options: dict[str, Any] = {"queue": rig.queue}
+    with app.connection_for_write(transport_options={"confirm_publish": True}) as conn:
+        for index, event_id in enumerate(ids):
+            lines = batch(f"soak-flood-{tag}", event_id, now - 3600 + index, size)
+            app.send_task("ett.ingest_batch", connection=conn, **options,
+                          args=(lines, f"flood-{tag}", sign_batch(collector_id, secret, lines)))
+        lines = batch(f"soak-probe-{tag}", probe_id, now - 60)
+        app.send_task("ett.ingest_batch", connection=conn, **options,
+                      args=(lines, f"probe-{tag}", sign_batch(collector_id, secret, lines)))
+    published = time.monotonic()
+    while time.monotonic() - published < PROBE_WAIT_S:
+        if rig.stored_among([probe_id]):
+            flood.probe_delay_s = round(time.monotonic() - published, 2)
+            flood.ahead = len(rig.stored_among(ids))
+            rate, burst = settings.ETT_INGEST_SOURCE_RATE, settings.ETT_INGEST_SOURCE_BURST
+            if rate and size >= settings.ETT_INGEST_DEFER_MIN_LINES:  # else none is put back
+                # In batches; + 5: batches in flight at the workers, and the poll's own lag.
+                flood.allowed = round((burst + rate * flood.probe_delay_s) / size + 5, 1)
+            break
+        time.sleep(0.05)
+    return flood
 
 
 def _spool_is_full(node: Node, limit: int) -> bool:

@@ -63,6 +63,10 @@ class Profile:
     backlog_events: int = 400
     refresh_delay_s: float = 2.0
     drain_timeout_s: float = 180.0
+    #: Tiny batches one source publishes at once in each source_flood fault.
+    flood_batches: int = 600
+    #: Events in each of them.
+    flood_lines: int = 1
     #: Redis restores a killed worker's message once its last beat is this old. The settings'
     #: minimum keeps each workers_stopped fault (longer than it) short; ``--visibility-timeout
     #: 90`` measures a killed worker's redelivery as production's default gives it.
@@ -73,7 +77,7 @@ PROFILES: dict[str, Profile] = {
     # make test: every fault kind once, about a minute of wall time on two cores.
     "short": Profile("short", nodes=3, trainers=2, minutes=0.6, rate=110.0, faults_per_kind=1,
                      events_per_job=1500, segment_bytes=32 * 1024, backlog_events=300,
-                     refresh_delay_s=2.0, drain_timeout_s=150.0),
+                     refresh_delay_s=2.0, drain_timeout_s=150.0, flood_batches=100),
     # What fits in ~10 minutes on two cores (3,500 events/s sustained there without faults):
     # about a million events, six faults of every kind.
     "medium": Profile("medium", nodes=4, trainers=3, minutes=7.0, rate=200.0,
@@ -180,6 +184,7 @@ class Rig:
         self.mounted: list[Path] = []
         self.secret_key = secrets.token_urlsafe(32)
         self.keep_shipped_s = keep_shipped_s
+        self.flood_credential: tuple[str, str] = ("", "")
         self._last_beat = time.monotonic()
 
     def _broker(self, kind: str, rabbitmq_node: str) -> Broker:
@@ -217,6 +222,8 @@ class Rig:
 
         call_command("migrate", interactive=False, verbosity=0)
         made = [new_credential(f"soak-{self.tag}-node-{i}") for i in range(self.profile.nodes)]
+        flooder = new_credential(f"soak-{self.tag}-flood")  # source_flood's batches
+        self.flood_credential = (flooder.collector_id, flooder.secret)
         connection.close()
         return [(c.collector_id, c.secret) for c in made]
 

@@ -8,7 +8,9 @@ kills agents and workers (whole process groups, ``kill -9``), restarts the broke
 Postgres (``pg_ctl stop -m immediate``), stops every worker for longer than any timeout,
 fills node 0's spool disk (a small tmpfs, or a byte cap), flips bytes in unread spool
 records, stalls or cuts the network to the broker (confirms time out; the batch must stay
-spooled), raises a real RabbitMQ memory alarm, and replays 3-day-old backlogs.
+spooled), raises a real RabbitMQ memory alarm, replays 3-day-old backlogs, and floods the
+queue with tiny signed batches from one source, timing another source's batch published just
+after (``source_flood``: the per-source rate, ``ettweb.ingest.fairness``).
 
 At the end every agent drains and stops, the workers go quiet, and the books are checked per
 event id (bench.soak.accounting): stored once, or counted dropped, or counted corrupted —
@@ -19,7 +21,9 @@ the books balance and the rollups match (``passed``), 1 otherwise. ``meets_targe
 whether the run was also as big as issue 13 asks of the long profile (>= 1,000,000 events,
 >= 50 faults of every kind) and whether every message a killed worker held reached a worker
 again within 120 s (issue 31: ``worker_kill_redelivery_worst_s``, bench.soak.redelivery;
-``--visibility-timeout 90`` runs the workers with production's timeout). When events are
+``--visibility-timeout 90`` runs the workers with production's timeout), and whether every
+source_flood's probe was stored within ``SOURCE_FLOOD_TARGET_S`` with no more of the flood
+stored ahead of it than the per-source rate allows (``source_flood_probe_worst_s``). When events are
 missing on Redis, ``lost_trace`` follows them through the broker's append-only file
 (bench.soak.aoftrace) to the hop that lost them; ``known_defects`` lists the shortfalls the
 soak recognises by their evidence, and ``passed_except_known`` says whether everything else
@@ -56,6 +60,29 @@ EVENTS_TARGET = 1_000_000
 FAULTS_TARGET = 50
 #: The longest a killed worker's held messages may take to reach a worker again (issue 31).
 REDELIVERY_TARGET_S = 120.0
+#: The longest another source's batch may wait behind a source_flood of ``flood_batches``
+#: (600 in the long profile) one-line batches published at once, with two workers. Batches
+#: that small are stored in their turn, never put back (a deferral would cost as much as the
+#: store, ``ettweb.ingest.fairness``): the bound is what storing 600 of them takes on a
+#: loaded 2-core machine (1,000 took 13-18 s there, 2026-12-07), with room to spare.
+SOURCE_FLOOD_TARGET_S = 30.0
+
+
+def flood_figures(floods: Sequence[chaos.Flood]) -> dict[str, Any]:
+    """source_flood's figures: the worst delay of the probe (another source's batch
+    published just after the flood), the floods whose probe was never stored, and those
+    where more flood batches were stored before the probe than the per-source rate allows
+    (``ETT_INGEST_SOURCE_BURST`` + ``ETT_INGEST_SOURCE_RATE`` x the delay)."""
+    delays = [f.probe_delay_s for f in floods if f.probe_delay_s is not None]
+    return {
+        "source_flood_probe_worst_s": max(delays) if delays else None,
+        "source_flood_probe_not_stored": sum(1 for f in floods if f.probe_delay_s is None),
+        "source_flood_over_rate": sum(1 for f in floods if f.ahead is not None
+                                      and f.allowed is not None and f.ahead > f.allowed),
+        "source_flood": [{"batches": f.batches, "probe_delay_s": f.probe_delay_s,
+                          "stored_ahead": f.ahead, "allowed_ahead": f.allowed}
+                         for f in floods],
+    }
 
 
 def meets_targets(result: Mapping[str, Any]) -> bool:
@@ -71,7 +98,20 @@ def meets_targets(result: Mapping[str, Any]) -> bool:
             and not set(result.get("faults_skipped", {})) - absent
             and all(n >= FAULTS_TARGET for n in result.get("faults", {}).values())
             and worst is not None and worst <= REDELIVERY_TARGET_S
-            and not result.get("worker_kill_not_redelivered"))
+            and not result.get("worker_kill_not_redelivered")
+            and _flood_within_bound(result))
+
+
+def _flood_within_bound(result: Mapping[str, Any]) -> bool:
+    """Every source_flood's probe stored, within ``SOURCE_FLOOD_TARGET_S`` (a run without
+    the kind has nothing to meet here; the faults' count above says whether it should have
+    had it). ``source_flood_over_rate`` is reported, not a target: the workers consume while
+    the flood is being published, so copies put back then are queued ahead of the probe."""
+    if not result.get("faults", {}).get("source_flood"):
+        return True
+    worst = result.get("source_flood_probe_worst_s")
+    return (worst is not None and worst <= SOURCE_FLOOD_TARGET_S
+            and not result.get("source_flood_probe_not_stored"))
 
 
 def _wait(what: str, check: Callable[[], bool], timeout: float, rig: Rig,
@@ -145,7 +185,9 @@ def soak(args: argparse.Namespace, result: dict[str, Any]) -> None:
         PROFILES[args.profile],
         **{k: v for k, v in (("nodes", args.nodes), ("trainers", args.trainers),
                              ("rate", args.rate), ("faults_per_kind", args.faults_per_kind),
-                             ("visibility_s", args.visibility_timeout))
+                             ("visibility_s", args.visibility_timeout),
+                             ("flood_batches", args.flood_batches),
+                             ("flood_lines", args.flood_lines))
            if v is not None})
     minutes = args.minutes if args.minutes is not None else profile.minutes
     began = time.monotonic()
@@ -198,7 +240,8 @@ def soak(args: argparse.Namespace, result: dict[str, Any]) -> None:
                         profile.drain_timeout_s, rig, progress, died)
         agent_status = [node.agent.stop(timeout=30) for node in rig.nodes]
         books = [accounting.node_books(node, schedule.backlogs) for node in rig.nodes]
-        expect = accounting.expected_stored(books)
+        flood_ids = [event_id for flood in schedule.floods for event_id in flood.ids]
+        expect = accounting.expected_stored(books) + len(flood_ids)
         quiet_since: list[float] = []
         stall: dict[str, Any] = {"stored": None, "since": time.monotonic()}
 
@@ -249,7 +292,7 @@ def soak(args: argparse.Namespace, result: dict[str, Any]) -> None:
         from django.db import connection
 
         connection.close()
-        books_out, unexplained = accounting.account(books, schedule.damage)
+        books_out, unexplained = accounting.account(books, schedule.damage, flood_ids)
         if unexplained and isinstance(rig.broker, PrivateRedis):
             # Which hop lost them: the broker's append-only file has every acknowledged
             # write, so a published batch can be followed to its last pop.
@@ -292,6 +335,7 @@ def soak(args: argparse.Namespace, result: dict[str, Any]) -> None:
             "faults": faults_by_kind, "faults_skipped": skipped,
             "faults_not_injected": failed, "faults_ineffective": dict(ineffective),
             **redelivered,
+            **flood_figures(schedule.floods),
             "rollups_equal": rollups["rollups_equal"],
             "late_days_recomputed": rollups["late_days_recomputed"],
             "late_days": rollups["late_days"],
@@ -342,6 +386,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, help="emission time")
     parser.add_argument("--rate", type=float, help="events per second per trainer")
     parser.add_argument("--faults-per-kind", type=int, help="faults of every kind")
+    parser.add_argument("--flood-batches", type=int,
+                        help="tiny batches each source_flood publishes from one source (the "
+                             "profile's: 100 short, 600 otherwise)")
+    parser.add_argument("--flood-lines", type=int,
+                        help="events in each source_flood batch (default 1: tiny batches)")
     parser.add_argument("--visibility-timeout", type=float,
                         help="the workers' ETT_BROKER_VISIBILITY_TIMEOUT_S (Redis; default: the "
                              "profile's 10 s, which keeps workers_stopped short; 90 is "

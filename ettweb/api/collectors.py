@@ -22,6 +22,7 @@ from ettweb.queries.collectors import (
     DEFAULT_SILENT_AFTER_S,
     CollectorRow,
     CollectorsResult,
+    RefusalReason,
     RejectedRow,
     RejectionReason,
 )
@@ -40,6 +41,7 @@ else:
     CollectorOut = schema_of(CollectorRow, "CollectorOut")
     RejectedOut = schema_of(RejectedRow, "RejectedOut")
     schema_of(RejectionReason, "ReasonOut")
+    schema_of(RefusalReason, "RefusalReasonOut")
     CollectorsOut = schema_of(CollectorsResult, "CollectorsOut")
 
 
@@ -51,7 +53,9 @@ def collectors(request: HttpRequest, silent_after_s: int = DEFAULT_SILENT_AFTER_
     """The collectors page's numbers: each agent's last report (those whose credential the
     server refuses first, then the longest silent; ``silent`` past ``silent_after_s``),
     backlog, dropped and corrupted counts, and the ``rejected`` newest quarantined lines with
-    the reasons' totals (optionally one ``source``'s)."""
+    the reasons' totals (optionally one ``source``'s). Refused credentials are listed for the
+    newest ``rejections_kept`` sources and counted for all (``refusals``, ``refused_sources``,
+    ``refusal_reasons``, fleet-wide whatever ``source`` says)."""
     try:
         query = CollectorsQuery(silent_after_s=silent_after_s, rejected=rejected,
                                 source=source.strip())

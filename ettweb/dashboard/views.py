@@ -345,7 +345,8 @@ def collectors(request: HttpRequest) -> HttpResponse:
                                        source=data["source"]))
     return render(request, "dashboard/collectors.html", {
         "form": form.shown(), "result": result, "csv": _collectors_csv_links(data),
-        "csv_rejected": CSV_REJECTED_LINES})
+        "csv_rejected": CSV_REJECTED_LINES,
+        "rejections_days": settings.ETT_COLLECTOR_REJECTIONS_DAYS})
 
 
 COLLECTOR_TABLES = ("collectors", "reasons", "rejected")

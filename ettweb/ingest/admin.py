@@ -20,6 +20,7 @@ from ettweb.ingest.models import (
     Event,
     Job,
     QuarantinedEvent,
+    RejectionTally,
 )
 from ettweb.platform.admin_readonly import ReadOnlyAdmin, utc_column, utc_text
 
@@ -102,3 +103,11 @@ class CollectorRejectionAdmin(ReadOnlyAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return admin.ModelAdmin.has_delete_permission(self, request, obj)  # Django's rules
+
+
+@admin.register(RejectionTally)
+class RejectionTallyAdmin(ReadOnlyAdmin):
+    """Every credential refusal counted per reason: the exact totals behind the bounded
+    per-source rows above (``ettweb.ingest.credentials.record_rejection``)."""
+
+    list_display = ("reason", "refusals", "sources", "first_at", "last_at")

@@ -25,12 +25,14 @@ fine), and it writes only what a valid signature proves.
 from __future__ import annotations
 
 import math
+import re
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -46,6 +48,7 @@ from ettweb.ingest.models import (
     CheckNonce,
     CollectorCredential,
     CollectorRejection,
+    RejectionTally,
 )
 
 #: Nonces are kept this long (7 days): a replay within it is recognised by its nonce and
@@ -144,21 +147,85 @@ def claimed_id(auth: Any) -> str:
     return claimed if isinstance(claimed, str) and _is_id(claimed) else ""
 
 
+#: Distinct reason kinds the tally keeps; later kinds are counted under :data:`OTHER_REASONS`.
+REASON_KINDS_KEPT = 64
+OTHER_REASONS = "other reasons (past the first 64 kinds)"
+#: Where a reason stops being ours and starts quoting what the sender chose (an id, a value).
+_CHOSEN_BY_SENDER = re.compile(r"(unknown collector|revoked collector|, got) .*", re.DOTALL)
+
+
+def reason_kind(reason: str) -> str:
+    """The reason with what the sender chose cut off: the tally's key.
+
+    ``unknown collector 'col-x'`` for a thousand made-up ids is one kind of refusal, not a
+    thousand; the per-source rows keep the full reason."""
+    return _CHOSEN_BY_SENDER.sub(r"\1 …", printable(reason))[:200]
+
+
 def record_rejection(source: str, collector_id: str, reason: str, refused: str,
                      at: datetime | None = None) -> None:
-    """Keep the latest refusal of ``collector_id``'s credential from ``source``.
+    """Keep the latest refusal of ``collector_id``'s credential from ``source``, count it
+    in its reason's tally, and keep the per-source rows bounded.
 
-    One upsert, so two workers refusing the same collector at once count both refusals."""
+    One upsert, so two workers refusing the same collector at once count both refusals. The
+    rows are bounded by construction (the broker's publishers choose the sources): a new row
+    prunes all but the newest ``ETT_COLLECTOR_REJECTIONS_KEPT`` and any not refused for
+    ``ETT_COLLECTOR_REJECTIONS_DAYS``; the tally (:class:`RejectionTally`) keeps the exact
+    totals of what was pruned. The statements run in one transaction (a savepoint inside the
+    caller's), so the tally and the rows agree."""
     at = timezone.now() if at is None else at
     table = CollectorRejection._meta.db_table
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {table} (source, collector_id, reason, refused, refusals, first_at, "
             "last_at) VALUES (%s, %s, %s, %s, 1, %s, %s) "
             "ON CONFLICT (source, collector_id) DO UPDATE SET reason = EXCLUDED.reason, "
             f"refused = EXCLUDED.refused, refusals = {table}.refusals + 1, "
-            f"last_at = greatest({table}.last_at, EXCLUDED.last_at)",
+            f"last_at = greatest({table}.last_at, EXCLUDED.last_at) "
+            "RETURNING (xmax = 0)",  # true when this inserted the row, false when it updated
             [printable(source)[:200], collector_id, printable(reason)[:2000], refused, at, at])
+        row = cursor.fetchone()
+        inserted = bool(row and row[0])
+        _tally(cursor, reason_kind(reason), inserted, at)
+        if inserted:
+            _prune_rejections(cursor, at)
+
+
+def _tally(cursor: Any, kind: str, new_source: bool, at: datetime) -> None:
+    """Count one refusal under ``kind``, or under :data:`OTHER_REASONS` once
+    :data:`REASON_KINDS_KEPT` kinds exist (two workers adding the last kinds at once may
+    each add one: the bound is the cap plus the workers, never the senders' choice)."""
+    table = RejectionTally._meta.db_table
+    cursor.execute(
+        f"INSERT INTO {table} (reason, refusals, sources, first_at, last_at) "
+        f"SELECT CASE WHEN EXISTS (SELECT 1 FROM {table} WHERE reason = %(kind)s) "
+        f"OR (SELECT count(*) FROM {table}) < %(cap)s THEN %(kind)s ELSE %(other)s END, "
+        "1, %(new)s, %(at)s, %(at)s "
+        f"ON CONFLICT (reason) DO UPDATE SET refusals = {table}.refusals + 1, "
+        f"sources = {table}.sources + EXCLUDED.sources, "
+        f"first_at = least({table}.first_at, EXCLUDED.first_at), "
+        f"last_at = greatest({table}.last_at, EXCLUDED.last_at)",
+        {"kind": kind, "cap": REASON_KINDS_KEPT - 1, "other": OTHER_REASONS,
+         "new": int(new_source), "at": at})
+
+
+def _prune_rejections(cursor: Any, now: datetime) -> int:
+    """Delete the per-source rows past the newest ``ETT_COLLECTOR_REJECTIONS_KEPT`` and those
+    not refused for ``ETT_COLLECTOR_REJECTIONS_DAYS``; returns how many went."""
+    table = CollectorRejection._meta.db_table
+    cutoff = now - timedelta(days=settings.ETT_COLLECTOR_REJECTIONS_DAYS)
+    cursor.execute(
+        f"DELETE FROM {table} WHERE last_at < %s OR id IN (SELECT id FROM {table} "
+        "ORDER BY last_at DESC, id DESC OFFSET %s)",
+        [cutoff, settings.ETT_COLLECTOR_REJECTIONS_KEPT])
+    return int(cursor.rowcount)
+
+
+def prune_rejections(now: datetime | None = None) -> int:
+    """Beat (with the nonces): drop per-source rejection rows past their age even when no
+    new refusal comes to prune them; returns how many were deleted."""
+    with connection.cursor() as cursor:
+        return _prune_rejections(cursor, timezone.now() if now is None else now)
 
 
 # --------------------------------------------------------------------------- checks

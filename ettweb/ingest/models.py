@@ -196,6 +196,49 @@ class CollectorRejection(models.Model):
         return f"{self.source} ({self.collector_id or 'no credential'}): {self.reason}"
 
 
+class RejectionTally(models.Model):
+    """Every refusal of a collector's credential, counted per reason, forever.
+
+    Why: the per-source rows (:class:`CollectorRejection`) are kept bounded, because anyone
+    who can publish to the broker can name as many sources as they like (3,000 unsigned
+    one-line batches once left 3,000 rows and a 2.5 MB collectors page). What is pruned there
+    is still counted here, exactly: ``refusals`` every refused message, ``sources`` every
+    (source, claimed id) row the reason created. The key is the reason with what the sender
+    chose cut off (``ettweb.ingest.credentials.reason_kind``), and past
+    ``REASON_KINDS_KEPT`` kinds new ones are counted under one "other" row, so this table is
+    bounded by construction too.
+    """
+
+    reason = models.CharField(max_length=200, unique=True)
+    refusals = models.BigIntegerField(default=0, help_text="refused messages, all sources")
+    sources = models.BigIntegerField(default=0, help_text=(
+        "(source, claimed id) pairs first refused for this reason, pruned ones included"))
+    first_at = models.DateTimeField()
+    last_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-refusals", "reason"]
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.refusals}"
+
+
+class SourceBucket(models.Model):
+    """The per-source rate limit's state: one row per hash slot of a batch's ``source``.
+
+    Why: a node flooding tiny batches must not hold every other node's events back
+    (``ettweb.ingest.fairness``). The state is a GCRA "theoretical arrival time" per slot,
+    shared by every worker; sources are hashed into ``ETT_INGEST_SOURCE_SLOTS`` slots, so a
+    publisher naming a million sources still makes at most that many rows.
+    """
+
+    slot = models.IntegerField(primary_key=True)
+    tat = models.FloatField(help_text="epoch seconds: when the slot's bucket is full again")
+
+    def __str__(self) -> str:
+        return f"slot {self.slot}"
+
+
 class CheckNonce(models.Model):
     """Nonces of accepted credential checks (``POST /api/v1/collectors/self``). A check older
     than the clock window is refused by its timestamp, so a nonce is kept only that long:

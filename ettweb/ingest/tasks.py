@@ -23,7 +23,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from collector.auth import health_body
-from ettweb.ingest import partitions, retention
+from ettweb.ingest import fairness, partitions, retention
 from ettweb.ingest.batches import (
     IngestResult,
     Nonce,
@@ -38,6 +38,7 @@ from ettweb.ingest.credentials import (
     BatchRejected,
     claimed_id,
     prune_nonces,
+    prune_rejections,
     record_rejection,
     verify_batch,
 )
@@ -94,11 +95,17 @@ def ingest_batch(self: Any, lines: list[str], source: str = "",
     refresh runs ``ETT_ROLLUP_REFRESH_DELAY_S`` after the events committed (inline when
     called in-process), so running jobs show live numbers a few seconds behind.
     Events older than the retention horizon are refused with one warning naming their days,
-    not quarantined (``retention``). Returns ``{"stored", "duplicates", "rejected",
-    "expired"}``.
+    not quarantined (``retention``). A batch over its source's rate is put back once at the
+    queue's tail instead (``fairness``; ``"deferred": 1``). Returns ``{"stored",
+    "duplicates", "rejected", "expired"}``.
     """
     batch: list[Any] = lines if isinstance(lines, list) else [lines]
     source = str(source)
+    # Over its source's rate: put back once at the queue's tail, so a flood waits behind the
+    # other nodes' batches instead of ahead of them (ettweb.ingest.fairness).
+    if fairness.should_defer(self, source, len(batch)) \
+            and fairness.defer(self, batch, source, auth):
+        return {"stored": 0, "duplicates": 0, "rejected": 0, "expired": 0, "deferred": 1}
     try:
         nonce = _authenticate(auth, batch, in_process=_in_process(self))
     except BatchRejected as exc:
@@ -250,8 +257,10 @@ def ensure_event_partitions() -> list[str]:
 @shared_task(name="ett.prune_batch_nonces")
 @waits_for_database
 def prune_batch_nonces() -> int:
-    """Beat: forget nonces too old to be replayed (their timestamp fails the skew check)."""
-    return prune_nonces()
+    """Beat: forget nonces too old to be replayed (their timestamp fails the skew check),
+    and refused sources past ``ETT_COLLECTOR_REJECTIONS_DAYS`` even when no new refusal
+    comes to prune them."""
+    return prune_nonces() + prune_rejections()
 
 
 @shared_task(name="ett.drop_expired_events")

@@ -7,7 +7,10 @@ charts. Each agent sends a health report every ``--health-interval`` (30 s by de
 flagged silent. A collector whose credential the server refused more recently than it accepted
 a report from it is *rejected*, with the reason and when: its agent holds its events on the
 node (with ``--server-url``) or its batches are quarantined, not stored, and it shows even if
-no report of it was ever accepted. Beside them: the lines
+no report of it was ever accepted. Refusals are kept per source for the newest
+``ETT_COLLECTOR_REJECTIONS_KEPT`` sources only (whoever can publish to the broker chooses the
+sources), and counted exactly per reason (``refusal_reasons``, ``refusals``,
+``refused_sources``). Beside them: the lines
 ingestion quarantined, newest first, with their reasons (the sum of ``lines``, as the jobs
 page counts them, not a row count).
 """
@@ -18,11 +21,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Final
 
+from django.conf import settings
 from django.db.models import Max, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from ettweb.ingest.models import CollectorHealth, CollectorRejection, QuarantinedEvent
+from ettweb.ingest.models import (
+    CollectorHealth,
+    CollectorRejection,
+    QuarantinedEvent,
+    RejectionTally,
+)
 from ettweb.queries.exposed import as_api, doc
 from ettweb.queries.registry import Query, runner_for
 
@@ -109,6 +118,18 @@ class RejectionReason:
 
 
 @dataclass(frozen=True)
+class RefusalReason:
+    """A kind of credential refusal (what the sender chose cut off, e.g. ``unknown collector
+    …``), counted over every source, the pruned ones included."""
+
+    reason: str
+    refusals: int = field(metadata=doc("refused messages (batches, health reports, checks)"))
+    sources: int = field(metadata=doc("(source, claimed id) pairs first refused for it"))
+    first_at: datetime
+    last_at: datetime
+
+
+@dataclass(frozen=True)
 class CollectorsResult:
     """Every collector's health with the fleet's totals, and the newest quarantined lines
     with the reasons' totals."""
@@ -116,13 +137,24 @@ class CollectorsResult:
     API_PROPERTIES: ClassVar[tuple[str, ...]] = (
         "silent", "rejected_collectors", "backlog_events", "dropped_events", "corrupted_records")
     API_ORDER: ClassVar[tuple[str, ...]] = (
-        "silent_after_s", *API_PROPERTIES, "rejected_lines", "reasons", "collectors", "rejected")
+        "silent_after_s", *API_PROPERTIES, "refusals", "refused_sources", "rejections_kept",
+        "refusal_reasons", "rejected_lines", "reasons", "collectors", "rejected")
 
     silent_after_s: int
     collectors: tuple[CollectorRow, ...]
     rejected: tuple[RejectedRow, ...]
     rejected_lines: int
     reasons: tuple[RejectionReason, ...]
+    refusals: int = field(default=0, kw_only=True, metadata=doc(
+        "credential refusals ever counted, every source (not only those listed)"))
+    refused_sources: int = field(default=0, kw_only=True, metadata=doc(
+        "(source, claimed id) pairs ever refused, every source; a pair pruned and refused "
+        "again counts again"))
+    rejections_kept: int = field(default=0, kw_only=True, metadata=doc(
+        "at most this many refused sources are kept and listed, the newest "
+        "(ETT_COLLECTOR_REJECTIONS_KEPT)"))
+    refusal_reasons: tuple[RefusalReason, ...] = field(default=(), kw_only=True, metadata=doc(
+        "the refusals by reason, every source, the most frequent first"))
 
     @property
     def silent(self) -> int:
@@ -169,7 +201,19 @@ class CollectorsQueryRunner:
             rejected=tuple(_rejected(row) for row in
                            quarantine.order_by("-received_at", "-id")[:self.query.rejected]),
             rejected_lines=int(quarantine.aggregate(n=Coalesce(Sum("lines"), 0))["n"]),
-            reasons=tuple(RejectionReason(r["reason"], int(r["n"])) for r in reasons))
+            reasons=tuple(RejectionReason(r["reason"], int(r["n"])) for r in reasons),
+            **self._refusals())
+
+    @staticmethod
+    def _refusals() -> dict[str, Any]:
+        """The tally of every refusal: a bounded table (``RejectionTally``), read whole."""
+        tallies = tuple(RefusalReason(row.reason, row.refusals, row.sources, row.first_at,
+                                      row.last_at)
+                        for row in RejectionTally.objects.order_by("-refusals", "reason"))
+        return {"refusals": sum(row.refusals for row in tallies),
+                "refused_sources": sum(row.sources for row in tallies),
+                "rejections_kept": settings.ETT_COLLECTOR_REJECTIONS_KEPT,
+                "refusal_reasons": tallies}
 
     def _rows(self, now: datetime, rejected_lines: dict[str, int]) -> tuple[CollectorRow, ...]:
         """Every source with an accepted report or a refusal: the rejected first, then the

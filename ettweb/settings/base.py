@@ -301,6 +301,21 @@ CELERY_BEAT_SCHEDULE = BEAT_SCHEDULE
 # Ingestion. A batch without a valid collector signature is quarantined, never stored; turning
 # this off is for trusted single-host setups only (docs/how-to/run-the-collector.md).
 ETT_INGEST_REQUIRE_AUTH: bool = env.bool_("ETT_INGEST_REQUIRE_AUTH", True)
+# Refused credentials (/collectors/): the per-source rows are bounded, because whoever can
+# publish to the broker chooses the sources. A new refused source prunes all but the newest
+# this many rows, and rows not refused for this many days go (beat prunes them too); every
+# refusal stays counted per reason (ettweb.ingest.credentials.record_rejection).
+ETT_COLLECTOR_REJECTIONS_KEPT: int = env.int_("ETT_COLLECTOR_REJECTIONS_KEPT", 100, minimum=1)
+ETT_COLLECTOR_REJECTIONS_DAYS: int = env.int_("ETT_COLLECTOR_REJECTIONS_DAYS", 7, minimum=1)
+# Per-source fairness: each batch source may have this many events a second stored in turn
+# (with bursts of ETT_INGEST_SOURCE_BURST events); a batch of at least
+# ETT_INGEST_DEFER_MIN_LINES lines over it is put back once at the queue's tail, so one node's
+# flood of big batches cannot hold the other nodes' events back; smaller batches are only
+# counted, as deferring one costs about what storing it does (ettweb.ingest.fairness).
+# A rate of 0 turns the limit off.
+ETT_INGEST_SOURCE_RATE: float = env.float_("ETT_INGEST_SOURCE_RATE", 2000.0, minimum=0.0)
+ETT_INGEST_SOURCE_BURST: int = env.int_("ETT_INGEST_SOURCE_BURST", 20000, minimum=1)
+ETT_INGEST_DEFER_MIN_LINES: int = env.int_("ETT_INGEST_DEFER_MIN_LINES", 500, minimum=1)
 # Daily event partitions are created automatically for event times within this many days
 # before / after now; anything outside lands in the default partition.
 ETT_PARTITION_DAYS_BACK: int = env.int_("ETT_PARTITION_DAYS_BACK", 35, minimum=0)
