@@ -6,12 +6,26 @@ reason and never takes the valid lines of its batch with it. Valid events are st
 ``_insert_events``: their ids are claimed ``ON CONFLICT DO NOTHING`` first, so a resent
 event is stored once and the counts we report are exact even when two workers ingest the
 same batch at once.
+
+What a batch may hold is bounded by construction (issue 40):
+
+- every time field (``start``, ``end``, ``ts``) lies in the ingestion window,
+  ``ETT_INGEST_EARLIEST`` to now + ``ETT_INGEST_MAX_FUTURE_S``; a line outside it is
+  quarantined with the field, the value and the window (one heartbeat at ``ts=1e18`` once
+  stretched a job over 3e10 years and ran the refresh out of memory);
+- every string is storable before anything is written: a NUL or a lone surrogate anywhere in
+  an event quarantines its line, and every text column of a quarantine row is made storable,
+  so no row the worker writes can fail on its text;
+- one line's failure never reaches the batch: an error reading a line quarantines that line,
+  and an unexpected error storing the batch splits it in halves (savepoints) until only the
+  offending events are left, each quarantined with the error.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import time
 from collections import Counter
@@ -20,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import DataError, IntegrityError, connection, transaction
 
 from collector.schema import EventError, dump_attrs, is_plain, parse_event
@@ -27,9 +42,11 @@ from ettweb.ingest import partitions, retention
 from ettweb.ingest.jobs import update_jobs
 from ettweb.ingest.models import BatchNonce, Event, EventId, QuarantinedEvent
 from ettweb.platform.bulk import json_text_dumper, server_cursor
+from ettweb.platform.retry import DATABASE_ERRORS
 from ettweb.rollups.chunk_store import mark_chunks
 from ettweb.rollups.marks import MARK_STALE_AFTER_S, mark_dirty
 
+logger = logging.getLogger(__name__)
 BIGINT_MAX = 2**63 - 1
 #: A quarantined line keeps this many characters (plus its full size and SHA-256).
 QUARANTINE_RAW_CHARS = 4096
@@ -41,6 +58,8 @@ UNAUTHENTICATED_SAMPLE_LINES = 10
 #: otherwise wrap a larger value around instead of refusing it.
 INT_MAX = 2**31 - 1
 STEP_FIELDS = ("step_start", "step_end", "step")
+#: The event fields that hold a time (epoch seconds): each is held to the ingestion window.
+TIME_FIELDS = ("start", "end", "ts")
 #: Event columns written, in order (``received_at`` is the database's ``now()``: its
 #: default, ingest migration 0009).
 EVENT_COLUMNS = (
@@ -120,31 +139,84 @@ def _column_problem(event: dict[str, Any]) -> str | None:
     return None
 
 
+def ingest_window(now: float | None = None) -> tuple[float, float]:
+    """The times an event may carry when it is ingested at ``now``: from
+    ``ETT_INGEST_EARLIEST`` to ``now + ETT_INGEST_MAX_FUTURE_S``, both included."""
+    now = time.time() if now is None else now
+    return (float(settings.ETT_INGEST_EARLIEST),
+            now + float(settings.ETT_INGEST_MAX_FUTURE_S))
+
+
+def _utc(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _window_problem(event: dict[str, Any], window: tuple[float, float]) -> str | None:
+    """Why a time of ``event`` cannot be stored: not a number, or outside ``window``.
+
+    Every time field present is checked, not only the kind's own: the schema lets a mark
+    carry a ``start`` too, and the events table is partitioned on ``coalesce(start, ts)``.
+    """
+    low, high = window
+    for name in TIME_FIELDS:
+        value = event.get(name)
+        if value is None:
+            continue
+        if type(value) not in (int, float) or not math.isfinite(value):
+            return f"event.{name}: {printable(repr(value))[:100]} is not a time (epoch seconds)"
+        if not low <= value <= high:
+            return (f"event.{name}: {value!r} is outside the ingestion window "
+                    f"[{_utc(low)}, {_utc(high)}] (ETT_INGEST_EARLIEST to now + "
+                    f"ETT_INGEST_MAX_FUTURE_S)")
+    return None
+
+
 def _job_of(raw: str) -> str:
-    """Best-effort job id of a rejected line, so a job page can count its quarantined lines."""
+    """Best-effort job id of a rejected line, so a job page can count its quarantined lines.
+
+    The id is made storable (``printable``): the line was often rejected *for* its job id (a
+    lone surrogate, issue 40), and the raw text holds it as a JSON escape that decoding
+    brings back.
+    """
     try:
         obj = json.loads(raw)
     except (ValueError, RecursionError):
         return ""
     job = obj.get("job") if isinstance(obj, dict) else None
-    return job[:200] if isinstance(job, str) and "\x00" not in job else ""
+    return printable(job)[:200] if isinstance(job, str) else ""
 
 
 def printable(line: Any) -> str:
-    """Raw text kept in quarantine; Postgres text cannot hold NUL or lone surrogates."""
+    """Raw text kept in quarantine; Postgres text cannot hold NUL or lone surrogates, so
+    a NUL is written ``\\u0000`` and a lone surrogate ``\\udXXX``."""
     text = line if isinstance(line, str) else json.dumps(line, default=repr)
     return text.replace("\x00", "\\u0000").encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def _shown(line: Any) -> str:
+    """``printable(line)``, or a placeholder for a value no encoder can show (nested too
+    deeply, a repr that raises): a quarantine row must never fail to be built."""
+    try:
+        return printable(line)
+    except Exception:  # any failure to show the line is shown as such
+        return f"<a {type(line).__name__} that cannot be shown as text>"
+
+
 def _reject(line: Any, reason: str, source: str) -> QuarantinedEvent:
     """A quarantine row: the line's first characters, its full size and hash, the reason."""
-    raw = printable(line)
+    return _quarantine(line, reason, source, keep=QUARANTINE_RAW_CHARS)
+
+
+def _quarantine(line: Any, reason: str, source: str, *, keep: int | None) -> QuarantinedEvent:
+    """A quarantine row whose every text column is storable (``printable``): the raw line
+    (its first ``keep`` characters, or all of it), the reason, the source and the job."""
+    raw = _shown(line)
     whole = raw.encode("utf-8")
     # The reason can quote the line (an unknown field's name) and the source is whatever
     # the publisher sent: both get the raw line's treatment, or a NUL fails the whole batch.
-    return QuarantinedEvent(raw=raw[:QUARANTINE_RAW_CHARS], raw_bytes=len(whole),
+    return QuarantinedEvent(raw=raw if keep is None else raw[:keep], raw_bytes=len(whole),
                             raw_sha256=hashlib.sha256(whole).hexdigest(),
-                            reason=printable(reason)[:2000], source=printable(source)[:200],
+                            reason=_shown(reason)[:2000], source=_shown(source)[:200],
                             job=_job_of(raw[:QUARANTINE_JOB_SCAN_CHARS]))
 
 
@@ -169,12 +241,18 @@ def _all_plain(lines: Sequence[Any]) -> bool:
     return False
 
 
-def sort_lines(lines: Iterable[Any], source: str = "") -> _Sorted:
-    """Parse every line; keep each valid event once (first copy wins) and reject the rest."""
+def sort_lines(lines: Iterable[Any], source: str = "", *, now: float | None = None) -> _Sorted:
+    """Parse every line; keep each valid event once (first copy wins) and reject the rest.
+
+    An event is valid when schema v1 accepts it, Postgres can store every value of it, and
+    its times lie in the ingestion window at ``now`` (:func:`ingest_window`). Any error while
+    reading one line rejects that line with the error as its reason, never the batch.
+    """
     batch = _Sorted()
     seen: set[str] = set()
     lines = lines if isinstance(lines, Sequence) else list(lines)
     all_plain = _all_plain(lines)
+    window = ingest_window(now)
     for line in lines:
         if not isinstance(line, str | bytes):
             batch.rejected.append(_reject(line, "line must be a string of JSON", source))
@@ -182,12 +260,17 @@ def sort_lines(lines: Iterable[Any], source: str = "") -> _Sorted:
         try:
             plain = all_plain or is_plain(line)
             event = parse_event(line, plain=plain)
-            problem = _column_problem(event) or (None if plain else _storage_problem(event))
+            problem = (_column_problem(event) or (None if plain else _storage_problem(event))
+                       or _window_problem(event, window))
         except EventError as exc:
             batch.rejected.append(_reject(line, str(exc), source))
             continue
         except RecursionError:  # e.g. [[[[...]]]] thousands deep: json gives up, so do we
             batch.rejected.append(_reject(line, "JSON nested too deeply", source))
+            continue
+        except Exception as exc:  # one line's error never reaches the batch
+            batch.rejected.append(_reject(line, f"line could not be read: {_error(exc)}",
+                                          source))
             continue
         if problem:
             batch.rejected.append(_reject(line, problem, source))
@@ -287,19 +370,75 @@ def _store(events: Sequence[dict[str, Any]]) -> int:
     return stored
 
 
-def _store_one_by_one(batch: _Sorted, source: str) -> tuple[int, int]:
-    """Fallback when the database refused the batch: store event by event, so only the
-    event Postgres cannot take is quarantined (with its error) and the rest are kept.
-    Returns (stored, refused)."""
-    stored = refused = 0
-    for event, line in zip(batch.events, batch.lines, strict=True):
+def _error(exc: BaseException) -> str:
+    """The first line of an error, with its type when it is no database refusal."""
+    text = (str(exc).strip().splitlines() or [""])[0][:500]
+    return text if isinstance(exc, DataError | IntegrityError) and text else (
+        f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+
+
+def _store_isolating(batch: _Sorted, source: str) -> tuple[int, set[int]]:
+    """Fallback when storing the whole batch failed for any reason but a lost connection:
+    store it in halves, each in a savepoint, splitting a half that fails again until the
+    events that fail alone are found; each of those is quarantined with its error and the
+    rest are stored. Returns (stored, indexes of the refused events).
+
+    Why halves: one bad event among n costs about 2·log2(n) tries, not n savepoints. A
+    connection error is not the data's fault: it propagates, and the task waits for the
+    database (``ettweb.platform.retry``).
+    """
+    stored, refused = 0, set()
+    pending = [(0, len(batch.events))]
+    while pending:
+        first, end = pending.pop()
         try:
-            stored += _store([event])
-        except (DataError, IntegrityError) as exc:
-            refused += 1
-            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            batch.rejected.append(_reject(line, f"database refused the event: {reason}", source))
+            stored += _store(batch.events[first:end])
+        except DATABASE_ERRORS:
+            raise
+        except Exception as exc:  # isolated, then quarantined with its error
+            if end - first > 1:
+                middle = (first + end) // 2
+                pending += [(middle, end), (first, middle)]
+                continue
+            refused.add(first)
+            what = ("database refused the event" if isinstance(exc, DataError | IntegrityError)
+                    else "storing the event failed")
+            batch.rejected.append(_reject(batch.lines[first], f"{what}: {_error(exc)}", source))
     return stored, refused
+
+
+def _last_resort(row: QuarantinedEvent, exc: BaseException) -> QuarantinedEvent:
+    """The row again in ASCII alone (``ascii``: no NUL, no surrogate, nothing to encode):
+    what is stored when the row as built could not be."""
+    return QuarantinedEvent(
+        raw=ascii(row.raw[:QUARANTINE_RAW_CHARS])[:QUARANTINE_RAW_CHARS],
+        raw_bytes=row.raw_bytes, raw_sha256=ascii(row.raw_sha256)[:64], lines=row.lines,
+        reason=ascii(f"{row.reason} (kept as ASCII: {_error(exc)})")[:2000],
+        source=ascii(row.source)[:200], job="")
+
+
+def save_quarantined(rows: Sequence[QuarantinedEvent]) -> None:
+    """Store quarantine rows; a row that cannot be stored as built is stored in ASCII
+    (:func:`_last_resort`), so a bad line is never lost for want of a storable row."""
+    if not rows:
+        return
+    try:
+        with transaction.atomic():
+            QuarantinedEvent.objects.bulk_create(rows)
+        return
+    except DATABASE_ERRORS:
+        raise
+    except Exception as exc:  # find the row at fault, store it in ASCII
+        logger.warning("quarantine rows refused (%s); storing them one by one", _error(exc))
+    for row in rows:
+        try:
+            with transaction.atomic():
+                QuarantinedEvent.objects.bulk_create([row])
+        except DATABASE_ERRORS:
+            raise
+        except Exception as exc:
+            row.pk = None
+            QuarantinedEvent.objects.bulk_create([_last_resort(row, exc)])
 
 
 @dataclass(frozen=True)
@@ -344,12 +483,46 @@ def reject_batch(lines: Iterable[Any], source: str, reason: str) -> IngestResult
     rows = [_reject(line, reason, source) for line in lines[:UNAUTHENTICATED_SAMPLE_LINES]]
     if rows:
         rows[-1].lines += len(lines) - len(rows)  # the lines not kept, counted
-    QuarantinedEvent.objects.bulk_create(rows)
+    save_quarantined(rows)
+    return IngestResult(stored=0, duplicates=0, rejected=len(lines))
+
+
+#: Why a parked line is in the quarantine (``park_batch``); the admin filters on it.
+PARKED = "parked"
+
+
+def park_batch(lines: Sequence[Any], source: str, error: BaseException,
+               tries: int) -> IngestResult:
+    """Keep a batch that could not be stored after ``tries`` tries: every line goes to the
+    quarantine *whole* (not its first characters: the line is to be ingested again once the
+    cause is fixed), with a reason that starts with ``parked`` and names the error.
+
+    Why park rather than raise: with ``task_acks_late`` a task that raises is acknowledged
+    and its batch is gone; one that is requeued fails again, forever. The batch is signed
+    (an unsigned one is refused before), so keeping it whole cannot be used to fill the
+    database. If even these rows cannot be stored, the lines are written to the worker's
+    log at CRITICAL, in ASCII: a batch is never acknowledged with its events nowhere.
+    """
+    reason = (f"{PARKED}: the batch could not be stored after {tries} tries "
+              f"({_error(error)}); this line is kept whole, to be ingested again once the "
+              "cause is fixed")
+    try:
+        with transaction.atomic():
+            save_quarantined([_quarantine(line, reason, source, keep=None) for line in lines])
+    except Exception as exc:
+        logger.critical("batch from %r parked in this log (%d lines): %s; the quarantine "
+                        "refused it too (%s)", source, len(lines), _error(error), _error(exc))
+        for at, line in enumerate(lines):
+            logger.critical("parked line %d/%d from %r: %s", at + 1, len(lines), source,
+                            ascii(_shown(line)))
+    else:
+        logger.error("batch from %r parked in the quarantine (%d lines): %s", source,
+                     len(lines), _error(error))
     return IngestResult(stored=0, duplicates=0, rejected=len(lines))
 
 
 def ingest_lines(lines: Iterable[Any], source: str = "", *, nonce: Nonce | None = None,
-                 any_age_partitions: bool = False) -> IngestResult:
+                 any_age_partitions: bool = False, now: float | None = None) -> IngestResult:
     """Store the valid events of a batch once each and quarantine the invalid lines.
 
     Everything a batch writes (its nonce, events, jobs, quarantined lines) commits together.
@@ -357,10 +530,11 @@ def ingest_lines(lines: Iterable[Any], source: str = "", *, nonce: Nonce | None 
     or a replay) is ingested again without it: all duplicates, nothing new, its jobs refresh.
     Connection problems (OperationalError) propagate on purpose: the task retries the batch.
     ``any_age_partitions`` gives every day of the batch its partition, however old (an import
-    of history, ``partitions.ensure_days``); the worker keeps the window around now.
+    of history, ``partitions.ensure_days``); the worker keeps the window around now. The
+    ingestion window (:func:`ingest_window`, at ``now``) holds for imports too.
     """
     lines = list(lines)
-    batch = sort_lines(lines, source)
+    batch = sort_lines(lines, source, now=now)
     partitions.ensure_for_events((home_time(event) for event in batch.events),
                                  any_age=any_age_partitions)
     try:
@@ -405,13 +579,22 @@ def _refuse_older(batch: _Sorted, before: float) -> None:
 
 
 def _store_sorted(batch: _Sorted, source: str) -> IngestResult:
-    refused = 0
+    """Store the valid events and the quarantine rows of a sorted batch (inside the caller's
+    transaction). Anything but a lost connection that fails the batch as a whole is isolated
+    to the events it comes from (:func:`_store_isolating`), which are quarantined and taken
+    out of the batch: they neither count as duplicates nor mark their job."""
     try:
         stored = _store(batch.events)
-    except (DataError, IntegrityError):
-        stored, refused = _store_one_by_one(batch, source)
-    QuarantinedEvent.objects.bulk_create(batch.rejected)
-    duplicates = len(batch.events) - stored - refused + batch.in_batch_duplicates
+    except DATABASE_ERRORS:
+        raise
+    except Exception as exc:  # isolated event by event below
+        logger.warning("storing a batch of %d events failed (%s); isolating the events at "
+                       "fault", len(batch.events), _error(exc))
+        stored, refused = _store_isolating(batch, source)
+        batch.events = [event for at, event in enumerate(batch.events) if at not in refused]
+        batch.lines = [line for at, line in enumerate(batch.lines) if at not in refused]
+    save_quarantined(batch.rejected)
+    duplicates = len(batch.events) - stored + batch.in_batch_duplicates
     jobs = tuple(sorted({event["job"] for event in batch.events}))
     return IngestResult(stored=stored, duplicates=duplicates, rejected=len(batch.rejected),
                         jobs=jobs, expired=sum(batch.expired.values()),
