@@ -377,7 +377,7 @@ def _error(exc: BaseException) -> str:
         f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
 
 
-def _store_isolating(batch: _Sorted, source: str) -> tuple[int, set[int]]:
+def _store_isolating(batch: _Sorted, source: str, error: Exception) -> tuple[int, set[int]]:
     """Fallback when storing the whole batch failed for any reason but a lost connection:
     store it in halves, each in a savepoint, splitting a half that fails again until the
     events that fail alone are found; each of those is quarantined with its error and the
@@ -388,22 +388,25 @@ def _store_isolating(batch: _Sorted, source: str) -> tuple[int, set[int]]:
     database (``ettweb.platform.retry``).
     """
     stored, refused = 0, set()
-    pending = [(0, len(batch.events))]
+    pending = [(0, len(batch.events), error)]  # (first, end, its error when known to fail)
     while pending:
-        first, end = pending.pop()
-        try:
-            stored += _store(batch.events[first:end])
-        except DATABASE_ERRORS:
-            raise
-        except Exception as exc:  # isolated, then quarantined with its error
-            if end - first > 1:
-                middle = (first + end) // 2
-                pending += [(middle, end), (first, middle)]
+        first, end, failed = pending.pop()
+        if failed is None:
+            try:
+                stored += _store(batch.events[first:end])
                 continue
-            refused.add(first)
-            what = ("database refused the event" if isinstance(exc, DataError | IntegrityError)
-                    else "storing the event failed")
-            batch.rejected.append(_reject(batch.lines[first], f"{what}: {_error(exc)}", source))
+            except DATABASE_ERRORS:
+                raise
+            except Exception as exc:  # isolated, then quarantined with its error
+                failed = exc
+        if end - first > 1:
+            middle = (first + end) // 2
+            pending += [(middle, end, None), (first, middle, None)]
+            continue
+        refused.add(first)
+        what = ("database refused the event" if isinstance(failed, DataError | IntegrityError)
+                else "storing the event failed")
+        batch.rejected.append(_reject(batch.lines[first], f"{what}: {_error(failed)}", source))
     return stored, refused
 
 
@@ -590,7 +593,7 @@ def _store_sorted(batch: _Sorted, source: str) -> IngestResult:
     except Exception as exc:  # isolated event by event below
         logger.warning("storing a batch of %d events failed (%s); isolating the events at "
                        "fault", len(batch.events), _error(exc))
-        stored, refused = _store_isolating(batch, source)
+        stored, refused = _store_isolating(batch, source, exc)
         batch.events = [event for at, event in enumerate(batch.events) if at not in refused]
         batch.lines = [line for at, line in enumerate(batch.lines) if at not in refused]
     save_quarantined(batch.rejected)
