@@ -36,7 +36,7 @@ Line = str | bytes
 MAX_SPAN_S = 30 * 86400.0
 BIGINT_MAX, INT_MAX = 2**63 - 1, 2**31 - 1
 #: Text that is always storable: any code point but the surrogates (Cs) and NUL.
-GOOD_TEXT = st.characters(exclude_categories=("Cs",), exclude_characters="\x00")
+GOOD_TEXT = st.characters(exclude_categories=["Cs"], exclude_characters="\x00")
 #: Every kind of text Postgres cannot store, as the JSON escape a line carries it in.
 BROKEN_TEXT = st.one_of(
     st.integers(0xD800, 0xDBFF).map(lambda c: f"\\u{c:04x}"),  # a lone high surrogate

@@ -23,8 +23,6 @@ What a batch may hold is bounded by construction (issue 40):
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 import time
@@ -34,13 +32,17 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import DataError, IntegrityError, connection, transaction
 
 from collector.schema import EventError, dump_attrs, is_plain, parse_event
 from ettweb.ingest import partitions, retention
 from ettweb.ingest.jobs import update_jobs
 from ettweb.ingest.models import BatchNonce, Event, EventId, QuarantinedEvent
+from ettweb.ingest.quarantine import QUARANTINE_RAW_CHARS as QUARANTINE_RAW_CHARS
+from ettweb.ingest.quarantine import error_text, reject, save_quarantined
+from ettweb.ingest.quarantine import printable as printable
+from ettweb.ingest.quarantine import quarantine_row as quarantine_row
+from ettweb.ingest.window import ingest_window, window_problem
 from ettweb.platform.bulk import json_text_dumper, server_cursor
 from ettweb.platform.retry import DATABASE_ERRORS
 from ettweb.rollups.chunk_store import mark_chunks
@@ -48,18 +50,12 @@ from ettweb.rollups.marks import MARK_STALE_AFTER_S, mark_dirty
 
 logger = logging.getLogger(__name__)
 BIGINT_MAX = 2**63 - 1
-#: A quarantined line keeps this many characters (plus its full size and SHA-256).
-QUARANTINE_RAW_CHARS = 4096
-#: The job id of a rejected line is looked for in its first characters only.
-QUARANTINE_JOB_SCAN_CHARS = 65536
 #: Lines kept of a batch refused whole (unauthenticated); the rest are counted.
 UNAUTHENTICATED_SAMPLE_LINES = 10
 #: attempt and rank are integer (32-bit) columns. Checked before the binary COPY, which would
 #: otherwise wrap a larger value around instead of refusing it.
 INT_MAX = 2**31 - 1
 STEP_FIELDS = ("step_start", "step_end", "step")
-#: The event fields that hold a time (epoch seconds): each is held to the ingestion window.
-TIME_FIELDS = ("start", "end", "ts")
 #: Event columns written, in order (``received_at`` is the database's ``now()``: its
 #: default, ingest migration 0009).
 EVENT_COLUMNS = (
@@ -139,93 +135,6 @@ def _column_problem(event: dict[str, Any]) -> str | None:
     return None
 
 
-def ingest_window(now: float | None = None) -> tuple[float, float]:
-    """The times an event may carry when it is ingested at ``now``: from
-    ``ETT_INGEST_EARLIEST`` to ``now + ETT_INGEST_MAX_FUTURE_S``, both included."""
-    now = time.time() if now is None else now
-    return (float(settings.ETT_INGEST_EARLIEST),
-            now + float(settings.ETT_INGEST_MAX_FUTURE_S))
-
-
-def _utc(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _window_problem(event: dict[str, Any], window: tuple[float, float]) -> str | None:
-    """Why a time of ``event`` cannot be stored: not a number, or outside ``window``.
-
-    Every time field present is checked, not only the kind's own: the schema lets a mark
-    carry a ``start`` too, and the events table is partitioned on ``coalesce(start, ts)``.
-    """
-    low, high = window
-    for name in TIME_FIELDS:
-        value = event.get(name)
-        if value is None:
-            continue
-        if type(value) not in (int, float) or not math.isfinite(value):
-            return f"event.{name}: {printable(repr(value))[:100]} is not a time (epoch seconds)"
-        if not low <= value <= high:
-            return (f"event.{name}: {value!r} is outside the ingestion window "
-                    f"[{_utc(low)}, {_utc(high)}] (ETT_INGEST_EARLIEST to now + "
-                    f"ETT_INGEST_MAX_FUTURE_S)")
-    return None
-
-
-def _job_of(raw: str) -> str:
-    """Best-effort job id of a rejected line, so a job page can count its quarantined lines.
-
-    The id is made storable (``printable``): the line was often rejected *for* its job id (a
-    lone surrogate, issue 40), and the raw text holds it as a JSON escape that decoding
-    brings back.
-    """
-    try:
-        obj = json.loads(raw)
-    except (ValueError, RecursionError):
-        return ""
-    job = obj.get("job") if isinstance(obj, dict) else None
-    return printable(job)[:200] if isinstance(job, str) else ""
-
-
-def printable(line: Any) -> str:
-    """Raw text kept in quarantine; Postgres text cannot hold NUL or lone surrogates, so
-    a NUL is written ``\\u0000`` and a lone surrogate ``\\udXXX``."""
-    text = line if isinstance(line, str) else json.dumps(line, default=repr)
-    return text.replace("\x00", "\\u0000").encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def _shown(line: Any) -> str:
-    """``printable(line)``, or a placeholder for a value no encoder can show (nested too
-    deeply, a repr that raises): a quarantine row must never fail to be built."""
-    try:
-        return printable(line)
-    except Exception:  # any failure to show the line is shown as such
-        return f"<a {type(line).__name__} that cannot be shown as text>"
-
-
-def _reject(line: Any, reason: str, source: str) -> QuarantinedEvent:
-    """A quarantine row: the line's first characters, its full size and hash, the reason."""
-    return _quarantine(line, reason, source, keep=QUARANTINE_RAW_CHARS)
-
-
-def _quarantine(line: Any, reason: str, source: str, *, keep: int | None) -> QuarantinedEvent:
-    """A quarantine row whose every text column is storable (``printable``): the raw line
-    (its first ``keep`` characters, or all of it), the reason, the source and the job."""
-    raw = _shown(line)
-    whole = raw.encode("utf-8")
-    # The reason can quote the line (an unknown field's name) and the source is whatever
-    # the publisher sent: both get the raw line's treatment, or a NUL fails the whole batch.
-    return QuarantinedEvent(raw=raw if keep is None else raw[:keep], raw_bytes=len(whole),
-                            raw_sha256=hashlib.sha256(whole).hexdigest(),
-                            reason=_shown(reason)[:2000], source=_shown(source)[:200],
-                            job=_job_of(raw[:QUARANTINE_JOB_SCAN_CHARS]))
-
-
-def quarantine_row(line: Any, reason: str, source: str) -> QuarantinedEvent:
-    """An unsaved quarantine row for a line rejected before ingestion (an importer's line
-    that no translator could read), kept exactly as the worker keeps its own rejections."""
-    return _reject(line, reason, source)
-
-
 def _all_plain(lines: Sequence[Any]) -> bool:
     """Whether every line is plain (``is_plain``), asked once of the lines joined by a comma.
 
@@ -255,25 +164,25 @@ def sort_lines(lines: Iterable[Any], source: str = "", *, now: float | None = No
     window = ingest_window(now)
     for line in lines:
         if not isinstance(line, str | bytes):
-            batch.rejected.append(_reject(line, "line must be a string of JSON", source))
+            batch.rejected.append(reject(line, "line must be a string of JSON", source))
             continue
         try:
             plain = all_plain or is_plain(line)
             event = parse_event(line, plain=plain)
             problem = (_column_problem(event) or (None if plain else _storage_problem(event))
-                       or _window_problem(event, window))
+                       or window_problem(event, window))
         except EventError as exc:
-            batch.rejected.append(_reject(line, str(exc), source))
+            batch.rejected.append(reject(line, str(exc), source))
             continue
         except RecursionError:  # e.g. [[[[...]]]] thousands deep: json gives up, so do we
-            batch.rejected.append(_reject(line, "JSON nested too deeply", source))
+            batch.rejected.append(reject(line, "JSON nested too deeply", source))
             continue
         except Exception as exc:  # one line's error never reaches the batch
-            batch.rejected.append(_reject(line, f"line could not be read: {_error(exc)}",
+            batch.rejected.append(reject(line, f"line could not be read: {error_text(exc)}",
                                           source))
             continue
         if problem:
-            batch.rejected.append(_reject(line, problem, source))
+            batch.rejected.append(reject(line, problem, source))
         elif event["id"] in seen:
             batch.in_batch_duplicates += 1
         else:
@@ -370,13 +279,6 @@ def _store(events: Sequence[dict[str, Any]]) -> int:
     return stored
 
 
-def _error(exc: BaseException) -> str:
-    """The first line of an error, with its type when it is no database refusal."""
-    text = (str(exc).strip().splitlines() or [""])[0][:500]
-    return text if isinstance(exc, DataError | IntegrityError) and text else (
-        f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
-
-
 def _store_isolating(batch: _Sorted, source: str, error: Exception) -> tuple[int, set[int]]:
     """Fallback when storing the whole batch failed for any reason but a lost connection:
     store it in halves, each in a savepoint, splitting a half that fails again until the
@@ -388,7 +290,8 @@ def _store_isolating(batch: _Sorted, source: str, error: Exception) -> tuple[int
     database (``ettweb.platform.retry``).
     """
     stored, refused = 0, set()
-    pending = [(0, len(batch.events), error)]  # (first, end, its error when known to fail)
+    # (first, end, its error when known to fail)
+    pending: list[tuple[int, int, Exception | None]] = [(0, len(batch.events), error)]
     while pending:
         first, end, failed = pending.pop()
         if failed is None:
@@ -406,42 +309,8 @@ def _store_isolating(batch: _Sorted, source: str, error: Exception) -> tuple[int
         refused.add(first)
         what = ("database refused the event" if isinstance(failed, DataError | IntegrityError)
                 else "storing the event failed")
-        batch.rejected.append(_reject(batch.lines[first], f"{what}: {_error(failed)}", source))
+        batch.rejected.append(reject(batch.lines[first], f"{what}: {error_text(failed)}", source))
     return stored, refused
-
-
-def _last_resort(row: QuarantinedEvent, exc: BaseException) -> QuarantinedEvent:
-    """The row again in ASCII alone (``ascii``: no NUL, no surrogate, nothing to encode):
-    what is stored when the row as built could not be."""
-    return QuarantinedEvent(
-        raw=ascii(row.raw[:QUARANTINE_RAW_CHARS])[:QUARANTINE_RAW_CHARS],
-        raw_bytes=row.raw_bytes, raw_sha256=ascii(row.raw_sha256)[:64], lines=row.lines,
-        reason=ascii(f"{row.reason} (kept as ASCII: {_error(exc)})")[:2000],
-        source=ascii(row.source)[:200], job="")
-
-
-def save_quarantined(rows: Sequence[QuarantinedEvent]) -> None:
-    """Store quarantine rows; a row that cannot be stored as built is stored in ASCII
-    (:func:`_last_resort`), so a bad line is never lost for want of a storable row."""
-    if not rows:
-        return
-    try:
-        with transaction.atomic():
-            QuarantinedEvent.objects.bulk_create(rows)
-        return
-    except DATABASE_ERRORS:
-        raise
-    except Exception as exc:  # find the row at fault, store it in ASCII
-        logger.warning("quarantine rows refused (%s); storing them one by one", _error(exc))
-    for row in rows:
-        try:
-            with transaction.atomic():
-                QuarantinedEvent.objects.bulk_create([row])
-        except DATABASE_ERRORS:
-            raise
-        except Exception as exc:
-            row.pk = None
-            QuarantinedEvent.objects.bulk_create([_last_resort(row, exc)])
 
 
 @dataclass(frozen=True)
@@ -483,44 +352,10 @@ def reject_batch(lines: Iterable[Any], source: str, reason: str) -> IngestResult
     the broker fill the database without a credential. The count stays exact.
     """
     lines = list(lines)
-    rows = [_reject(line, reason, source) for line in lines[:UNAUTHENTICATED_SAMPLE_LINES]]
+    rows = [reject(line, reason, source) for line in lines[:UNAUTHENTICATED_SAMPLE_LINES]]
     if rows:
         rows[-1].lines += len(lines) - len(rows)  # the lines not kept, counted
     save_quarantined(rows)
-    return IngestResult(stored=0, duplicates=0, rejected=len(lines))
-
-
-#: Why a parked line is in the quarantine (``park_batch``); the admin filters on it.
-PARKED = "parked"
-
-
-def park_batch(lines: Sequence[Any], source: str, error: BaseException,
-               tries: int) -> IngestResult:
-    """Keep a batch that could not be stored after ``tries`` tries: every line goes to the
-    quarantine *whole* (not its first characters: the line is to be ingested again once the
-    cause is fixed), with a reason that starts with ``parked`` and names the error.
-
-    Why park rather than raise: with ``task_acks_late`` a task that raises is acknowledged
-    and its batch is gone; one that is requeued fails again, forever. The batch is signed
-    (an unsigned one is refused before), so keeping it whole cannot be used to fill the
-    database. If even these rows cannot be stored, the lines are written to the worker's
-    log at CRITICAL, in ASCII: a batch is never acknowledged with its events nowhere.
-    """
-    reason = (f"{PARKED}: the batch could not be stored after {tries} tries "
-              f"({_error(error)}); this line is kept whole, to be ingested again once the "
-              "cause is fixed")
-    try:
-        with transaction.atomic():
-            save_quarantined([_quarantine(line, reason, source, keep=None) for line in lines])
-    except Exception as exc:
-        logger.critical("batch from %r parked in this log (%d lines): %s; the quarantine "
-                        "refused it too (%s)", source, len(lines), _error(error), _error(exc))
-        for at, line in enumerate(lines):
-            logger.critical("parked line %d/%d from %r: %s", at + 1, len(lines), source,
-                            ascii(_shown(line)))
-    else:
-        logger.error("batch from %r parked in the quarantine (%d lines): %s", source,
-                     len(lines), _error(error))
     return IngestResult(stored=0, duplicates=0, rejected=len(lines))
 
 
@@ -592,7 +427,7 @@ def _store_sorted(batch: _Sorted, source: str) -> IngestResult:
         raise
     except Exception as exc:  # isolated event by event below
         logger.warning("storing a batch of %d events failed (%s); isolating the events at "
-                       "fault", len(batch.events), _error(exc))
+                       "fault", len(batch.events), error_text(exc))
         stored, refused = _store_isolating(batch, source, exc)
         batch.events = [event for at, event in enumerate(batch.events) if at not in refused]
         batch.lines = [line for at, line in enumerate(batch.lines) if at not in refused]

@@ -5,7 +5,7 @@ Connection errors are retried without limit (ettweb.platform.retry): with ``task
 a task that raised would otherwise be acknowledged and its batch lost during a database outage.
 Any other error that fails a batch as a whole (a line's own errors are isolated beneath, in
 ``batches``) is tried ``STORE_TRIES`` times in place, then the batch is parked whole in the
-quarantine (``batches.park_batch``): never acknowledged with its events lost, never retried
+quarantine (``quarantine.park_batch``): never acknowledged with its events lost, never retried
 forever.
 After storing, the task schedules ``ett.refresh_rollups`` for the jobs the batch newly marked
 dirty (ettweb.rollups); batches arriving before that refresh runs share it.
@@ -34,7 +34,6 @@ from ettweb.ingest.batches import (
     ReplayedBatch,
     claim_nonce,
     ingest_lines,
-    park_batch,
     reject_batch,
 )
 from ettweb.ingest.credentials import (
@@ -47,6 +46,7 @@ from ettweb.ingest.credentials import (
     verify_batch,
 )
 from ettweb.ingest.models import CollectorHealth
+from ettweb.ingest.quarantine import park_batch
 from ettweb.platform.retry import DATABASE_ERRORS, waits_for_database
 from ettweb.rollups.marks import refresh_delay_s
 from ettweb.rollups.refresh import refresh_jobs
@@ -58,7 +58,7 @@ HEALTH_FIELDS = ("backlog_bytes", "backlog_events", "shipped_events", "dropped_e
 #: Jobs per scheduled refresh task (a batch spanning a whole fleet is split).
 REFRESH_JOBS_PER_TASK = 200
 #: Tries of a batch whose storing fails as a whole with an error that is no lost connection,
-#: and the waits between them; then it is parked (``batches.park_batch``). A transient
+#: and the waits between them; then it is parked (``quarantine.park_batch``). A transient
 #: failure gets two more chances; a batch that fails every time costs 5 s of a worker.
 STORE_TRIES = 3
 STORE_RETRY_WAITS_S = (1.0, 4.0)
@@ -144,7 +144,8 @@ def _ingest_or_park(batch: list[Any], source: str, nonce: Nonce | None) -> Inges
             logger.warning("batch from %r (%d lines) failed to store, try %d of %d",
                            source, len(batch), tries, STORE_TRIES, exc_info=True)
             if tries == STORE_TRIES:
-                return park_batch(batch, source, exc, tries)
+                park_batch(batch, source, exc, tries)
+                return IngestResult(stored=0, duplicates=0, rejected=len(batch))
             time.sleep(STORE_RETRY_WAITS_S[tries - 1])
     raise AssertionError("unreachable")  # pragma: no cover
 

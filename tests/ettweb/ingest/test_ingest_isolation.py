@@ -19,9 +19,11 @@ from typing import Any
 import pytest
 
 import ettweb.ingest.batches as batches
+import ettweb.ingest.quarantine as quarantine
 import ettweb.ingest.tasks as tasks
-from ettweb.ingest.batches import PARKED, ingest_lines, save_quarantined
+from ettweb.ingest.batches import ingest_lines
 from ettweb.ingest.models import Event, QuarantinedEvent
+from ettweb.ingest.quarantine import PARKED, save_quarantined
 from ettweb.ingest.tasks import ingest_batch
 from tests.ettweb.ingest.conftest import Signer
 
@@ -108,7 +110,7 @@ def test_an_unexpected_error_storing_one_event_quarantines_that_event_only(
 def test_a_quarantine_row_the_database_refuses_is_kept_in_ascii() -> None:
     """A row built by hand with a NUL (every row the worker builds is made storable): the
     database refuses it, so it is stored in ASCII, beside the rows it came with."""
-    fine = batches._reject("not json", "bad JSON", "node")
+    fine = quarantine.reject("not json", "bad JSON", "node")
     refused = QuarantinedEvent(raw="nul\x00here", raw_bytes=8, reason="why\x00", source="n")
     save_quarantined([fine, refused])
     rows = {row.raw: row for row in QuarantinedEvent.objects.all()}
@@ -164,11 +166,10 @@ def test_a_batch_the_quarantine_refuses_too_is_written_to_the_log(
     def broken(*args: Any) -> None:
         raise RuntimeError("nothing stores")
 
-    monkeypatch.setattr(batches, "save_quarantined", broken)
+    monkeypatch.setattr(quarantine, "save_quarantined", broken)
     lines = ["line-one", "line-\ud800"]
-    with caplog.at_level(logging.CRITICAL, logger="ettweb.ingest.batches"):
-        result = batches.park_batch(lines, "node", RuntimeError("first cause"), 3)
-    assert result.rejected == 2
+    with caplog.at_level(logging.CRITICAL, logger="ettweb.ingest.quarantine"):
+        quarantine.park_batch(lines, "node", RuntimeError("first cause"), 3)
     logged = [record.getMessage() for record in caplog.records]
     assert "parked line 1/2 from 'node': 'line-one'" in logged
     assert "parked line 2/2 from 'node': 'line-\\\\ud800'" in logged

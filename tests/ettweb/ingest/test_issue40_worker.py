@@ -122,7 +122,7 @@ def test_far_future_heartbeats_are_quarantined_and_memory_stays_bounded(
     fleet.publish([_heartbeat(first, ts, n) for n, ts in enumerate(trigger)])
     wait_until(lambda: QuarantinedEvent.objects.filter(job__in=[lone, first]).count() == 5
                and _rolled_up(lone, 1) and _rolled_up(first, 1), 90, fleet.logs)
-    assert sorted(Event.objects.filter(job__in=[lone, first]).values_list("ts", flat=True)) \
+    assert list(Event.objects.filter(job__in=[lone, first]).values_list("ts", flat=True)) \
         == [now, now]
     reasons = QuarantinedEvent.objects.values_list("reason", flat=True)
     assert all(reason.startswith("event.ts: ") and "outside the ingestion window "
