@@ -53,6 +53,7 @@ STRING_FIELDS = ("job", "id", "host", "attrs_key", "attrs_value", "attrs_nested"
 class Fuzzed:
     """A batch and its books."""
 
+    tag: str = ""
     lines: list[Line] = field(default_factory=list)
     #: id -> job of each valid event (the first copy of an id is the one stored).
     valid: dict[str, str] = field(default_factory=dict)
@@ -64,6 +65,22 @@ class Fuzzed:
     @property
     def size(self) -> int:
         return sum(len(line) for line in self.lines)
+
+    def replicated(self, times: int) -> Fuzzed:
+        """The batch ``times`` over, each copy's ids and jobs made its own (the tag renamed),
+        with its books: how a test gets a batch of thousands of lines out of a draw that
+        Hypothesis keeps to tens (its data budget)."""
+        big = Fuzzed(tag=self.tag)
+        for copy in range(times):
+            tag = f"{self.tag}x{copy}"
+            big.lines += [line.replace(self.tag, tag) if isinstance(line, str)
+                          else line.replace(self.tag.encode(), tag.encode())
+                          for line in self.lines]
+            big.valid.update({ident.replace(self.tag, tag): job.replace(self.tag, tag)
+                              for ident, job in self.valid.items()})
+            big.invalid += self.invalid
+            big.duplicates += self.duplicates
+        return big
 
 
 def _dumps(event: dict[str, Any]) -> str:
@@ -171,7 +188,7 @@ def batches(draw: st.DrawFn, tag: str, *, max_valid: int = 20, max_invalid: int 
     (the same line again, or another line with a stored id), in any order. ``tag`` makes its
     ids and jobs its own (a fresh one per batch: Hypothesis draws alike batches often)."""
     names = [f"fz-{tag}-{n}" for n in range(jobs)]
-    batch = Fuzzed()
+    batch = Fuzzed(tag=tag)
     items: list[tuple[str, Line]] = []
     for n in range(draw(st.integers(0, max_valid))):
         ident = f"{tag}-{n}"
