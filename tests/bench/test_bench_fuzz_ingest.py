@@ -26,9 +26,9 @@ def test_bench_fuzz_ingest_small_plan_keeps_exact_books() -> None:
     assert result["lost"] == result["duplicated"] == 0
     assert result["quarantined"] == result["quarantined_expected"] > 10  # the big batch's 10
     assert result["quarantined_without_reason"] == 0
-    assert result["jobs_rolled_up"] == result["jobs_expected"]
-    assert 0 < result["worker_peak_rss_mb"] < 500
-    assert result["meets_targets"] is True and result["tracebacks"] == 0
+    assert result["ingest_errors"] == 0 and result["longest_ingest_task_s"] < 60
+    assert 0 < result["worker_pool_peak_rss_mb"] <= result["worker_peak_rss_mb"] < 500
+    assert result["meets_targets"] is True
 
 
 def test_bench_fuzz_ingest_profiles_are_sized_as_issue_40_asks() -> None:
