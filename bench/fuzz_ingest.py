@@ -19,7 +19,7 @@ job rolled up. The worker's peak resident memory (``VmHWM`` of each of its proce
 its longest task (from its log) are measured.
 
 ``--profile short`` (the default; under a minute) is what ``make bench`` runs; ``--profile
-long`` is the soak-sized run (about ten minutes on 2 cores). The last line of output is one
+long`` is the soak-sized run (about six minutes on 2 cores). The last line of output is one
 JSON object: the books (``lost``, ``duplicated``, ``quarantined``), the worker's peak memory
 (``worker_main_peak_rss_mb``: the main process, which decodes each message;
 ``worker_pool_peak_rss_mb``: the process that stores it), ``longest_ingest_task_s``, the
