@@ -6,12 +6,24 @@ reason and never takes the valid lines of its batch with it. Valid events are st
 ``_insert_events``: their ids are claimed ``ON CONFLICT DO NOTHING`` first, so a resent
 event is stored once and the counts we report are exact even when two workers ingest the
 same batch at once.
+
+What a batch may hold is bounded by construction (issue 40):
+
+- every time field (``start``, ``end``, ``ts``) lies in the ingestion window,
+  ``ETT_INGEST_EARLIEST`` to now + ``ETT_INGEST_MAX_FUTURE_S``; a line outside it is
+  quarantined with the field, the value and the window (one heartbeat at ``ts=1e18`` once
+  stretched a job over 3e10 years and ran the refresh out of memory);
+- every string is storable before anything is written: a NUL or a lone surrogate anywhere in
+  an event quarantines its line, and every text column of a quarantine row is made storable,
+  so no row the worker writes can fail on its text;
+- one line's failure never reaches the batch: an error reading a line quarantines that line,
+  and an unexpected error storing the batch splits it in halves (savepoints) until only the
+  offending events are left, each quarantined with the error.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import logging
 import math
 import time
 from collections import Counter
@@ -26,15 +38,18 @@ from collector.schema import EventError, dump_attrs, is_plain, parse_event
 from ettweb.ingest import partitions, retention
 from ettweb.ingest.jobs import update_jobs
 from ettweb.ingest.models import BatchNonce, Event, EventId, QuarantinedEvent
+from ettweb.ingest.quarantine import QUARANTINE_RAW_CHARS as QUARANTINE_RAW_CHARS
+from ettweb.ingest.quarantine import error_text, reject, save_quarantined
+from ettweb.ingest.quarantine import printable as printable
+from ettweb.ingest.quarantine import quarantine_row as quarantine_row
+from ettweb.ingest.window import ingest_window, window_problem
 from ettweb.platform.bulk import json_text_dumper, server_cursor
+from ettweb.platform.retry import DATABASE_ERRORS
 from ettweb.rollups.chunk_store import mark_chunks
 from ettweb.rollups.marks import MARK_STALE_AFTER_S, mark_dirty
 
+logger = logging.getLogger(__name__)
 BIGINT_MAX = 2**63 - 1
-#: A quarantined line keeps this many characters (plus its full size and SHA-256).
-QUARANTINE_RAW_CHARS = 4096
-#: The job id of a rejected line is looked for in its first characters only.
-QUARANTINE_JOB_SCAN_CHARS = 65536
 #: Lines kept of a batch refused whole (unauthenticated); the rest are counted.
 UNAUTHENTICATED_SAMPLE_LINES = 10
 #: attempt and rank are integer (32-bit) columns. Checked before the binary COPY, which would
@@ -120,40 +135,6 @@ def _column_problem(event: dict[str, Any]) -> str | None:
     return None
 
 
-def _job_of(raw: str) -> str:
-    """Best-effort job id of a rejected line, so a job page can count its quarantined lines."""
-    try:
-        obj = json.loads(raw)
-    except (ValueError, RecursionError):
-        return ""
-    job = obj.get("job") if isinstance(obj, dict) else None
-    return job[:200] if isinstance(job, str) and "\x00" not in job else ""
-
-
-def printable(line: Any) -> str:
-    """Raw text kept in quarantine; Postgres text cannot hold NUL or lone surrogates."""
-    text = line if isinstance(line, str) else json.dumps(line, default=repr)
-    return text.replace("\x00", "\\u0000").encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def _reject(line: Any, reason: str, source: str) -> QuarantinedEvent:
-    """A quarantine row: the line's first characters, its full size and hash, the reason."""
-    raw = printable(line)
-    whole = raw.encode("utf-8")
-    # The reason can quote the line (an unknown field's name) and the source is whatever
-    # the publisher sent: both get the raw line's treatment, or a NUL fails the whole batch.
-    return QuarantinedEvent(raw=raw[:QUARANTINE_RAW_CHARS], raw_bytes=len(whole),
-                            raw_sha256=hashlib.sha256(whole).hexdigest(),
-                            reason=printable(reason)[:2000], source=printable(source)[:200],
-                            job=_job_of(raw[:QUARANTINE_JOB_SCAN_CHARS]))
-
-
-def quarantine_row(line: Any, reason: str, source: str) -> QuarantinedEvent:
-    """An unsaved quarantine row for a line rejected before ingestion (an importer's line
-    that no translator could read), kept exactly as the worker keeps its own rejections."""
-    return _reject(line, reason, source)
-
-
 def _all_plain(lines: Sequence[Any]) -> bool:
     """Whether every line is plain (``is_plain``), asked once of the lines joined by a comma.
 
@@ -169,28 +150,39 @@ def _all_plain(lines: Sequence[Any]) -> bool:
     return False
 
 
-def sort_lines(lines: Iterable[Any], source: str = "") -> _Sorted:
-    """Parse every line; keep each valid event once (first copy wins) and reject the rest."""
+def sort_lines(lines: Iterable[Any], source: str = "", *, now: float | None = None) -> _Sorted:
+    """Parse every line; keep each valid event once (first copy wins) and reject the rest.
+
+    An event is valid when schema v1 accepts it, Postgres can store every value of it, and
+    its times lie in the ingestion window at ``now`` (:func:`ingest_window`). Any error while
+    reading one line rejects that line with the error as its reason, never the batch.
+    """
     batch = _Sorted()
     seen: set[str] = set()
     lines = lines if isinstance(lines, Sequence) else list(lines)
     all_plain = _all_plain(lines)
+    window = ingest_window(now)
     for line in lines:
         if not isinstance(line, str | bytes):
-            batch.rejected.append(_reject(line, "line must be a string of JSON", source))
+            batch.rejected.append(reject(line, "line must be a string of JSON", source))
             continue
         try:
             plain = all_plain or is_plain(line)
             event = parse_event(line, plain=plain)
-            problem = _column_problem(event) or (None if plain else _storage_problem(event))
+            problem = (_column_problem(event) or (None if plain else _storage_problem(event))
+                       or window_problem(event, window))
         except EventError as exc:
-            batch.rejected.append(_reject(line, str(exc), source))
+            batch.rejected.append(reject(line, str(exc), source))
             continue
         except RecursionError:  # e.g. [[[[...]]]] thousands deep: json gives up, so do we
-            batch.rejected.append(_reject(line, "JSON nested too deeply", source))
+            batch.rejected.append(reject(line, "JSON nested too deeply", source))
+            continue
+        except Exception as exc:  # one line's error never reaches the batch
+            batch.rejected.append(reject(line, f"line could not be read: {error_text(exc)}",
+                                          source))
             continue
         if problem:
-            batch.rejected.append(_reject(line, problem, source))
+            batch.rejected.append(reject(line, problem, source))
         elif event["id"] in seen:
             batch.in_batch_duplicates += 1
         else:
@@ -287,18 +279,37 @@ def _store(events: Sequence[dict[str, Any]]) -> int:
     return stored
 
 
-def _store_one_by_one(batch: _Sorted, source: str) -> tuple[int, int]:
-    """Fallback when the database refused the batch: store event by event, so only the
-    event Postgres cannot take is quarantined (with its error) and the rest are kept.
-    Returns (stored, refused)."""
-    stored = refused = 0
-    for event, line in zip(batch.events, batch.lines, strict=True):
-        try:
-            stored += _store([event])
-        except (DataError, IntegrityError) as exc:
-            refused += 1
-            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            batch.rejected.append(_reject(line, f"database refused the event: {reason}", source))
+def _store_isolating(batch: _Sorted, source: str, error: Exception) -> tuple[int, set[int]]:
+    """Fallback when storing the whole batch failed for any reason but a lost connection:
+    store it in halves, each in a savepoint, splitting a half that fails again until the
+    events that fail alone are found; each of those is quarantined with its error and the
+    rest are stored. Returns (stored, indexes of the refused events).
+
+    Why halves: one bad event among n costs about 2·log2(n) tries, not n savepoints. A
+    connection error is not the data's fault: it propagates, and the task waits for the
+    database (``ettweb.platform.retry``).
+    """
+    stored, refused = 0, set()
+    # (first, end, its error when known to fail)
+    pending: list[tuple[int, int, Exception | None]] = [(0, len(batch.events), error)]
+    while pending:
+        first, end, failed = pending.pop()
+        if failed is None:
+            try:
+                stored += _store(batch.events[first:end])
+                continue
+            except DATABASE_ERRORS:
+                raise
+            except Exception as exc:  # isolated, then quarantined with its error
+                failed = exc
+        if end - first > 1:
+            middle = (first + end) // 2
+            pending += [(middle, end, None), (first, middle, None)]
+            continue
+        refused.add(first)
+        what = ("database refused the event" if isinstance(failed, DataError | IntegrityError)
+                else "storing the event failed")
+        batch.rejected.append(reject(batch.lines[first], f"{what}: {error_text(failed)}", source))
     return stored, refused
 
 
@@ -341,15 +352,15 @@ def reject_batch(lines: Iterable[Any], source: str, reason: str) -> IngestResult
     the broker fill the database without a credential. The count stays exact.
     """
     lines = list(lines)
-    rows = [_reject(line, reason, source) for line in lines[:UNAUTHENTICATED_SAMPLE_LINES]]
+    rows = [reject(line, reason, source) for line in lines[:UNAUTHENTICATED_SAMPLE_LINES]]
     if rows:
         rows[-1].lines += len(lines) - len(rows)  # the lines not kept, counted
-    QuarantinedEvent.objects.bulk_create(rows)
+    save_quarantined(rows)
     return IngestResult(stored=0, duplicates=0, rejected=len(lines))
 
 
 def ingest_lines(lines: Iterable[Any], source: str = "", *, nonce: Nonce | None = None,
-                 any_age_partitions: bool = False) -> IngestResult:
+                 any_age_partitions: bool = False, now: float | None = None) -> IngestResult:
     """Store the valid events of a batch once each and quarantine the invalid lines.
 
     Everything a batch writes (its nonce, events, jobs, quarantined lines) commits together.
@@ -357,10 +368,11 @@ def ingest_lines(lines: Iterable[Any], source: str = "", *, nonce: Nonce | None 
     or a replay) is ingested again without it: all duplicates, nothing new, its jobs refresh.
     Connection problems (OperationalError) propagate on purpose: the task retries the batch.
     ``any_age_partitions`` gives every day of the batch its partition, however old (an import
-    of history, ``partitions.ensure_days``); the worker keeps the window around now.
+    of history, ``partitions.ensure_days``); the worker keeps the window around now. The
+    ingestion window (:func:`ingest_window`, at ``now``) holds for imports too.
     """
     lines = list(lines)
-    batch = sort_lines(lines, source)
+    batch = sort_lines(lines, source, now=now)
     partitions.ensure_for_events((home_time(event) for event in batch.events),
                                  any_age=any_age_partitions)
     try:
@@ -405,13 +417,22 @@ def _refuse_older(batch: _Sorted, before: float) -> None:
 
 
 def _store_sorted(batch: _Sorted, source: str) -> IngestResult:
-    refused = 0
+    """Store the valid events and the quarantine rows of a sorted batch (inside the caller's
+    transaction). Anything but a lost connection that fails the batch as a whole is isolated
+    to the events it comes from (:func:`_store_isolating`), which are quarantined and taken
+    out of the batch: they neither count as duplicates nor mark their job."""
     try:
         stored = _store(batch.events)
-    except (DataError, IntegrityError):
-        stored, refused = _store_one_by_one(batch, source)
-    QuarantinedEvent.objects.bulk_create(batch.rejected)
-    duplicates = len(batch.events) - stored - refused + batch.in_batch_duplicates
+    except DATABASE_ERRORS:
+        raise
+    except Exception as exc:  # isolated event by event below
+        logger.warning("storing a batch of %d events failed (%s); isolating the events at "
+                       "fault", len(batch.events), error_text(exc))
+        stored, refused = _store_isolating(batch, source, exc)
+        batch.events = [event for at, event in enumerate(batch.events) if at not in refused]
+        batch.lines = [line for at, line in enumerate(batch.lines) if at not in refused]
+    save_quarantined(batch.rejected)
+    duplicates = len(batch.events) - stored + batch.in_batch_duplicates
     jobs = tuple(sorted({event["job"] for event in batch.events}))
     return IngestResult(stored=stored, duplicates=duplicates, rejected=len(batch.rejected),
                         jobs=jobs, expired=sum(batch.expired.values()),

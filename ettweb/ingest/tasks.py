@@ -3,6 +3,10 @@ and the periodic upkeep beat runs; the logic lives in logic.py, credentials.py, 
 
 Connection errors are retried without limit (ettweb.platform.retry): with ``task_acks_late``
 a task that raised would otherwise be acknowledged and its batch lost during a database outage.
+Any other error that fails a batch as a whole (a line's own errors are isolated beneath, in
+``batches``) is tried ``STORE_TRIES`` times in place, then the batch is parked whole in the
+quarantine (``quarantine.park_batch``): never acknowledged with its events lost, never retried
+forever.
 After storing, the task schedules ``ett.refresh_rollups`` for the jobs the batch newly marked
 dirty (ettweb.rollups); batches arriving before that refresh runs share it.
 """
@@ -43,7 +47,8 @@ from ettweb.ingest.credentials import (
     verify_batch,
 )
 from ettweb.ingest.models import CollectorHealth
-from ettweb.platform.retry import waits_for_database
+from ettweb.ingest.quarantine import park_batch
+from ettweb.platform.retry import DATABASE_ERRORS, waits_for_database
 from ettweb.rollups.marks import refresh_delay_s
 from ettweb.rollups.refresh import refresh_jobs
 from ettweb.rollups.tasks import refresh_rollups
@@ -53,6 +58,11 @@ HEALTH_FIELDS = ("backlog_bytes", "backlog_events", "shipped_events", "dropped_e
                  "corrupted_records", "spool_files")
 #: Jobs per scheduled refresh task (a batch spanning a whole fleet is split).
 REFRESH_JOBS_PER_TASK = 200
+#: Tries of a batch whose storing fails as a whole with an error that is no lost connection,
+#: and the waits between them; then it is parked (``quarantine.park_batch``). A transient
+#: failure gets two more chances; a batch that fails every time costs 5 s of a worker.
+STORE_TRIES = 3
+STORE_RETRY_WAITS_S = (1.0, 4.0)
 
 
 def _authenticate(auth: Any, lines: list[Any], *, in_process: bool = False) -> Nonce | None:
@@ -112,7 +122,7 @@ def ingest_batch(self: Any, lines: list[str], source: str = "",
         with transaction.atomic():
             record_rejection(source, claimed_id(auth), str(exc), BATCH)
             return reject_batch(batch, source, str(exc)).as_dict()
-    result: IngestResult = ingest_lines(batch, source, nonce=nonce)
+    result = _ingest_or_park(batch, source, nonce)
     if result.expired:
         logger.warning("batch from %r: %s", source,
                        retention.expired_line(result.expired, result.expired_days))
@@ -123,6 +133,28 @@ def ingest_batch(self: Any, lines: list[str], source: str = "",
         _schedule_refresh(result.jobs if redelivered else result.refresh,
                           (self.request.delivery_info or {}).get("routing_key"))
     return result.as_dict()
+
+
+def _ingest_or_park(batch: list[Any], source: str, nonce: Nonce | None) -> IngestResult:
+    """``ingest_lines``, tried ``STORE_TRIES`` times in place on an error that is not a lost
+    connection (those go to ``waits_for_database``, without limit), then parked.
+
+    Why in place: the message stays unacknowledged meanwhile (a worker killed now leaves it
+    to be redelivered), and a raise would acknowledge it with its events lost.
+    """
+    for tries in range(1, STORE_TRIES + 1):
+        try:
+            return ingest_lines(batch, source, nonce=nonce)
+        except DATABASE_ERRORS:
+            raise
+        except Exception as exc:
+            logger.warning("batch from %r (%d lines) failed to store, try %d of %d",
+                           source, len(batch), tries, STORE_TRIES, exc_info=True)
+            if tries == STORE_TRIES:
+                park_batch(batch, source, exc, tries)
+                return IngestResult(stored=0, duplicates=0, rejected=len(batch))
+            time.sleep(STORE_RETRY_WAITS_S[tries - 1])
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _schedule_refresh(jobs: tuple[str, ...], queue: str | None) -> None:

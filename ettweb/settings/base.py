@@ -6,6 +6,7 @@ Only Postgres is supported (no sqlite anywhere): the ingest path relies on
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -316,6 +317,24 @@ ETT_COLLECTOR_REJECTIONS_DAYS: int = env.int_("ETT_COLLECTOR_REJECTIONS_DAYS", 7
 ETT_INGEST_SOURCE_RATE: float = env.float_("ETT_INGEST_SOURCE_RATE", 2000.0, minimum=0.0)
 ETT_INGEST_SOURCE_BURST: int = env.int_("ETT_INGEST_SOURCE_BURST", 20000, minimum=1)
 ETT_INGEST_DEFER_MIN_LINES: int = env.int_("ETT_INGEST_DEFER_MIN_LINES", 500, minimum=1)
+# The ingestion window (issue 40): an event whose time (``start``, ``end`` or ``ts``) falls
+# before ETT_INGEST_EARLIEST or later than now + ETT_INGEST_MAX_FUTURE_S when it is ingested
+# is quarantined with the field, the value and the window as its reason. One heartbeat at
+# ts=1e18 once stretched a job's window over 3e10 years and ran the refresh out of memory:
+# every stored time is within this window by construction. The future allowance covers
+# skewed node clocks and is capped at 30 days (the longest span), the earliest date must be
+# after the epoch and before now, so neither can switch the bound off.
+ETT_INGEST_EARLIEST: float = env.utc_date("ETT_INGEST_EARLIEST", "2000-01-01")
+ETT_INGEST_MAX_FUTURE_S: float = env.float_("ETT_INGEST_MAX_FUTURE_S", 86400.0, minimum=0.0)
+if ETT_INGEST_MAX_FUTURE_S > 30 * 86400:
+    from django.core.exceptions import ImproperlyConfigured
+    raise ImproperlyConfigured(
+        f"ETT_INGEST_MAX_FUTURE_S: must be <= 2592000 (30 days), got {ETT_INGEST_MAX_FUTURE_S:g}")
+if not 0 <= ETT_INGEST_EARLIEST < time.time():
+    from django.core.exceptions import ImproperlyConfigured
+    raise ImproperlyConfigured(
+        "ETT_INGEST_EARLIEST: must be between 1970-01-01 and today (UTC), got "
+        f"{env.str_('ETT_INGEST_EARLIEST', '2000-01-01')!r}")
 # Daily event partitions are created automatically for event times within this many days
 # before / after now; anything outside lands in the default partition.
 ETT_PARTITION_DAYS_BACK: int = env.int_("ETT_PARTITION_DAYS_BACK", 35, minimum=0)

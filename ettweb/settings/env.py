@@ -12,6 +12,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
@@ -137,6 +138,24 @@ def int_(name: str, default: Any = REQUIRED, *, minimum: int | None = None) -> A
 def float_(name: str, default: Any = REQUIRED, *, minimum: float | None = None) -> Any:
     """A finite number (optionally ``>= minimum``), or ``default`` when unset."""
     return _number(name, default, float, "a number", minimum)
+
+
+def utc_date(name: str, default: str) -> float:
+    """A UTC date (``YYYY-MM-DD``) or date and time (``YYYY-MM-DDTHH:MM[:SS]``, UTC unless an
+    offset is given) as epoch seconds; ``default`` is such a text.
+
+    Why text and not epoch seconds: a bound people set by the calendar (the earliest event
+    time ingestion accepts) is read and reviewed as a date.
+    """
+    value = _raw(name, default)
+    text = default if value is None else value
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise _fail(name, f"not a date (YYYY-MM-DD, UTC): {text!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
 
 
 def list_(name: str, default: Any = REQUIRED) -> Any:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from django.db.models import Sum
 
+from bench.fuzz_stages.corpus import malformed_batch, valid_mark
 from ettweb.ingest.models import Event, QuarantinedEvent
-from tests.ettweb.ingest.fuzz_corpus import malformed_batch, valid_mark
 from tests.ettweb.worker_fleet import PrivateRedis, Workers
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

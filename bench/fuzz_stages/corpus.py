@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -22,8 +23,16 @@ JUNK_VALUES: tuple[Any, ...] = (None, True, False, -1, 0, 2**64, -(2**70), 1.5, 
                                 float("inf"), float("nan"), "1e309", "2026-01-01")
 
 
+#: Valid events' times: the last 20 days, inside the ingestion window (issue 40) and the
+#: partition window alike, however long the suite runs.
+RECENT = (time.time() - 20 * 86400, time.time() - 3600)
+#: Times outside the ingestion window whatever its settings (the test settings open its lower
+#: bound to the epoch): issue 40's triggers, before the epoch, and past now + 1 day.
+OUT_OF_WINDOW = (1e18, -1e18, -1.0, 4102444800.0, 1.7976931348623157e308, -5e-324)
+
+
 def valid_span(rng: random.Random, job: str = "fuzz") -> dict[str, Any]:
-    start = rng.uniform(1.7e9, 1.8e9)
+    start = rng.uniform(*RECENT)
     return {"v": 1, "id": uuid.UUID(int=rng.getrandbits(128)).hex, "job": job,
             "attempt": rng.randint(0, 5), "kind": "span", "phase": "compile",
             "start": start, "end": start + rng.uniform(0, 100)}
@@ -32,7 +41,7 @@ def valid_span(rng: random.Random, job: str = "fuzz") -> dict[str, Any]:
 def valid_mark(rng: random.Random, job: str = "fuzz") -> dict[str, Any]:
     return {"v": 1, "id": uuid.UUID(int=rng.getrandbits(128)).hex, "job": job,
             "attempt": rng.randint(0, 5), "kind": "mark", "mark": "heartbeat",
-            "ts": rng.uniform(1.7e9, 1.8e9), "step": rng.randint(0, 10**6)}
+            "ts": rng.uniform(*RECENT), "step": rng.randint(0, 10**6)}
 
 
 def _event(rng: random.Random) -> dict[str, Any]:
@@ -140,6 +149,38 @@ def storage_trap(rng: random.Random) -> Line:
     return _dumps(event)
 
 
+def out_of_window(rng: random.Random) -> Line:
+    """A time outside the ingestion window (issue 40: one heartbeat at ts=1e18 ran the
+    refresh out of memory), in the kind's own field or in a time field a mark may carry."""
+    event = _event(rng)
+    value = rng.choice((*OUT_OF_WINDOW, time.time() + 2 * 86400 + rng.uniform(0, 1e9)))
+    if event["kind"] == "mark":
+        event[rng.choice(["ts", "ts", "start", "end"])] = value
+    elif rng.random() < 0.5:
+        event["start"] = event["end"] = value  # a 0-s span out of the window
+    else:  # a span that ends past now + 1 day (and is no longer than 30 days)
+        event["end"] = time.time() + 86400 + rng.uniform(600, 20 * 86400)
+        event["start"] = event["end"] - rng.uniform(0, 9 * 86400)
+    return _dumps(event)
+
+
+def surrogate_text(rng: random.Random) -> Line:
+    """A lone surrogate or a NUL (as a JSON escape, as the issue-40 line had it) in a string
+    field: the job, the id, the host, an attrs key or value. The job's case once lost the
+    whole batch, the quarantine row itself failing to encode."""
+    event = _event(rng)
+    bad = rng.choice(["\\ud800", "\\udfff", "\\udbff", "\\u0000"])
+    field = rng.choice(["job", "id", "host", "attrs_key", "attrs_value"])
+    marker = "SURROGATE_MARKER"
+    if field == "attrs_key":
+        event["attrs"] = {marker: 1}
+    elif field == "attrs_value":
+        event["attrs"] = {"note": marker}
+    else:
+        event[field] = f"{field}-{marker}"
+    return _dumps(event).replace(marker, f"agentpath-{bad}")
+
+
 def huge_or_deep(rng: random.Random) -> Line:
     event = _event(rng)
     if rng.random() < 0.5:
@@ -161,7 +202,8 @@ def bad_spool_record(rng: random.Random) -> Line:
 
 BUILDERS: tuple[Builder, ...] = (not_json, not_an_object, missing_field, wrong_value,
                                  unknown_field, broken_span, broken_mark, storage_trap,
-                                 huge_or_deep, non_utf8, bad_spool_record)
+                                 huge_or_deep, non_utf8, bad_spool_record, out_of_window,
+                                 surrogate_text)
 
 
 def malformed_line(rng: random.Random) -> Line:
