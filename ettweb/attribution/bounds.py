@@ -32,6 +32,17 @@ EARLIEST_S: Final = datetime(1, 1, 1, tzinfo=UTC).timestamp()
 LATEST_S: Final = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
 
 
+#: The largest count a rollup stores (Postgres ``bigint``, and the chunks' JSON): a sum of
+#: repeated steps, each within the schema (steps up to 2^63 - 1), may pass it.
+COUNT_MAX: Final = 2**63 - 1
+
+
+def capped(count: int) -> int:
+    """``count``, or :data:`COUNT_MAX` when larger: a stored count saturates rather than
+    failing the refresh (no real job repeats 9.2e18 steps; the fuzzer's did)."""
+    return count if count <= COUNT_MAX else COUNT_MAX
+
+
 class JobOutOfBounds(ValueError):
     """A job whose events span more time than a refresh attributes; the message says why."""
 

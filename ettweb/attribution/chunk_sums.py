@@ -20,6 +20,7 @@ from typing import Final
 
 from collector.schema import FAILED_STATUSES
 
+from .bounds import capped
 from .chunk_refresh import refresh
 from .chunk_summary import CHUNK_S, Skeleton, check_chunk_s, chunk_of, home_of, home_time
 from .chunk_sweep import ChunkState
@@ -134,7 +135,7 @@ def assemble(job: str, skeleton: Skeleton, states: Mapping[int, ChunkState],
             for kind, count in part.anomalies.items():
                 anomalies[kind] = anomalies.get(kind, 0) + count
             if part.repeated_steps:
-                repeated[attempt] = repeated.get(attempt, 0) + part.repeated_steps
+                repeated[attempt] = capped(repeated.get(attempt, 0) + part.repeated_steps)
     ordered_anomalies = {k: anomalies[k] for k in ANOMALY_KINDS if anomalies.get(k)}
     attribution = JobAttribution(
         job=job, attempts=windows, wall_s=windows[-1].end - windows[0].start,
@@ -142,7 +143,7 @@ def assemble(job: str, skeleton: Skeleton, states: Mapping[int, ChunkState],
         productive_gpu_s=totals.gpu_seconds.pop(PRODUCTIVE, 0.0),
         lost_s={k: v for k, v in totals.seconds.items() if v != 0.0},
         lost_gpu_s={k: v for k, v in totals.gpu_seconds.items() if v != 0.0},
-        repeated_steps=sum(repeated.values()),
+        repeated_steps=capped(sum(repeated.values())),
         time_to_start_s=(None if skeleton.train_start is None
                          else max(0.0, skeleton.train_start - windows[0].start)),
         time_to_recover_s=[end - start for _, start, end in recovered],

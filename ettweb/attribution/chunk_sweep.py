@@ -34,6 +34,7 @@ from typing import Any, Final
 
 from collector.schema import FAILED_STATUSES, TRAIN_PHASE
 
+from .bounds import capped
 from .chunk_summary import (
     AttemptSummary,
     Skeleton,
@@ -261,7 +262,7 @@ def compute_chunk(chunk: int, following: int | None, chunk_s: float, home: Seque
             durations=durations,
             first_productive=_first_productive(w, (e for e in own if e["kind"] == "span"),
                                                sigs),
-            repeated_steps=repeated.get(attempt, 0),
+            repeated_steps=capped(repeated.get(attempt, 0)),
             anomalies=_chunk_anomalies(own, w, skeleton))
         if with_lanes and a2 < b2:
             lanes += rank_lanes(replace(w, start=a2, end=b2), mine)

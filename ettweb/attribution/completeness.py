@@ -25,6 +25,7 @@ from typing import Any, Final
 
 from collector.schema import TRAIN_PHASE
 
+from .bounds import capped
 from .components import PRODUCTIVE
 from .engine import (
     REPEATED_TRAINING,
@@ -111,7 +112,7 @@ class TrainLead:
         first = min(self, other, key=_first_key)
         return TrainLead(self.rank, first.first_start, first.first_end,
                          first.first_step_start, first.first_step_end,
-                         self.spans + other.spans, self.steps + other.steps,
+                         self.spans + other.spans, capped(self.steps + other.steps),
                          self.seconds + other.seconds)
 
 
@@ -160,7 +161,7 @@ def phase_facts(spans: Iterable[Event]) -> PhaseFacts:
     return PhaseFacts(phases, TrainLead(
         rank, float(first["start"]), float(first["end"]), int(first["step_start"]),
         int(first["step_end"]), len(mine),
-        sum(map(_STEP_END, mine)) - sum(map(_STEP_START, mine)),
+        capped(sum(map(_STEP_END, mine)) - sum(map(_STEP_START, mine))),
         sum(map(_END, mine)) - sum(map(_START, mine))))
 
 

@@ -316,3 +316,20 @@ def test_admins_see_parked_refreshes_and_retry_them(client: Any,
     assert sent == [("ett.retry_refresh", [["far"]])]
     assert client.get("/admin/rollups/parkedrefresh/far/change/").status_code == 200
     assert client.post("/admin/rollups/parkedrefresh/far/delete/").status_code == 403
+
+
+@pytest.mark.django_db
+def test_counts_past_64_bits_saturate_instead_of_failing_the_refresh() -> None:
+    """Steps up to 2^63 - 1 are valid, so repeated steps (and the completeness check's step
+    sums) can pass what a bigint or the chunks' JSON holds: found by the ingest fuzzer, whose
+    jobs were parked. The stored counts saturate; the job is refreshed, not parked."""
+    b = FleetBuilder()
+    for i in range(5):
+        b.span("huge-steps", 0, "train", EPOCH + 60 * i, EPOCH + 60 * (i + 1),
+               step_start=2**62, step_end=2**63 - 1)
+    _store_unchecked(b)
+    assert refresh_jobs(["huge-steps"]).jobs == 1
+    assert not ParkedRefresh.objects.exists()
+    rollup = JobRollup.objects.get(job="huge-steps")
+    assert rollup.repeated_steps == 2**63 - 1  # exactly 4 x (2^62 - 1) = 1.8e19 repeated
+    assert attribute(b.events).jobs[0].repeated_steps == 4 * (2**62 - 1)  # the offline report
