@@ -45,3 +45,11 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
     server = PrivateRedis(free_port(), tmp_path)
     yield server
     server.stop()
+
+
+@pytest.fixture
+def spool(tmp_path: Path) -> Path:
+    """An empty spool directory of the test's own (a test may override it with files)."""
+    path = tmp_path / "spool"
+    path.mkdir()
+    return path

@@ -81,13 +81,6 @@ class AgentThread:
 
 
 @pytest.fixture
-def spool(tmp_path: Path) -> Path:
-    path = tmp_path / "spool"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
 def agents() -> Iterator[list[AgentThread]]:
     started: list[AgentThread] = []
     yield started

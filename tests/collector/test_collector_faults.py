@@ -32,13 +32,6 @@ SECRET = "f" * 64
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def spool(tmp_path: Path) -> Path:
-    path = tmp_path / "spool"
-    path.mkdir()
-    return path
-
-
 def agent_config(spool: Path, url: str, queue: str, **overrides: Any) -> AgentConfig:
     base = AgentConfig(broker_url=url, spool_dir=spool, state_file=spool / STATE_FILE_NAME,
                        source="node-f", queue=queue, batch_wait_s=0.1, poll_interval_s=0.05,

@@ -22,13 +22,6 @@ GOOD = '{"v": 1, "kind": "mark", "job": "j"}\n'
 
 
 @pytest.fixture
-def spool(tmp_path: Path) -> Path:
-    path = tmp_path / "spool"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
 def secret(tmp_path: Path) -> Path:
     """A 0600 file outside the spool, as the agent's own state or credential would be."""
     path = tmp_path / "private" / "secret.jsonl"

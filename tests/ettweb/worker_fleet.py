@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,8 @@ class Workers:
     def __init__(self, tmp_path: Path, redis: PrivateRedis) -> None:
         self.tmp_path, self.queue = tmp_path, f"ett-broker-{uuid.uuid4().hex[:8]}"
         self.procs: list[subprocess.Popen[bytes]] = []
+        #: Run in each worker before it starts (a memory cap: pool children inherit it).
+        self.preexec: Callable[[], None] | None = None
         self.credential = new_credential(f"broker-{self.queue}")
         self.app = Celery(broker=redis.url)
         self.app.conf.update(task_serializer="json", accept_content=["json"])
@@ -97,7 +100,8 @@ class Workers:
              "--loglevel", "INFO",
              "--without-heartbeat", "--without-mingle", "--without-gossip"],
             cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True)  # its own process group: killpg reaches pool children
+            start_new_session=True,  # its own process group: killpg reaches pool children
+            preexec_fn=self.preexec)
         self.procs.append(proc)
         return proc
 

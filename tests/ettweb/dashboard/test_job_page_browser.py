@@ -16,7 +16,7 @@ from pytest_django.live_server_helper import LiveServer
 from ettweb.ingest.batches import ingest_lines
 from ettweb.rollups.refresh import refresh_jobs
 from tests.ettweb.attribution.rank_events import ranked_job, staggered_job
-from tests.ettweb.reports.test_report_browser import shoot, watched
+from tests.ettweb.reports.test_report_browser import log_in, shoot, watched
 
 PASSWORD = "pw-job-page-1"
 
@@ -100,10 +100,7 @@ def test_a_parked_job_in_a_browser(transactional_db: None, live_server: LiveServ
     problems: list[str] = []
     external: list[str] = []
     page = watched(browser, live_server, problems, external)
-    page.goto(f"{live_server.url}/accounts/login/?next=/jobs/held/")
-    page.fill("#id_username", "viewer")
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
+    log_in(page, live_server, "/jobs/held/", "viewer", PASSWORD)
     page.wait_for_url(f"{live_server.url}/jobs/held/")
     notice = page.locator("#refresh-parked")
     assert "Numbers not current: refresh parked" in notice.inner_text()

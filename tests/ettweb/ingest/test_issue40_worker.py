@@ -16,10 +16,8 @@ from __future__ import annotations
 import json
 import resource
 import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -28,7 +26,7 @@ import pytest
 from ettweb.ingest.models import Event, QuarantinedEvent
 from ettweb.rollups.models import DirtyJob, JobRollup
 from tests.ettweb.waiting import wait_until
-from tests.ettweb.worker_fleet import ROOT, PrivateRedis, Workers
+from tests.ettweb.worker_fleet import Workers
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow,
               pytest.mark.django_db(transaction=True)]
@@ -42,38 +40,14 @@ def _capped() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_CAP, ADDRESS_SPACE_CAP))
 
 
-class CappedWorkers(Workers):
-    """``Workers`` with the production ingestion window, an immediate refresh and a cap on
-    each worker's address space (inherited by its pool children)."""
-
-    def __init__(self, tmp_path: Path, redis: PrivateRedis) -> None:
-        super().__init__(tmp_path, redis)
-        self.env.update(ETT_INGEST_EARLIEST="2000-01-01", ETT_INGEST_MAX_FUTURE_S="86400",
-                        ETT_ROLLUP_REFRESH_DELAY_S="0")
-
-    def start(self, name: str) -> subprocess.Popen[bytes]:
-        log = open(self.tmp_path / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "ettweb.celery", "worker", "-Q", self.queue,
-             "-n", f"{name}-{self.queue}@%h", "--concurrency", "1", "--pool", "prefork",
-             "--loglevel", "INFO", "--without-heartbeat", "--without-mingle",
-             "--without-gossip"],
-            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_capped)
-        self.procs.append(proc)
-        return proc
-
-
 @pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[CappedWorkers]:
-    redis = PrivateRedis(tmp_path)
-    redis.start()
-    running = CappedWorkers(tmp_path, redis)
-    try:
-        yield running
-    finally:
-        running.stop()
-        redis.stop()
+def fleet(workers: Workers) -> Workers:
+    """The suite's real workers with the production ingestion window, an immediate refresh
+    and a cap on each worker's address space (inherited by its pool children)."""
+    workers.env.update(ETT_INGEST_EARLIEST="2000-01-01", ETT_INGEST_MAX_FUTURE_S="86400",
+                       ETT_ROLLUP_REFRESH_DELAY_S="0")
+    workers.preexec = _capped
+    return workers
 
 
 def _heartbeat(job: str, ts: float, n: int) -> str:
@@ -99,7 +73,7 @@ def _rolled_up(job: str, events: int) -> bool:
             and not DirtyJob.objects.filter(job=job).exists())
 
 
-def _next_batch_is_normal(fleet: CappedWorkers) -> None:
+def _next_batch_is_normal(fleet: Workers) -> None:
     job = f"after-{uuid.uuid4().hex[:6]}"
     now = time.time()
     fleet.publish([_heartbeat(job, now - 10 + i, i) for i in range(5)])
@@ -113,7 +87,7 @@ def _clean(log: str) -> None:
 
 
 def test_far_future_heartbeats_are_quarantined_and_memory_stays_bounded(
-        fleet: CappedWorkers) -> None:
+        fleet: Workers) -> None:
     worker = fleet.start("far")
     now = time.time()
     lone, first = f"lone-{uuid.uuid4().hex[:6]}", f"first-{uuid.uuid4().hex[:6]}"
@@ -137,7 +111,7 @@ def test_far_future_heartbeats_are_quarantined_and_memory_stays_bounded(
     assert worker.poll() is None
 
 
-def test_a_surrogate_job_loses_nothing_on_a_real_worker(fleet: CappedWorkers) -> None:
+def test_a_surrogate_job_loses_nothing_on_a_real_worker(fleet: Workers) -> None:
     worker = fleet.start("surrogate")
     jobs = (f"agentpath-{uuid.uuid4().hex[:6]}", f"other-{uuid.uuid4().hex[:6]}")
     now = time.time()
