@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Final
+from dataclasses import dataclass
+from typing import Any, Final
 
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from ettweb.rollups.models import ParkedRefresh
@@ -47,36 +48,90 @@ def parked(job_ids: Sequence[str]) -> set[str]:
                .values_list("job", flat=True))
 
 
-def begin(job_ids: Sequence[str]) -> tuple[set[str], set[str]]:
-    """Record this backend as refreshing ``job_ids``; returns the jobs that failed before
-    (a failure on record, or a refresh whose backend is gone, counted now as a failure) and
-    those among them that this count parked (left out of the record: skip them).
+@dataclass(frozen=True)
+class Begun:
+    """What :func:`begin` found: the jobs to skip (parked, before or by this count) and
+    those to refresh alone (they failed before)."""
+
+    parked: frozenset[str] = frozenset()
+    failed_before: frozenset[str] = frozenset()
+
+
+def begin(job_ids: Sequence[str]) -> Begun:
+    """Record this backend as refreshing ``job_ids`` but the parked ones; returns those
+    (:attr:`Begun.parked`) and the jobs that failed before (a failure on record, or a refresh
+    whose backend is gone, counted now as a failure).
+
+    One statement reads the records and writes this refresh's, committed without waiting for
+    the disk (``synchronous_commit`` off, when no transaction encloses it: a record lost in a
+    crash costs one death not counted): a refresh of one live job pays this every time.
+    Backends are looked up only for records that name one (rare).
     """
     if not job_ids:
-        return set(), set()
+        return Begun()
     jobs = sorted(set(job_ids))
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT p.job, p.running_pid IS NOT NULL AND a.pid IS NULL, p.failures > 0 "
-            f"FROM {_TABLE} p LEFT JOIN pg_stat_activity a "
-            "ON a.pid = p.running_pid AND a.backend_start = p.running_since "
-            "WHERE p.job = ANY(%s)", [jobs])
-        found = cursor.fetchall()
-    now_parked: set[str] = set()
-    for job, died, _ in found:
+    found = _record_running(jobs)
+    backends = _alive({(pid, since) for _, _, pid, since, _ in found if pid is not None})
+    skip = {job for job, was_parked, _, _, _ in found if was_parked}
+    failed_before: set[str] = set()
+    again: list[str] = []
+    for job, was_parked, pid, since, failures in found:
+        if was_parked:
+            continue
+        died = pid is not None and (pid, since) not in backends
         if died:
             logger.error("rollup refresh of %r: %s", job, DIED)
-            if _count(job, DIED):
-                now_parked.add(job)
-    with connection.cursor() as cursor:
+            if _count(job, DIED):  # which forgot this refresh's record
+                skip.add(job)
+                continue
+            again.append(job)
+        if died or failures:
+            failed_before.add(job)
+    if again:
+        _record_running(again)
+    return Begun(frozenset(skip), frozenset(failed_before))
+
+
+def _record_running(jobs: list[str]) -> list[tuple[str, bool, int | None, Any, int]]:
+    """Write this backend as refreshing ``jobs`` (parked ones left as they are); returns the
+    records as they were: (job, parked, running pid, its backend's start, failures)."""
+    pid, since = _backend()
+    with transaction.atomic(), connection.cursor() as cursor:
+        if not connection.savepoint_ids:  # the outermost block: the commit is its own
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
         cursor.execute(
-            f"INSERT INTO {_TABLE} (job, error, failures, running_pid, running_since) "
-            "SELECT j, '', 0, pg_backend_pid(), (SELECT backend_start FROM pg_stat_activity "
-            "WHERE pid = pg_backend_pid()) FROM unnest(%s::text[]) AS j ORDER BY j "
-            "ON CONFLICT (job) DO UPDATE SET running_pid = EXCLUDED.running_pid, "
-            "running_since = EXCLUDED.running_since",
-            [[job for job in jobs if job not in now_parked]])
-    return {job for job, died, failed_before in found if died or failed_before}, now_parked
+            f"WITH old AS (SELECT job, parked_at IS NOT NULL, running_pid, running_since, "
+            f"failures FROM {_TABLE} WHERE job = ANY(%(jobs)s)), "
+            f"up AS (INSERT INTO {_TABLE} AS p (job, error, failures, running_pid, "
+            "running_since) SELECT j, '', 0, %(pid)s, %(since)s FROM "
+            "unnest(%(jobs)s::text[]) AS j ORDER BY j ON CONFLICT (job) DO UPDATE SET "
+            "running_pid = EXCLUDED.running_pid, running_since = EXCLUDED.running_since "
+            "WHERE p.parked_at IS NULL) SELECT * FROM old",
+            {"jobs": jobs, "pid": pid, "since": since})
+        return list(cursor.fetchall())
+
+
+def _backend() -> tuple[int, Any]:
+    """This connection's backend pid and start, asked once per database connection."""
+    cached = getattr(connection, "_ett_backend", None)
+    if cached is None or connection.connection is None or cached[0] is not connection.connection:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pid, backend_start FROM pg_stat_activity "
+                           "WHERE pid = pg_backend_pid()")
+            row = cursor.fetchone()
+        cached = (connection.connection, row)  # the query opened it if it was not
+        connection._ett_backend = cached  # type: ignore[attr-defined]
+    return cached[1][0], cached[1][1]
+
+
+def _alive(backends: set[tuple[int, Any]]) -> set[tuple[int, Any]]:
+    """Those of ``backends`` (pid, start) that Postgres still runs."""
+    if not backends:
+        return set()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pid, backend_start FROM pg_stat_activity WHERE pid = ANY(%s)",
+                       [[pid for pid, _ in backends]])
+        return {row for row in cursor.fetchall() if row in backends}
 
 
 def clear(job_ids: Sequence[str]) -> None:

@@ -107,11 +107,9 @@ def refresh_group(job_ids: list[str], *, only_marked: bool = False,
                   whole: bool = False) -> RefreshStats:
     """:func:`refresh_batch` for the jobs not parked; jobs that failed before, and every
     job of a group that raised, are refreshed alone (:func:`_refresh_alone`)."""
-    skipped = parking.parked(job_ids)
-    job_ids = [job for job in job_ids if job not in skipped]
-    failed_before, now_parked = parking.begin(job_ids)
-    alone = failed_before - now_parked
-    group = [job for job in job_ids if job not in failed_before]
+    begun = parking.begin(job_ids)
+    alone = set(begun.failed_before)
+    group = [job for job in job_ids if job not in begun.parked and job not in alone]
     total = RefreshStats()
     if group:
         try:
