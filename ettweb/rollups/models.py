@@ -472,6 +472,7 @@ class ParkedRefresh(models.Model):
 
     class Meta:
         ordering = ["-parked_at", "job"]
+        verbose_name_plural = "parked refreshes"
 
     def __str__(self) -> str:
         state = "parked" if self.parked_at else f"{self.failures} failure(s)"

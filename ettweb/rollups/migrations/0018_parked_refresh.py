@@ -31,6 +31,7 @@ class Migration(migrations.Migration):
             ],
             options={
                 "ordering": ["-parked_at", "job"],
+                "verbose_name_plural": "parked refreshes",
             },
         ),
     ]

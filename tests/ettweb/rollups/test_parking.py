@@ -309,6 +309,7 @@ def test_admins_see_parked_refreshes_and_retry_them(client: Any,
     listing = client.get("/admin/rollups/parkedrefresh/")
     assert listing.status_code == 200
     assert b"far" in listing.content and b"JobOutOfBounds: job window from" in listing.content
+    assert b"Parked refreshes" in client.get("/admin/").content  # where the docs send admins
     response = client.post("/admin/rollups/parkedrefresh/",
                            {"action": "retry", "_selected_action": ["far"]}, follow=True)
     assert response.status_code == 200
