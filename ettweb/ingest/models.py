@@ -218,6 +218,7 @@ class RejectionTally(models.Model):
 
     class Meta:
         ordering = ["-refusals", "reason"]
+        verbose_name_plural = "rejection tallies"
 
     def __str__(self) -> str:
         return f"{self.reason}: {self.refusals}"

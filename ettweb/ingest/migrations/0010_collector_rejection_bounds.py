@@ -55,6 +55,7 @@ class Migration(migrations.Migration):
             ],
             options={
                 'ordering': ['-refusals', 'reason'],
+                'verbose_name_plural': 'rejection tallies',
             },
         ),
         migrations.CreateModel(
