@@ -439,7 +439,8 @@ def flood_and_probe(rig: Rig, number: int, batches: int) -> Flood:
         if rig.stored_among([probe_id]):
             flood.probe_delay_s = round(time.monotonic() - published, 2)
             flood.ahead = len(rig.stored_among(ids))
-            rate, burst = settings.ETT_INGEST_SOURCE_RATE, settings.ETT_INGEST_SOURCE_BURST
+            rate = float(rig.worker_env()["ETT_INGEST_SOURCE_RATE"])
+            burst = settings.ETT_INGEST_SOURCE_BURST
             if rate and size >= settings.ETT_INGEST_DEFER_MIN_LINES:  # else none is put back
                 # In batches; + 5: batches in flight at the workers, and the poll's own lag.
                 flood.allowed = round((burst + rate * flood.probe_delay_s) / size + 5, 1)

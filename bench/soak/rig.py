@@ -39,6 +39,9 @@ ROOT = Path(__file__).resolve().parents[2]
 STATE_FILE = ".collector-state.json"
 PUBLISH_TIMEOUT_S = 2.0
 WORKERS = 2
+#: The per-source rate the soak's workers run (off by default in production: the soak's
+#: ``source_flood`` measures what it buys; ``ETT_INGEST_SOURCE_RATE`` in the environment wins).
+SOAK_SOURCE_RATE = "2000"
 
 
 @dataclass(frozen=True)
@@ -298,6 +301,8 @@ class Rig:
                     DATABASE_URL=self.pg.url, CELERY_BROKER_URL=self.broker.url,
                     ETT_BROKER_VISIBILITY_TIMEOUT_S=str(self.visibility_s),
                     ETT_ROLLUP_REFRESH_DELAY_S=str(self.profile.refresh_delay_s),
+                    ETT_INGEST_SOURCE_RATE=os.environ.get("ETT_INGEST_SOURCE_RATE",
+                                                          SOAK_SOURCE_RATE),
                     PYTHONUNBUFFERED="1")
 
     def _worker(self, index: int) -> Group:

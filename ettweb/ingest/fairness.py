@@ -6,7 +6,8 @@ by 925 s: each waited for the whole flood to be *stored* ahead of it. The publis
 hostile, so the limit is enforced by the worker, never trusted to the agent.
 
 The rule. Each batch ``source`` may have ``ETT_INGEST_SOURCE_RATE`` events a second stored
-in turn, with bursts of ``ETT_INGEST_SOURCE_BURST`` events (2,000 and 20,000 by default): a
+in turn, with bursts of ``ETT_INGEST_SOURCE_BURST`` events (off by default; the soak runs
+2,000 and 20,000, see below for why it is off): a
 GCRA token bucket shared by every worker, in Postgres, which both brokers' deployments have.
 A batch of at least ``ETT_INGEST_DEFER_MIN_LINES`` (500) lines over its source's rate is not
 stored in its turn: the worker publishes a copy of it at the tail of the queue it came from,
