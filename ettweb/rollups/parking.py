@@ -27,6 +27,7 @@ from typing import Any, Final
 from django.db import connection, transaction
 from django.utils import timezone
 
+from ettweb.ingest.quarantine import error_text
 from ettweb.rollups.models import ParkedRefresh
 
 logger = logging.getLogger(__name__)
@@ -35,17 +36,7 @@ logger = logging.getLogger(__name__)
 PARK_AFTER: Final = 2
 #: The error recorded for a refresh whose backend vanished under it.
 DIED: Final = "the worker stopped while refreshing this job (killed, or out of memory)"
-#: Characters of an error kept.
-ERROR_CHARS: Final = 2000
 _TABLE: Final = ParkedRefresh._meta.db_table
-
-
-def parked(job_ids: Sequence[str]) -> set[str]:
-    """The parked jobs among ``job_ids`` (one indexed query; usually none)."""
-    if not job_ids:
-        return set()
-    return set(ParkedRefresh.objects.filter(job__in=list(job_ids), parked_at__isnull=False)
-               .values_list("job", flat=True))
 
 
 @dataclass(frozen=True)
@@ -147,16 +138,9 @@ def clear(job_ids: Sequence[str]) -> None:
 def failed(job: str, exc: BaseException) -> bool:
     """Count a failed refresh of ``job`` alone (its transaction rolled back); whether the
     job is parked now."""
-    error = describe(exc)
+    error = error_text(exc)  # what "the same error" compares: its type and first line
     logger.error("rollup refresh of %r failed: %s", job, error, exc_info=exc)
     return _count(job, error)
-
-
-def describe(exc: BaseException) -> str:
-    """An error as recorded: its type and first line (what "the same error" compares)."""
-    lines = str(exc).strip().splitlines()
-    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-    return text[:ERROR_CHARS]
 
 
 def _count(job: str, error: str) -> bool:

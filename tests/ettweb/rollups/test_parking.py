@@ -54,6 +54,11 @@ def _good(job: str) -> FleetBuilder:
     return b
 
 
+def parked(jobs: list[str]) -> set[str]:
+    return set(ParkedRefresh.objects.filter(job__in=jobs, parked_at__isnull=False)
+               .values_list("job", flat=True))
+
+
 def _store_unchecked(*builders: FleetBuilder) -> None:
     """Store events as the storing step does, without ingestion's checks on time, and mark
     the chunks they land in, as ingestion does."""
@@ -120,7 +125,7 @@ def test_a_parked_job_is_skipped_until_an_admin_retries_it() -> None:
     _store_unchecked(_heartbeats("far", [EPOCH, 1e18]))
     mark_dirty(["far"], 0.0, 60.0)
     refresh_jobs(["far"])
-    assert parking.parked(["far"]) == {"far"}
+    assert parked(["far"]) == {"far"}
     assert stale_marks(time.time()) == []  # beat's sweep leaves the parked job alone
     parked_at = ParkedRefresh.objects.get(job="far").parked_at
     assert refresh_jobs(["far"], only_marked=True).jobs == 0
@@ -271,7 +276,7 @@ def test_pages_and_the_api_say_a_job_is_parked(client: Any) -> None:
     for answer in (ready, computing):
         assert answer.json()["refresh_parked"].startswith("JobOutOfBounds: job window from")
     retry_refresh(["other"])  # retrying another job leaves these parked
-    assert parking.parked(["stale", "new-far"]) == {"stale", "new-far"}
+    assert parked(["stale", "new-far"]) == {"stale", "new-far"}
 
 
 @pytest.mark.django_db
@@ -290,7 +295,7 @@ def test_a_rebuild_parks_the_job_it_cannot_do_and_rebuilds_the_rest() -> None:
         f"parked far: {ParkedRefresh.objects.get(job='far').error}",
         "1 job(s) parked: fix the cause, then retry them (Parked refreshes in the admin)"]
     assert set(JobRollup.objects.values_list("job", flat=True)) == {"good-a", "good-b"}
-    assert parking.parked(["far", "good-a", "good-b"]) == {"far"}
+    assert parked(["far", "good-a", "good-b"]) == {"far"}
 
 
 @pytest.mark.django_db
