@@ -6,7 +6,7 @@ between a failed attempt and the next as ``restart_gap`` from exactly these mark
 §3.2), so one lock orders them and every boundary carries the time it happened, not the time
 it was noticed. Each attempt has its own Reporter (its spool segments are named by attempt),
 with no heartbeat: the failure time of a crashed attempt runs from the *job's* last event
-(§3.3.4), which a heartbeat of the wrapper's would hide. :class:`Generations` turns
+(§3.4.4), which a heartbeat of the wrapper's would hide. :class:`Generations` turns
 torchrun's worker groups into attempts: a group with a higher restart count is a new one.
 """
 
