@@ -477,8 +477,9 @@ def _lanes(job: str, attempts: Sequence[AttemptRow], at: float | None) -> _Lanes
 
 def _job_row(job: str) -> dict[str, Any]:
     """Ingestion's row of the job (labels, latest event time); empty when it has none."""
-    return Job.objects.filter(job_id=job).values(
-        "model", "team", "cluster", "last_event_time").first() or {}
+    row = Job.objects.filter(job_id=job).values(
+        "model", "team", "cluster", "last_event_time").first()
+    return dict(row) if row else {}
 
 
 def _job_meta(row: Mapping[str, Any], rollup: JobRollup) -> JobMeta:
