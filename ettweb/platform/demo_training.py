@@ -58,7 +58,7 @@ def stop_job(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> in
     return proc.wait()
 
 
-def _spooled(spool: Path, job: str) -> list[dict[str, Any]]:
+def spooled(spool: Path, job: str) -> list[dict[str, Any]]:
     """The job's events in the demo's spool (a damaged line is skipped)."""
     events: list[dict[str, Any]] = []
     for path in spool.glob(f"{glob.escape(job)}.a*.jsonl"):
@@ -73,7 +73,7 @@ def _spooled(spool: Path, job: str) -> list[dict[str, Any]]:
 
 def open_attempt(spool: Path, job: str) -> int | None:
     """The job's latest spooled attempt when nothing ended it (no ``attempt_end``), else None."""
-    events = _spooled(spool, job)
+    events = spooled(spool, job)
     attempts = [attempt for e in events if isinstance(attempt := e.get("attempt"), int)]
     if not attempts:
         return None
@@ -84,7 +84,7 @@ def open_attempt(spool: Path, job: str) -> int | None:
 
 def end_ids(spool: Path, job: str) -> list[str]:
     """The ids of the job's spooled ``attempt_end`` marks (what the demo waits to see stored)."""
-    return [str(e["id"]) for e in _spooled(spool, job) if e.get("mark") == "attempt_end"]
+    return [str(e["id"]) for e in spooled(spool, job) if e.get("mark") == "attempt_end"]
 
 
 def end_open_attempts(spool: Path, jobs: list[str]) -> list[tuple[str, int]]:

@@ -52,7 +52,7 @@ def _spool(spool: Path, job: str, attempt: int, *marks: str) -> None:
 
 
 def _ends(spool: Path, job: str) -> list[tuple[int, dict[str, object]]]:
-    return sorted((e["attempt"], e["attrs"]) for e in demo_training._spooled(spool, job)
+    return sorted((e["attempt"], e["attrs"]) for e in demo_training.spooled(spool, job)
                   if e.get("mark") == "attempt_end")
 
 
@@ -268,7 +268,7 @@ def _answers(port: int) -> bool:
 
 def _trains(spool: Path, job: str) -> bool:
     """A train slice of the job is spooled: it is in the middle of its training."""
-    return any(e.get("phase") == "train" for e in demo_training._spooled(spool, job))
+    return any(e.get("phase") == "train" for e in demo_training.spooled(spool, job))
 
 
 @pytest.mark.integration
