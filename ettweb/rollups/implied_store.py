@@ -154,24 +154,28 @@ def _from_events(job: str, by_fine: Mapping[int, list[Event]]) -> dict[Key, Prog
     return rows
 
 
-def _merged(rows: dict[Key, Progress], beats: Mapping[Key, list[tuple[float, int, str]]],
-            ) -> set[Key]:
+#: A rank's heartbeats of the dirty fine chunks, as Postgres sums them up: the latest by
+#: ``(ts, step, id)`` and the highest step of those before its time (``None``: none).
+Found = tuple[float, int, str, int | None]
+
+
+def _merged(rows: dict[Key, Progress], beats: Mapping[Key, Found]) -> set[Key]:
     """Merge each rank's heartbeats read again into its row; the keys whose latest
-    heartbeat changed. The latest is the largest ``(ts, step, id)``, as the engine's."""
+    heartbeat changed. The latest is the largest ``(ts, step, id)``, as the engine's; the
+    highest earlier step is a maximum over both sides (a heartbeat at the latest's time
+    that is not the latest has a lower step, so it can never be the highest earlier)."""
     changed: set[Key] = set()
-    for key, found in beats.items():
+    for key, (ts, step, event_id, below) in beats.items():
         row = rows.get(key)
-        candidates = list(found)
+        latest = (ts, step, event_id)
+        earlier = [] if below is None else [below]
         if row is not None:
-            candidates.append((row.beat.ts, row.beat.step, row.beat.event_id))
-        ts, step, event_id = max(candidates)
-        earlier = [s for t, s, _ in found if t < ts]
-        if row is not None:
-            if row.beat.earlier_max is not None:
-                earlier.append(row.beat.earlier_max)
-            if row.beat.ts < ts:
-                earlier.append(row.beat.step)
-        beat = Beat(event_id, ts, step, max(earlier) if earlier else None)
+            stored = (row.beat.ts, row.beat.step, row.beat.event_id)
+            latest = max(latest, stored)
+            earlier += [] if row.beat.earlier_max is None else [row.beat.earlier_max]
+            earlier += [row.beat.step] if row.beat.ts < latest[0] else []
+        earlier += [step] if ts < latest[0] else []
+        beat = Beat(latest[2], latest[0], latest[1], max(earlier) if earlier else None)
         if row is None or row.beat != beat:
             rows[key] = Progress(beat)
             changed.add(key)
@@ -197,13 +201,14 @@ def _ranges(dirty: Mapping[str, set[int]], jobs: Iterable[str],
 
 
 def _dirty_reads(job_ids: Sequence[str], dirty: Mapping[str, set[int]], size: float,
-                 ) -> tuple[dict[Key, list[tuple[float, int, str]]], set[Key]]:
-    """The stepped heartbeats of the jobs' dirty fine chunks per attempt and rank, and the
+                 ) -> tuple[dict[Key, Found], set[Key]]:
+    """The stepped heartbeats of the jobs' dirty fine chunks per attempt and rank, summed
+    up (:data:`Found`: a row per rank, so a backlog of days costs no memory here), and the
     attempts and ranks with spans there: one read of each run of fine chunks (the (job,
     home) index; ``OFFSET 0`` keeps the kind filter out of the scan, which would otherwise
     take the spans-only ``event_rank_end`` index and read every span of the job)."""
     ranges = _ranges(dirty, job_ids, size)
-    beats: dict[Key, list[tuple[float, int, str]]] = {}
+    beats: dict[Key, Found] = {}
     ranks: set[Key] = set()
     if not ranges:
         return beats, ranks
@@ -212,16 +217,22 @@ def _dirty_reads(job_ids: Sequence[str], dirty: Mapping[str, set[int]], size: fl
             "WITH ranged AS MATERIALIZED (SELECT e.* FROM unnest(%s::text[], %s::float8[], "
             "%s::float8[]) AS c(j, lo, hi) CROSS JOIN LATERAL (SELECT e.job, e.attempt, "
             f"e.rank, e.kind, e.mark, e.ts, e.step, e.event_id FROM {EVENTS} e "
-            f"WHERE e.job = c.j AND {_HOME} >= c.lo AND {_HOME} < c.hi OFFSET 0) e) "
-            "SELECT job, attempt, rank, ts, step, event_id FROM ranged WHERE kind = 'mark' "
-            "AND mark = 'heartbeat' AND step IS NOT NULL UNION ALL "
-            "SELECT DISTINCT job, attempt, rank, NULL::float8, NULL::int8, NULL::text FROM ranged "
-            "WHERE kind = 'span'", _range_args(ranges))
-        for job, attempt, rank, ts, step, event_id in cursor.fetchall():
+            f"WHERE e.job = c.j AND {_HOME} >= c.lo AND {_HOME} < c.hi OFFSET 0) e), "
+            "beats AS (SELECT job, attempt, rank, ts, step, event_id, max(ts) OVER w AS top "
+            "FROM ranged WHERE kind = 'mark' AND mark = 'heartbeat' AND step IS NOT NULL "
+            "WINDOW w AS (PARTITION BY job, attempt, rank)) "
+            "SELECT * FROM (SELECT DISTINCT ON (job, attempt, rank) job, attempt, rank, ts, "
+            "step, event_id, max(step) FILTER (WHERE ts < top) OVER (PARTITION BY job, "
+            "attempt, rank) FROM beats ORDER BY job, attempt, rank, ts DESC, step DESC, "
+            "event_id DESC) b UNION ALL SELECT DISTINCT job, attempt, rank, NULL::float8, "
+            "NULL::int8, NULL::text, NULL::int8 FROM ranged WHERE kind = 'span'",
+            _range_args(ranges))
+        for job, attempt, rank, ts, step, event_id, below in cursor.fetchall():
             if step is None:
                 ranks.add((job, int(attempt), int(rank)))
             else:
-                beats.setdefault((job, attempt, rank), []).append((ts, int(step), event_id))
+                beats[(job, int(attempt), int(rank))] = (
+                    ts, int(step), event_id, None if below is None else int(below))
     return beats, ranks
 
 
