@@ -393,8 +393,12 @@ class Reporter:
         thread.start()
 
     def _beat(self, stop: threading.Event) -> None:
+        """Beat every ``heartbeat_s`` and have each written at once, not at the writer's next
+        interval: a process killed outright loses what is still queued, and its last
+        heartbeat is what tells how far it trained (ETT_SPEC §3 rule 3)."""
         while not stop.wait(self.heartbeat_s):
             self.heartbeat()
+            self._wake.set()
 
     # ---------------------------------------------------------------- flushing
     def flush(self, timeout: float = 5.0) -> bool:

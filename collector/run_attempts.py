@@ -9,8 +9,8 @@ with no heartbeat: the failure time of a crashed attempt runs from the *job's* l
 (§3.4.4), which a heartbeat of the wrapper's would hide. When an attempt ends, the progress
 files its processes left (a process killed outright cannot close its train slice) become
 their final heartbeats (``collector.final_heartbeats``), in their own names: the job's last
-step, not the wrapper's. :class:`Generations` turns
-torchrun's worker groups into attempts: a group with a higher restart count is a new one.
+step, not the wrapper's. :class:`Generations` turns torchrun's worker groups into attempts:
+a group with a higher restart count is a new one.
 """
 
 from __future__ import annotations

@@ -159,6 +159,16 @@ def test_the_heartbeat_period_comes_from_the_environment(monkeypatch: pytest.Mon
     assert Reporter("j", spool_dir=tmp_path).heartbeat_s == DEFAULT_HEARTBEAT_S
 
 
+def test_a_heartbeat_is_written_at_once_not_at_the_next_flush(tmp_path: Path) -> None:
+    """What is still queued dies with a killed process: a heartbeat must not wait there."""
+    reporter = Reporter("j", spool_dir=tmp_path, heartbeat_s=0.05, flush_interval_s=30)
+    reporter.start_heartbeat()
+    time.sleep(0.5)
+    beats = [e for e in spooled(tmp_path) if e.get("mark") == "heartbeat"]
+    reporter.shutdown()
+    assert len(beats) >= 3
+
+
 def test_a_supervised_adapter_still_heartbeats_its_step(monkeypatch: pytest.MonkeyPatch,
                                                         tmp_path: Path) -> None:
     """Under collector.run the wrapper marks the attempt; the adapter sends no marks of its
