@@ -5,7 +5,9 @@ paper's largest jobs run on thousands of GPUs for weeks, every rank closing a tr
 minute. This bench measures exactly that curve, on today's refresh and on any later one:
 
 1. **The job**: ``--ranks`` ranks (1,024) of one attempt, every rank closing a 60 s ``train``
-   span with its step range, after a short init (``model_init``, ``compile``) on every rank.
+   span with its step range and sending a heartbeat with its step half way through it
+   (``--no-heartbeats``: none; each refresh then skips §3 rule 3's per-rank lookups), after
+   a short init (``model_init``, ``compile``) on every rank.
    Events are built and validated with ``collector.schema`` and stored through the product's
    ingest path (``ettweb.ingest.imports.import_lines``) into a database of their own
    (``bench_refresh`` on DATABASE_URL's server, dropped at the end).
@@ -67,10 +69,11 @@ def _first_train_at() -> float:
     return START + sum(seconds for _, seconds in INIT)
 
 
-def job_lines(ranks: int, start: float, end: float) -> Iterator[str]:
+def job_lines(ranks: int, start: float, end: float, heartbeats: bool = True) -> Iterator[str]:
     """Every event of the job whose time falls in [start, end): its attempt_start and init
-    at the very start, then one train span per rank per minute (ids stable, so a reload of
-    the same range stores nothing new)."""
+    at the very start, then one train span per rank per minute, each with a heartbeat
+    carrying the step half way through it (``heartbeats``; sent with its slice) (ids stable,
+    so a reload of the same range stores nothing new)."""
     from collector.schema import dump_event, validate_event
 
     def event(**raw: Any) -> str:
@@ -96,6 +99,9 @@ def job_lines(ranks: int, start: float, end: float) -> Iterator[str]:
                 yield event(id=f"train-{index}-{rank}", kind="span", phase="train", start=t,
                             end=t + SLICE_S, rank=rank, step_start=step,
                             step_end=step + STEPS_PER_SLICE)
+                if heartbeats:  # mid-slice, with the step (ETT_SPEC §3 rule 3's evidence)
+                    yield event(id=f"beat-{index}-{rank}", kind="mark", mark="heartbeat",
+                                ts=t + SLICE_S / 2, rank=rank, step=step + STEPS_PER_SLICE // 2)
         index += 1
 
 
@@ -137,7 +143,7 @@ def _refresh_in_worker(database: str) -> dict[str, float]:
 # =========================================================================== the run
 
 def measure_age(name: str, age_s: float, loaded_to: float, ranks: int, batches: int,
-                database: str) -> tuple[dict[str, Any], float]:
+                database: str, heartbeats: bool = True) -> tuple[dict[str, Any], float]:
     """Load the job up to ``batches`` minutes before ``age_s``, refresh, then stream and
     refresh the ``batches`` minutes that end at the age.
 
@@ -146,14 +152,14 @@ def measure_age(name: str, age_s: float, loaded_to: float, ranks: int, batches: 
     cheapest."""
     until = START + age_s - batches * SLICE_S
     began = time.perf_counter()
-    stored = _store(job_lines(ranks, loaded_to, until))
+    stored = _store(job_lines(ranks, loaded_to, until, heartbeats))
     _say(f"{name}: history to {age_s / 3600:g} h stored ({stored:,} new events, "
          f"{time.perf_counter() - began:.0f} s)")
     settle = _refresh_in_worker(database)
     runs = []
     for batch in range(batches):
         start = until + batch * SLICE_S
-        _store(job_lines(ranks, start, start + SLICE_S))
+        _store(job_lines(ranks, start, start + SLICE_S, heartbeats))
         runs.append(_refresh_in_worker(database))
         _say(f"{name}: batch {batch + 1}: refresh {runs[-1]['refresh_s']:.2f} s, "
              f"{int(runs[-1]['events_read']):,} of the job's {int(runs[-1]['events']):,} "
@@ -229,7 +235,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         loaded_to = START
         for name, age_s in ages:
             row, loaded_to = measure_age(name, age_s, loaded_to, args.ranks, args.batches,
-                                         args.database)
+                                         args.database, not args.no_heartbeats)
             rows.append(row)
         exact = exactness()
         stored = storage()
@@ -239,6 +245,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rss_ratio = last["peak_rss_mb"] / rss_base["peak_rss_mb"]
     return {
         "benchmark": "refresh", "ranks": args.ranks, "slice_s": SLICE_S,
+        "heartbeats": not args.no_heartbeats,
         "batches_per_age": args.batches, "ages": rows,
         "refresh_ratio": round(ratio, 2), "refresh_ratio_of": [last["age"], first["age"]],
         "rss_ratio": round(rss_ratio, 2), "rss_ratio_of": [last["age"], rss_base["age"]],
@@ -260,6 +267,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batches", type=int,
                         help="one-minute batches streamed at each age (3; --quick 2)")
     parser.add_argument("--quick", action="store_true", help="a small job: a smoke run")
+    parser.add_argument("--no-heartbeats", action="store_true",
+                        help="no stepped heartbeat per slice (as before issue 41)")
     parser.add_argument("--database", default=DATABASE,
                         help=f"database made for the run and dropped after ({DATABASE})")
     parser.add_argument("--refresh-once", action="store_true", help=argparse.SUPPRESS)

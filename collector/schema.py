@@ -29,7 +29,7 @@ TRAIN_PHASE: Final = "train"
 KINDS: Final = frozenset({"span", "mark"})
 MARKS: Final = frozenset({"attempt_start", "attempt_end", "heartbeat"})
 END_STATUSES: Final = frozenset({"completed", "failed", "preempted", "cancelled"})
-#: Attempt statuses after which the job is said to have failed (ETT_SPEC §3 rules 1 and 8).
+#: Attempt statuses after which the job is said to have failed (ETT_SPEC §3.1, §3.8).
 FAILED_STATUSES: Final = frozenset({"failed", "preempted", "lost"})
 MAX_SPAN_S: Final = 30 * 24 * 3600.0
 MAX_ATTRS_BYTES: Final = 8 * 1024

@@ -146,7 +146,7 @@ class TrainTracker:
         A slice in which no step completed is dropped, not reported: a pause that comes
         inside the first step (``torch.compile`` compiles the model when the first batch
         runs) would otherwise report the moments before compiling as training, and the job's
-        time to start (ETT_SPEC §3 rule 8: to its first train span) would end before the compile
+        time to start (ETT_SPEC §3.8: to its first train span) would end before the compile
         it waits on. Training is counted from the slice in which a step completes."""
         if self._slice_start is not None and self.step == self._slice_start_step:
             self._slice_start = None

@@ -2,7 +2,7 @@
 
 Why a function of the step and not a stream: a restarted attempt resumes at its checkpoint's
 step k and must see exactly the batches k, k+1, ... that the crashed attempt saw, so that the
-steps trained again are truly *repeated* training (ETT_SPEC §3.3.1) and a resumed run ends in
+steps trained again are truly *repeated* training (ETT_SPEC §3.4.1) and a resumed run ends in
 the same model as an uninterrupted one. No data-loader state needs checkpointing.
 
 The labels are learnable (a fixed logistic function of the dense features and of per-id biases),

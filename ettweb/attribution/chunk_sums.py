@@ -2,7 +2,7 @@
 
 Each chunk's parts are kept per attempt, UTC day and split (:mod:`.chunk_sweep`), so the
 job's totals and its (day, category) rows are sums over its chunks, plus the restart gaps
-between attempt windows (§3.2): the only time no chunk sweeps. A recovery (§3.7) needs the
+between attempt windows (§3.2): the only time no chunk sweeps. A recovery (§3.8) needs the
 categories inside its interval, so it reads the segments of just the chunks that interval
 covers, never the job's. :func:`attribute_in_chunks` runs the whole chunked attribution
 from nothing stored: the property tests hold it equal to :func:`engine.attribute_job`.
@@ -41,6 +41,7 @@ from .engine import (
     per_day,
     recoveries_from,
 )
+from .implied import BACKWARDS, implied_in_job
 from .lanes import MAX_PIECES, Piece, Timeline, _append_piece, _bounded
 
 _RESTART_SIG: Final[Signature] = (_ONE, RESTART_GAP)
@@ -86,11 +87,13 @@ def _restart_gaps(skeleton: Skeleton) -> list[Segment]:
 
 def assemble(job: str, skeleton: Skeleton, states: Mapping[int, ChunkState],
              read_segments: Callable[[Sequence[int]], Mapping[int, list[Segment]]],
-             chunk_s: float = CHUNK_S) -> Assembled:
+             chunk_s: float = CHUNK_S,
+             extra_anomalies: Mapping[str, int] | None = None) -> Assembled:
     """The job's numbers from its skeleton and chunks (see :class:`Assembled`).
 
     ``read_segments`` gives chunks' segments, asked only for the chunks a recovery
-    interval overlaps (their parts are read off segments, §3.7).
+    interval overlaps (their parts are read off segments, §3.8). ``extra_anomalies``:
+    counts no chunk sees, added in (the backwards heartbeats of §3 rule 3).
     """
     windows = skeleton.windows
     gpus = {w.attempt: w.gpus for w in windows}
@@ -117,7 +120,7 @@ def assemble(job: str, skeleton: Skeleton, states: Mapping[int, ChunkState],
     gaps = _restart_gaps(skeleton)
     for gap in gaps:
         cursor = gap.start
-        while cursor < gap.end:  # split at midnight (§3.5)
+        while cursor < gap.end:  # split at midnight (§3.6)
             stop = min(gap.end, (cursor // DAY_S + 1) * DAY_S)
             add(gap.attempt, _RESTART_SIG, stop - cursor, utc_day(cursor))
             cursor = stop
@@ -129,6 +132,8 @@ def assemble(job: str, skeleton: Skeleton, states: Mapping[int, ChunkState],
     recoveries = [_recovery(attempt, start, end, occupied, gaps, gpus, read_segments, chunk_s)
                   for attempt, start, end in recovered]
     anomalies = dict(skeleton.anomalies)
+    for kind, count in (extra_anomalies or {}).items():
+        anomalies[kind] = anomalies.get(kind, 0) + count
     repeated: dict[int, int] = {}
     for k in occupied:
         for attempt, part in states[k].parts.items():
@@ -155,7 +160,7 @@ def assemble(job: str, skeleton: Skeleton, states: Mapping[int, ChunkState],
 
 def _first_of(attempt: int, states: Mapping[int, ChunkState],
               occupied: Sequence[int]) -> float | None:
-    """The attempt's first productive second: the earliest of its chunks' (§3.7)."""
+    """The attempt's first productive second: the earliest of its chunks' (§3.8)."""
     found = [part.first_productive for k in occupied
              if (part := states[k].parts.get(attempt)) is not None
              and part.first_productive is not None]
@@ -166,7 +171,7 @@ def _recovery(attempt: int, start: float, end: float, occupied: Sequence[int],
               gaps: Sequence[Segment], gpus: Mapping[int, int],
               read_segments: Callable[[Sequence[int]], Mapping[int, list[Segment]]],
               chunk_s: float) -> Recovery:
-    """One recovery's categories (§3.7), read off the segments of the chunks whose extent
+    """One recovery's categories (§3.8), read off the segments of the chunks whose extent
     (up to the next chunk's start) its interval overlaps."""
     first = max(0, bisect_right(occupied, math.floor(start / chunk_s)) - 1)
     inside = [k for k in occupied[first:] if k * chunk_s < end]
@@ -207,8 +212,12 @@ def attribute_in_chunks(events: Sequence[Event], chunk_s: float = CHUNK_S,
     """One job's events attributed chunk by chunk from nothing stored (the tests' and the
     offline tools' entry; ``events`` deduplicated and of one job)."""
     check_chunk_s(chunk_s)
+    if not events:
+        raise ValueError("attribute_in_chunks needs at least one event")
+    job = str(events[0]["job"])
+    implied, backwards = implied_in_job(job, events)  # §3 rule 3, as a refresh stores them
     by_fine: dict[int, list[Event]] = {}
-    for event in events:
+    for event in (*events, *implied):
         by_fine.setdefault(chunk_of(home_time(event), chunk_s), []).append(event)
     segments: dict[int, list[Segment]] = {}
 
@@ -218,8 +227,7 @@ def attribute_in_chunks(events: Sequence[Event], chunk_s: float = CHUNK_S,
     done = refresh(set(by_fine), {}, lambda k, following: home_of(by_fine, k, following),
                    lambda k: [], lambda fines: {f: len(by_fine.get(f, [])) for f in fines},
                    chunk_s, write=keep, with_lanes=False, group_events=group_events)
-    if done.skeleton is None:
-        raise ValueError("attribute_in_chunks needs at least one event")
-    job = str(events[0]["job"])
+    assert done.skeleton is not None
     return assemble(job, done.skeleton, done.states,
-                    lambda ks: {k: segments.get(k, []) for k in ks}, chunk_s)
+                    lambda ks: {k: segments.get(k, []) for k in ks}, chunk_s,
+                    extra_anomalies={BACKWARDS: backwards} if backwards else None)

@@ -5,7 +5,7 @@ skeleton (:mod:`.chunk_summary`), and gives exactly what the whole job's sweep g
 the chunk's extent. Besides its summary, a chunk keeps:
 
 * the *carry*: spans still open at its end (with each train span's split), and ``h_out``,
-  the largest ``step_end`` of the train spans that ended by then (§3.3.1's high-water
+  the largest ``step_end`` of the train spans that ended by then (§3.4.1's high-water
   mark). The next chunk starts from them: every train span's split is known from the spans
   ending in its own chunk plus the carried mark, never from the job's earlier events;
 * its *parts*: per attempt, seconds per UTC day and split ("signature") of the swept window
@@ -290,10 +290,10 @@ def _extents(spans: Iterable[Event]) -> dict[int, tuple[float, float]]:
 
 def _sign(home_train: list[Event], local: list[Event], h_in: int,
           sigs: dict[str, Signature]) -> dict[int, int]:
-    """§3.3.1 for the chunk's own train spans, as ``engine._train_signatures`` does for a
+    """§3.4.1 for the chunk's own train spans, as ``engine._train_signatures`` does for a
     whole job: H from the spans ending in this chunk before each start, floored at the
     carried mark ``h_in`` (every span that ended in an earlier chunk). Fills ``sigs``;
-    returns the repeated steps per attempt (§3.6).
+    returns the repeated steps per attempt (§3.7).
 
     Spans are walked by start while a pointer walks the ends, so the running maximum is H
     (one comparison per span, not a bisection: a chunk of a thousand-rank job has tens of

@@ -49,7 +49,7 @@ class SpanColumns:
     names: list[str]
     name: Ints
     train: Bools
-    blocking: Bools  # blocking spans other than train ones (§3.3: train comes first)
+    blocking: Bools  # blocking spans other than train ones (§3.4: train comes first)
     rank: Ints  # the rank of each ``blocking`` span, in span order
 
     def attempt_of(self) -> Ints:
@@ -91,7 +91,7 @@ def span_columns(spans: list[Event], counts: list[int]) -> SpanColumns | None:
     code_of = {name: code for code, name in enumerate(dict.fromkeys(phases))}
     name = np.fromiter(map(code_of.__getitem__, phases), dtype=np.int64, count=n)
     train = name == code_of.get(TRAIN_PHASE, -1)
-    others = ~train  # train comes first whatever its flag (§3.3): only others' is read
+    others = ~train  # train comes first whatever its flag (§3.4): only others' is read
     blocking = np.zeros(n, dtype=np.bool_)
     blocking[others] = np.fromiter(map(_BLOCKING, compress(spans, others.tolist())),
                                    dtype=np.bool_, count=n - int(np.count_nonzero(train)))
@@ -148,7 +148,7 @@ def train_columns(columns: SpanColumns) -> TrainColumns | None:
 
 
 def high_water(train: TrainColumns) -> tuple[Ints, Ints] | None:
-    """§3.3.1 on arrays: the indices of the train spans whose H exceeds their
+    """§3.4.1 on arrays: the indices of the train spans whose H exceeds their
     ``step_start`` (that re-do steps), and their H; ``None`` when the plain walk must
     decide.
 

@@ -11,12 +11,14 @@ attempts) never raise: they are clamped into the attempt windows as the spec say
 
 Shape of the computation, per job:
 
-1. group events by attempt and build the attempt windows (§3.1, §3.2);
-2. give every ``train`` span its repeated share from the job-wide high-water mark (§3.3.1);
-3. sweep each window over its sorted span boundaries, classifying each piece (§3.3) and
+1. group events by attempt, add each rank's implied train span where a hard kill took the
+   open slice and only a heartbeat saw it (§3.3, :mod:`.implied`), and build the attempt
+   windows (§3.1, §3.2);
+2. give every ``train`` span its repeated share from the job-wide high-water mark (§3.4.1);
+3. sweep each window over its sorted span boundaries, classifying each piece (§3.4) and
    merging adjacent pieces whose category *fractions* are identical into ``Segment``s;
-4. add ``restart_gap`` segments between windows, weight by GPUs (§3.4) and total up;
-5. read each recovery's categories off the segments (§3.7: the restart tax by category) and
+4. add ``restart_gap`` segments between windows, weight by GPUs (§3.5) and total up;
+5. read each recovery's categories off the segments (§3.8: the restart tax by category) and
    count the anomalies (``ANOMALY_KINDS``): valid timelines a correct trainer would not
    produce, attributed by the rules all the same and shown on the job page.
 
@@ -46,6 +48,7 @@ from collector.schema import FAILED_STATUSES, TRAIN_PHASE
 from .columns import Ints, TrainColumns, high_water, span_columns, split_codes, train_columns
 from .components import PRODUCTIVE, component_of
 from .distinct import hashes_distinct
+from .implied import BACKWARDS, implied_in_attempt
 from .piece_runs import (
     BY_BACKGROUND,
     BY_BLOCKING,
@@ -126,16 +129,16 @@ class Segment(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Recovery:
-    """One value of ``time_to_recover_s`` (§3.7) and what the restart tax was spent on.
+    """One value of ``time_to_recover_s`` (§3.8) and what the restart tax was spent on.
 
     ``[start, end)`` runs from the failed attempt's last event other than ``attempt_end`` to
     the job's first productive second after it, so ``end - start`` is the time to recover.
     ``by_category`` holds the wall seconds of each category inside that interval (failure
     tail, restart_gap, init phases, repeated_training, ...) and sums to ``end - start``:
     infra owners need the parts of the restart tax, not only its total. Inside a training
-    segment the repeated seconds are laid out first, as §3.7 reads a train span, so the
+    segment the repeated seconds are laid out first, as §3.8 reads a train span, so the
     interval holds no productive seconds when it ends where training turns productive.
-    ``by_category_gpu_s`` weighs the same seconds by the GPUs held (§3.4), for fleet days.
+    ``by_category_gpu_s`` weighs the same seconds by the GPUs held (§3.5), for fleet days.
     """
 
     attempt: int
@@ -167,7 +170,7 @@ class JobAttribution:
     failures: int
     segments: list[Segment]
     duplicates: int = 0
-    #: One per value of ``time_to_recover_s``, same order (§3.7 with its parts).
+    #: One per value of ``time_to_recover_s``, same order (§3.8 with its parts).
     recoveries: list[Recovery] = field(default_factory=list)
     #: Counts of inconsistent-but-valid things (keys in ``ANOMALY_KINDS``); zeros left out.
     anomalies: dict[str, int] = field(default_factory=dict)
@@ -191,7 +194,7 @@ class JobAttribution:
         return _by_component(self.lost_gpu_s, mapping)
 
     def per_day_gpu_s(self) -> dict[date, dict[str, float]]:
-        """GPU-seconds per UTC day x category (§3.5), ``productive`` included."""
+        """GPU-seconds per UTC day x category (§3.6), ``productive`` included."""
         return per_day(self.segments)
 
 
@@ -243,7 +246,7 @@ def _by_component(
 def per_day(
     segments: Iterable[Segment], *, gpu_weighted: bool = True
 ) -> dict[date, dict[str, float]]:
-    """Split segments at UTC midnight into day -> category -> (GPU-)seconds (§3.5).
+    """Split segments at UTC midnight into day -> category -> (GPU-)seconds (§3.6).
 
     A segment's shares are uniform over its length, so the part falling on a day is the
     share x overlap / duration; this keeps day totals equal to the job totals.
@@ -428,8 +431,8 @@ def _batches(jobs: Sequence[tuple[str, Attempts, int]],
 
 class _JobParts:
     """What one job's attribution needs besides its sweep: its attempts and windows, each
-    train span's split (§3.3.1), the repeated steps (§3.6), the recoveries and the time to
-    start (§3.7), the anomalies; and, when the job is swept on arrays, what that reads."""
+    train span's split (§3.4.1), the repeated steps (§3.7), the recoveries and the time to
+    start (§3.8), the anomalies; and, when the job is swept on arrays, what that reads."""
 
     __slots__ = ("anomalies", "codes", "duplicates", "job", "ordered", "recovered",
                  "repeated_by_attempt", "sigs", "splits", "sweep", "time_to_start", "train",
@@ -468,9 +471,18 @@ ARRAY_BATCH_SPANS = 1 << 15
 
 def _job_parts(job: str, attempts: Attempts, duplicates: int) -> _JobParts:
     """A job's facts, on arrays when it is big enough and the arrays can decide them."""
-    by_attempt = [(attempt, *attempts[attempt]) for attempt in sorted(attempts)]
+    by_attempt: list[_AttemptEvents] = []
+    backwards = 0
+    for attempt in sorted(attempts):
+        spans, marks = attempts[attempt]
+        implied, went_back = implied_in_attempt(job, attempt, spans, marks)  # §3 rule 3
+        backwards += went_back
+        by_attempt.append((attempt, spans + implied if implied else spans, marks))
     found = _array_parts(job, by_attempt, duplicates)
-    return found if found is not None else _plain_parts(job, by_attempt, duplicates)
+    part = found if found is not None else _plain_parts(job, by_attempt, duplicates)
+    if backwards:
+        part.anomalies = {**part.anomalies, BACKWARDS: backwards}
+    return part
 
 
 #: An attempt's number, spans and marks.
@@ -529,9 +541,9 @@ def _array_parts(job: str, by_attempt: list[_AttemptEvents],
 
 
 class _Redone:
-    """The splits (§3.3.1) of a job's train spans, given the indices of those re-doing
+    """The splits (§3.4.1) of a job's train spans, given the indices of those re-doing
     steps and their H (:func:`high_water`; the others are all productive), and the
-    repeated steps per attempt (§3.6). Spans re-doing the same steps with the same H
+    repeated steps per attempt (§3.7). Spans re-doing the same steps with the same H
     (ranks training side by side) share the arithmetic. ``codes`` holds each train span's
     split as its place in ``splits`` (0: productive)."""
 
@@ -691,7 +703,7 @@ class _Totals:
         self.wall_gpu_s = 0.0
 
     def add(self, durations: Mapping[Signature, float], gpus: int) -> None:
-        """Add one attempt's (or gap's) seconds per signature, weighted by its GPUs (§3.4)."""
+        """Add one attempt's (or gap's) seconds per signature, weighted by its GPUs (§3.5)."""
         for sig, duration in durations.items():
             self.wall_gpu_s += duration * gpus
             for category, seconds in _shares(sig, duration).items():
@@ -701,7 +713,7 @@ class _Totals:
 
 def _train_signatures(train: list[Event], history: list[Event] | None = None, floor: int = 0,
                       ) -> tuple[dict[str, Signature], dict[int, int]]:
-    """§3.3.1 and §3.6: each train span's split and the job's repeated steps per attempt.
+    """§3.4.1 and §3.7: each train span's split and the job's repeated steps per attempt.
 
     H of a span = max step_end of the job's train spans that ended at or before its start,
     across attempts and ranks: the steps a restart or rollback redoes. Sorted ends + prefix
@@ -738,7 +750,7 @@ def _train_signatures(train: list[Event], history: list[Event] | None = None, fl
 def split_repeated(span: Event, high: int, sigs: dict[str, Signature],
                    by_attempt: dict[int, int]) -> None:
     """A train span with H above its first step: its split into ``sigs`` and its repeated
-    steps onto its attempt's count (§3.3.1, §3.6)."""
+    steps onto its attempt's count (§3.4.1, §3.7)."""
     repeated, sigs[span["id"]] = _train_split(span["step_start"], span["step_end"], high)
     if repeated:
         by_attempt[span["attempt"]] = by_attempt.get(span["attempt"], 0) + repeated
@@ -814,14 +826,14 @@ def _status(attempt: AttemptFacts, *, is_last: bool) -> str:
 def _sweep(window: AttemptWindow, spans: list[Event], sigs: Mapping[str, Signature],
            segments: list[Segment],
            nesting: tuple[float, float] | None = None) -> dict[Signature, float]:
-    """§3.3: cut the window at span boundaries, classify each piece, merge equal neighbours.
+    """§3.4: cut the window at span boundaries, classify each piece, merge equal neighbours.
 
     Appends the merged pieces to ``segments`` and returns seconds per signature. The active
     spans are maintained incrementally while walking the sorted cut points: train spans in a
     heap ordered by (rank, start, id), so the lowest rank's earliest span is on top (stale
     entries are dropped lazily); blocking spans per rank, whose innermost phases are
     recomputed only for the ranks that changed; background spans as a phase counter.
-    ``nesting``: the bounds spans are clamped to when deciding which is innermost (§3.3.2:
+    ``nesting``: the bounds spans are clamped to when deciding which is innermost (§3.4.2:
     the attempt window's), when ``window`` is only a chunk of it (:func:`sweep_chunk`).
     """
     ws, we = window.start, window.end
@@ -947,7 +959,7 @@ def sweep_chunk(window: AttemptWindow, spans: Iterable[Event], sigs: Mapping[str
     Why this holds: a piece's signature depends on the spans active at that instant, the
     train spans' signatures (``sigs``, from the step high-water mark) and the window's status
     and failure tail, never on pieces elsewhere. Which of a rank's nested spans is innermost
-    is still decided on their extents clamped to the whole window (§3.3.2), not to the
+    is still decided on their extents clamped to the whole window (§3.4.2), not to the
     chunk, where two spans could look alike. The tail is clamped into the chunk: a tail
     before it makes every instant of the chunk "after the tail", one past it none.
     """
@@ -1118,7 +1130,7 @@ def _phase_category(phase: str) -> str:
 
 
 def _innermost_phases(active: list[tuple[float, float, str]]) -> frozenset[str]:
-    """§3.3.2 for one rank: drop a span that contains another with different clamped bounds.
+    """§3.4.2 for one rank: drop a span that contains another with different clamped bounds.
 
     All active spans cover the current piece, so "contains" is cs <= other.cs and
     ce >= other.ce. Walking starts from latest to earliest keeps the smallest end seen among
@@ -1155,7 +1167,7 @@ def _shares(sig: Signature, duration: float) -> dict[str, float]:
 
 
 def _time_to_start(windows: list[AttemptWindow], train: list[Event]) -> float | None:
-    """§3.7: first attempt's start to the first train span's start (None before any)."""
+    """§3.8: first attempt's start to the first train span's start (None before any)."""
     return _time_to_start_at(windows, min(map(_START, train)) if train else None)
 
 
@@ -1168,7 +1180,7 @@ def _time_to_start_at(windows: list[AttemptWindow], first_train: float | None) -
 
 def _times_to_recover(windows: list[AttemptWindow], ordered: list[_Attempt],
                       sigs: Mapping[str, Signature]) -> list[tuple[int, float, float]]:
-    """§3.7: per failed/preempted/lost attempt, its last event -> the next productive second.
+    """§3.8: per failed/preempted/lost attempt, its last event -> the next productive second.
 
     Returns ``(attempt, start, end)`` per value, in attempt order.
 
@@ -1203,7 +1215,7 @@ def _times_to_recover_on(windows: list[AttemptWindow], train: TrainColumns,
 
 def recoveries_from(windows: Sequence[AttemptWindow],
                     firsts: Sequence[float | None]) -> list[tuple[int, float, float]]:
-    """§3.7 from each window's first productive second (``None``: none): per failed,
+    """§3.8 from each window's first productive second (``None``: none): per failed,
     preempted or lost attempt followed by one, ``(attempt, its last event, that second)``.
     Shared with the chunked attribution, which finds each attempt's first productive
     second chunk by chunk."""
@@ -1268,7 +1280,7 @@ def _overlap_shares(seg: Segment, start: float, end: float) -> dict[str, float]:
     """Seconds per category of ``seg`` inside ``[start, end)``.
 
     Shares are uniform over a segment, except training: inside a train span the repeated
-    steps come first (§3.7), and a recovery ends at the first second any train span turns
+    steps come first (§3.8), and a recovery ends at the first second any train span turns
     productive, so every training second inside the interval lies before its span's turn:
     it is ``repeated_training``, whatever share of the span's whole length is. Reading it
     per span rather than per segment also makes the split independent of where segments
@@ -1301,6 +1313,9 @@ ANOMALY_KINDS: Final[dict[str, str]] = {
     "train_steps_backwards":
         "train spans starting at a step below every train span of the earlier attempts: a "
         "restart cannot resume before the point where the job had started training",
+    BACKWARDS:
+        "ranks whose latest heartbeat in an attempt reports a lower step than an earlier "
+        "heartbeat of theirs: kept, but it implies no training (ETT_SPEC §3 rule 3)",
 }
 
 

@@ -86,7 +86,7 @@ def category_timeline(segments: Iterable[Segment],
 
     A segment holds several categories when its piece was shared (a split between phases,
     training with a repeated fraction); they are laid side by side in time, repeated
-    training first (§3.7: a restarted span re-does old steps before new ones). A restart
+    training first (§3.8: a restarted span re-does old steps before new ones). A restart
     gap belongs to the attempt after it, as the engine records it.
     """
     rows: dict[int, list[Piece]] = {}
@@ -294,7 +294,7 @@ def rank_lanes(window: AttemptWindow, spans: Iterable[Event],
     return sorted(lanes, key=lambda lane: lane.ranks[0])
 
 
-#: What a span is to its rank: train beats blocking beats background (§3.3's order). A
+#: What a span is to its rank: train beats blocking beats background (§3.4's order). A
 #: span named ``productive`` that is not ``train`` reads as ``unattributed``, as the engine
 #: reads it.
 _TRAIN_KIND, _BLOCKING_KIND, _BACKGROUND_KIND = 0, 1, 2
@@ -388,7 +388,7 @@ def rank_pieces(spans: Sequence[tuple[float, float, int, str]], start: float,
 
     ``spans`` are ``(clamped start, clamped end, kind, name)``. At each moment the state is
     ``train`` if a train span is active, else the innermost active blocking phase, else the
-    innermost background phase, else idle. Innermost as §3.3.2 reads it: the active span
+    innermost background phase, else idle. Innermost as §3.4.2 reads it: the active span
     with the latest start, and of those the earliest end, contains no other active span;
     when several spans overlap without nesting it is the one that started last.
     """

@@ -1,4 +1,4 @@
-"""The sweep (ETT_SPEC §3.3) of many jobs decided on arrays: which rule holds each piece.
+"""The sweep (ETT_SPEC §3.4) of many jobs decided on arrays: which rule holds each piece.
 
 Why: the engine's plain sweep walks every cut point of an attempt in Python, and a job of
 many ranks has two cut points per span. Here every piece between two cut points of every
@@ -33,7 +33,7 @@ import numpy as np
 
 from .columns import Bools, Floats, Ints, SpanColumns
 
-#: What decides a piece, in precedence order (§3.3): a train span, else the innermost
+#: What decides a piece, in precedence order (§3.4): a train span, else the innermost
 #: blocking phases, else the background phases, else the failure tail, else nothing.
 BY_TRAIN, BY_BLOCKING, BY_BACKGROUND, BY_TAIL, BY_NOTHING = range(5)
 #: A key is ``value << KIND_BITS | kind``.

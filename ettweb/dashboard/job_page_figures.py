@@ -49,7 +49,7 @@ def unit_of(headline: JobHeadline) -> Unit:
 
 
 def _piece_order(category: str) -> tuple[int, str]:
-    """Repeated steps first: a restarted train span re-does old steps before new ones (§3.7)."""
+    """Repeated steps first: a restarted train span re-does old steps before new ones (§3.8)."""
     return (0 if category == "repeated_training" else 1, category)
 
 

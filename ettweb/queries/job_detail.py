@@ -96,7 +96,7 @@ class AttemptRow:
 
 @dataclass(frozen=True)
 class RecoveryRow:
-    """One time to recover (§3.7) and its parts, category -> seconds."""
+    """One time to recover (§3.8) and its parts, category -> seconds."""
 
     API_ORDER: ClassVar[tuple[str, ...]] = ("attempt", "start", "end", "seconds", "by_category")
 

@@ -53,7 +53,7 @@ class LifecycleQuery(Query["LifecycleResult"]):
 
 @dataclass
 class LifecyclePoint:
-    """One period's sub-metrics (ETT_SPEC §3.7) across the fleet: counts and sums, so the
+    """One period's sub-metrics (ETT_SPEC §3.8) across the fleet: counts and sums, so the
     means of any periods folded together stay exact."""
 
     API_PROPERTIES: ClassVar[tuple[str, ...]] = ("mean_time_to_start_s", "mean_time_to_recover_s")

@@ -77,7 +77,7 @@ def job_rows(attribution: JobAttribution, days: dict[DayKey, DayValues],
 
 
 def _recovery_rows(attribution: JobAttribution) -> list[RecoveryRollup]:
-    """One row per ``Recovery`` of the engine (§3.7), with its GPU-weighted split."""
+    """One row per ``Recovery`` of the engine (§3.8), with its GPU-weighted split."""
     gpus = {window.attempt: window.gpus for window in attribution.attempts}
     return [
         RecoveryRollup(

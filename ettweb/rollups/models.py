@@ -106,7 +106,7 @@ class AttemptRollup(models.Model):
     status = models.CharField(max_length=16)
     gpus = models.PositiveIntegerField()
     repeated_steps = models.BigIntegerField(
-        default=0, help_text="steps this attempt's train spans trained again (ETT_SPEC §3.6)")
+        default=0, help_text="steps this attempt's train spans trained again (ETT_SPEC §3.7)")
 
     class Meta:
         ordering = ["job", "attempt"]
@@ -143,7 +143,7 @@ class AttemptTimeline(models.Model):
 
 
 class DailyCategoryRollup(models.Model):
-    """Seconds and GPU-seconds of one job in one category on one UTC day (§3.5).
+    """Seconds and GPU-seconds of one job in one category on one UTC day (§3.6).
 
     ``productive`` is a category here too, so a day's wall GPU-seconds is the sum of its rows.
     ``written_at`` changes only when the row's numbers change: it shows which days a late
@@ -315,7 +315,7 @@ class JobLostRollup(models.Model):
 
 
 class RecoveryRollup(models.Model):
-    """One ``time_to_recover_s`` value (§3.7) and what the recovery time was spent on.
+    """One ``time_to_recover_s`` value (§3.8) and what the recovery time was spent on.
 
     ``day`` is the UTC day the failed attempt's last event falls on: the restart tax is
     charged to the day the failure happened.
@@ -477,3 +477,24 @@ class ParkedRefresh(models.Model):
     def __str__(self) -> str:
         state = "parked" if self.parked_at else f"{self.failures} failure(s)"
         return f"{self.job} ({state}): {self.error[:80]}"
+
+
+class RankProgress(models.Model):
+    """One attempt and rank's latest stepped heartbeat and the train span it implies (ETT_SPEC
+    §3 rule 3; ``ettweb.rollups.implied_store`` keeps it). ``start`` null: it implies none."""
+
+    job = models.CharField(max_length=200)
+    attempt = models.PositiveIntegerField()
+    rank = models.PositiveIntegerField()
+    beat_id = models.CharField(max_length=64, help_text="the latest stepped heartbeat's id")
+    beat_ts = models.FloatField(help_text="its time, epoch seconds")
+    beat_step = models.BigIntegerField(help_text="its step (steps completed)")
+    earlier_max = models.BigIntegerField(null=True, blank=True, help_text=(
+        "the highest step of its earlier heartbeats (above beat_step: went backwards)"))
+    start = models.FloatField(null=True, blank=True, help_text="the implied span's start")
+    step_start = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "attempt", "rank"],
+                                               name="rank_progress_unique")]
+        verbose_name_plural = "rank progress"

@@ -25,6 +25,7 @@ from ettweb.rollups.models import (
     JobRollup,
     LabelDayRollup,
     ParkedRefresh,
+    RankProgress,
     RecoveryPartRollup,
     RecoveryRollup,
     ScopeTotalRollup,
@@ -54,7 +55,7 @@ def rebuild_all() -> RefreshStats:
         # for this TRUNCATE's lock, then marks its job again.
         tables = ", ".join(model._meta.db_table for model in
                            (*_DAY_SUM_MODELS, *_ROLLUP_MODELS, DirtyJob, DirtyChunk,
-                            ParkedRefresh))
+                            ParkedRefresh, RankProgress))
         with connection.cursor() as cursor:
             # Django's FKs are deferred: checks still pending from earlier statements of an
             # enclosing transaction would make TRUNCATE fail, so run them now.

@@ -36,9 +36,10 @@ from ettweb.attribution import (
     completeness,
 )
 from ettweb.attribution.engine import Event, Segment
+from ettweb.attribution.implied import BACKWARDS
 from ettweb.attribution.lanes import Timeline
 from ettweb.platform.retry import DATABASE_ERRORS
-from ettweb.rollups import chunk_store, parking
+from ettweb.rollups import chunk_store, implied_store, parking
 from ettweb.rollups.chunk_store import as_event, select_events
 from ettweb.rollups.job_rows import JobRows, job_rows
 from ettweb.rollups.marks import claim_marks, note_cost
@@ -209,6 +210,9 @@ def refresh_batch(job_ids: list[str], *, only_marked: bool = False,
             loaded = {}
         for job, by_fine in loaded.items():
             dirty[job] = dirty.get(job, set()) | set(by_fine)
+        implied = implied_store.refresh_implied(job_ids, dirty, size, loaded, whole)
+        for job, fines in implied.dirty.items():  # §3 rule 3: spans a heartbeat implies
+            dirty[job] = dirty.get(job, set()) | fines
         plans = _plan(job_ids, dirty, stored, size, loaded)
         prefetched = chunk_store.prefetch_home(
             ((job, k, following) for job, placed in plans.items() if job not in loaded
@@ -216,12 +220,14 @@ def refresh_batch(job_ids: list[str], *, only_marked: bool = False,
         writer = chunk_store.ChunkWriter(size, fresh)
         kept = _KeptSegments()
         done = {job: _refresh_job(job, plans[job], stored.get(job, {}), size, writer,
-                                  prefetched, loaded.get(job), kept) for job in job_ids}
+                                  prefetched, loaded.get(job), kept, implied)
+                for job in job_ids}
         writer.flush()
         timelines = chunk_store.read_timelines([job for job, d in done.items() if d.skeleton])
-        rows = [_summed(job, d, timelines.get(job, {}), size, kept)
+        rows = [_summed(job, d, timelines.get(job, {}), size, kept, implied)
                 for job, d in done.items() if d.skeleton is not None]
         gone = [job for job, d in done.items() if d.skeleton is None]
+        implied_store.forget(gone)
         events = sum(d.events_read for d in done.values())
         written, deleted, days = write_jobs(rows, gone)
     return RefreshStats(jobs=len(rows), events=events, day_rows_written=written,
@@ -293,13 +299,20 @@ def _refresh_job(job: str, placed: chunk_refresh.Plan, stored: dict[int, chunk_s
                  size: float, writer: chunk_store.ChunkWriter,
                  prefetched: dict[tuple[str, int, int | None], list[Event]] | None = None,
                  loaded: dict[int, list[Event]] | None = None,
-                 kept: _KeptSegments | None = None) -> chunk_refresh.Refreshed:
+                 kept: _KeptSegments | None = None,
+                 implied: implied_store.Implied | None = None) -> chunk_refresh.Refreshed:
     """Recompute one job's changed chunks and queue them for ``writer``. ``prefetched``:
     the dirty chunks' home events, read for the whole transaction at once (``None``: too
     many, read each); ``loaded``: all the job's events by fine chunk (a new job's)."""
     planned = set(_dirty_ranges(placed))
 
     def read_home(k: int, following: int | None) -> list[Event]:
+        if implied is None:
+            return read_stored(k, following)
+        end = float("inf") if following is None else following * size
+        return read_stored(k, following) + implied.home(job, k * size, end)
+
+    def read_stored(k: int, following: int | None) -> list[Event]:
         if loaded is not None:
             return chunk_summary.home_of(loaded, k, following)
         if prefetched is not None and (k, following) in planned:
@@ -342,14 +355,18 @@ class _KeptSegments:
 
 
 def _summed(job: str, done: chunk_refresh.Refreshed, timelines: dict[int, list[Timeline]],
-            size: float, kept: _KeptSegments) -> JobRows:
-    """One refreshed job's rows, summed from its chunks (written by now)."""
+            size: float, kept: _KeptSegments, implied: implied_store.Implied) -> JobRows:
+    """One refreshed job's rows, summed from its chunks (written by now). The implied
+    spans (§3 rule 3) count in every number but not among the job's events."""
     assert done.skeleton is not None
+    backwards = implied.backwards.get(job, 0)
     assembled = chunk_sums.assemble(job, done.skeleton, done.states,
-                                lambda ks: kept.read(job, ks), size)
+                                    lambda ks: kept.read(job, ks), size,
+                                    extra_anomalies={BACKWARDS: backwards} if backwards else None)
     timeline = chunk_sums.job_timeline(done.skeleton, timelines)
     findings = completeness.check(assembled.attribution.attempts, timeline,
                                   done.skeleton.facts)
     return job_rows(assembled.attribution, assembled.days, timeline,
-                    events=done.skeleton.events, chunk_count=len(done.states),
+                    events=done.skeleton.events - len(implied.spans.get(job, ())),
+                    chunk_count=len(done.states),
                     findings=findings)

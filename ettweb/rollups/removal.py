@@ -12,7 +12,7 @@ from django.db import transaction
 
 from ettweb.rollups import chunk_store
 from ettweb.rollups.day_sums import write_days
-from ettweb.rollups.models import DirtyChunk, JobRollup
+from ettweb.rollups.models import DirtyChunk, JobRollup, RankProgress
 from ettweb.rollups.refresh import JOBS_PER_TRANSACTION, lock_jobs
 
 
@@ -30,4 +30,5 @@ def remove_jobs(job_ids: Iterable[str]) -> int:
                 JobRollup._meta.label, 0)
             chunk_store.delete_chunks(batch)
             DirtyChunk.objects.filter(job__in=batch).delete()
+            RankProgress.objects.filter(job__in=batch).delete()
     return removed

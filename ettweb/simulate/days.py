@@ -6,7 +6,7 @@ and refreshing that fleet through Postgres for each world would take most of an 
 engine alone attributes a simulated job in about a millisecond. The rollups the web stores
 are held equal to the engine by their own tests (``tests/ettweb/rollups``), so the sums
 here are the ones an impact query reads: wall, productive and lost GPU-seconds per
-component, per job and UTC day (ETT_SPEC §3.5).
+component, per job and UTC day (ETT_SPEC §3.6).
 
 Pure Python and numpy, no Django.
 """

@@ -18,7 +18,7 @@ class Migration(migrations.Migration):
             name="repeated_steps",
             field=models.BigIntegerField(
                 default=0,
-                help_text="steps this attempt's train spans trained again (ETT_SPEC §3.6)"),
+                help_text="steps this attempt's train spans trained again (ETT_SPEC §3.7)"),
         ),
         migrations.AddField(
             model_name="jobrollup",

@@ -22,6 +22,7 @@ from ettweb.attribution.chunk_summary import check_chunk_s, chunk_of, home_of, h
 from ettweb.attribution.chunk_sums import Assembled, assemble, attribute_in_chunks, day_values
 from ettweb.attribution.chunk_sweep import ChunkState, segments_from_json, segments_to_json
 from ettweb.attribution.engine import Event, attribute_job
+from ettweb.attribution.implied import BACKWARDS, implied_in_job
 from tests.ettweb.attribution.test_properties import job_events
 from tests.examples import examples
 
@@ -100,6 +101,10 @@ class _Store:
         self.chunk_s, self.group_events = chunk_s, group_events
         self.events: dict[int, list[Event]] = {}
         self.rows: dict[int, dict[str, str]] = {}
+        #: §3 rule 3's spans as the database keeps them (``rollups.implied_store``):
+        #: one more home event of the chunk each starts in, re-derived after each batch.
+        self.implied: list[Event] = []
+        self.backwards = 0
 
     def add(self, batch: list[Event]) -> set[int]:
         dirty = set()
@@ -107,7 +112,18 @@ class _Store:
             k = chunk_of(home_time(event), self.chunk_s)
             self.events.setdefault(k, []).append(json.loads(json.dumps(event)))
             dirty.add(k)
+        reported = [e for events in self.events.values() for e in events]
+        implied, self.backwards = implied_in_job("j", reported)
+        for span in {json.dumps(s, sort_keys=True) for s in self.implied} ^ {
+                json.dumps(s, sort_keys=True) for s in implied}:
+            dirty.add(chunk_of(json.loads(span)["start"], self.chunk_s))
+        self.implied = implied
         return dirty
+
+    def home(self, k: int, following: int | None) -> list[Event]:
+        end = float("inf") if following is None else following * self.chunk_s
+        return home_of(self.events, k, following) + [
+            s for s in self.implied if k * self.chunk_s <= s["start"] < end]
 
     def write(self, state: ChunkState) -> None:
         self.rows[state.chunk] = {
@@ -120,8 +136,7 @@ class _Store:
                 for k, row in self.rows.items()}
 
     def refresh(self, dirty: set[int]) -> tuple[Assembled | None, list[int]]:
-        done = refresh(dirty, self.stored(), lambda k, following: home_of(self.events, k,
-                                                                          following),
+        done = refresh(dirty, self.stored(), self.home,
                        lambda k: json.loads(self.rows[k]["carry"]),
                        lambda fines: {f: len(self.events.get(f, [])) for f in fines},
                        self.chunk_s, write=self.write, with_lanes=False, cached_events=3,
@@ -132,7 +147,8 @@ class _Store:
             return None, done.written
         return assemble("j", done.skeleton, done.states, lambda ks: {
             k: segments_from_json(json.loads(self.rows[k]["segments"])) for k in ks},
-            self.chunk_s), done.written
+            self.chunk_s, extra_anomalies={BACKWARDS: self.backwards} if self.backwards
+            else None), done.written
 
 
 @settings(max_examples=examples(300), deadline=None)
@@ -223,3 +239,66 @@ def test_a_late_event_days_back_recomputes_what_it_changes() -> None:
     last = chunk_of(home_time(events[-1]), 3600.0)
     assert written == list(range(chunk_of(old, 3600.0), last + 1))
     assert got.attribution.repeated_steps > 0
+
+
+@st.composite
+def hard_killed_jobs(draw: st.DrawFn) -> tuple[list[Event], float]:
+    """Jobs whose attempts train in slices per rank, save, heartbeat with their step and
+    are killed outright (no attempt_end, the open slice lost), then resume from a saved
+    step (§3 rule 3); heartbeats at times and steps drawn freely too, backwards ones
+    included. Moved next to a UTC midnight and cut into chunks of a drawn length."""
+    chunk_s = draw(st.sampled_from([1.0, 3.75, 10.0, 40.0]))
+    t = 20 * 86400.0 - draw(st.sampled_from([0.0, 30.0, 95.0]))
+    raw: list[dict[str, Any]] = []
+    saved = 0
+    for attempt in range(draw(st.integers(1, 3))):
+        ranks = draw(st.integers(1, 2))
+        raw.append({"kind": "mark", "mark": "attempt_start", "ts": t, "attempt": attempt,
+                    "attrs": {"gpus": ranks}})
+        step = saved
+        for _ in range(draw(st.integers(0, 3))):
+            length = draw(st.sampled_from([2.5, 7.0, 30.0]))
+            for rank in range(ranks):
+                raw.append({"kind": "span", "phase": "train", "start": t, "end": t + length,
+                            "rank": rank, "attempt": attempt, "step_start": step,
+                            "step_end": step + 10})
+            t, step = t + length, step + 10
+            if draw(st.booleans()):
+                raw.append({"kind": "span", "phase": "checkpoint_save", "start": t,
+                            "end": t + 1.5, "attempt": attempt})
+                t, saved = t + 1.5, step
+        for rank in range(ranks):  # the open slice's heartbeats, then the kill
+            for beat in range(draw(st.integers(0, 2))):
+                raw.append({"kind": "mark", "mark": "heartbeat", "attempt": attempt,
+                            "rank": rank, "ts": t + 2.0 * (beat + 1) + rank,
+                            "step": step + draw(st.integers(-3, 8))})
+        t += 6.0
+        if draw(st.booleans()):
+            raw.append({"kind": "mark", "mark": "attempt_end", "ts": t, "attempt": attempt,
+                        "attrs": {"status": draw(st.sampled_from(["failed", "completed"]))}})
+        t += draw(st.sampled_from([0.0, 4.0, 50.0]))
+    events = [validate_event({"v": 1, "id": f"e{i}", "job": "j",
+                              **{k: max(v, 0) if k == "step" else v for k, v in e.items()}})
+              for i, e in enumerate(raw)]
+    return events, chunk_s
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(hard_killed_jobs(), st.sampled_from([1, 3, 20_000]), st.randoms(use_true_random=False))
+def test_hard_kills_in_any_arrival_order_refresh_to_the_engines_numbers(
+        job: tuple[list[Event], float], group_events: int, rng: random.Random) -> None:
+    """§3 rule 3 chunk by chunk: an implied span may start chunks before the heartbeat
+    that implies it, and a later span or heartbeat may move or cancel it."""
+    events, chunk_s = job
+    assert_equal_to_engine(attribute_in_chunks(events, chunk_s, group_events), events)
+    shuffled = events[:]
+    rng.shuffle(shuffled)
+    store = _Store(chunk_s, group_events)
+    seen: list[Event] = []
+    while shuffled:
+        size = rng.randint(1, 5)
+        batch, shuffled = shuffled[:size], shuffled[size:]
+        seen += batch
+        got, _ = store.refresh(store.add(batch))
+        assert got is not None
+        assert_equal_to_engine(got, seen)

@@ -165,7 +165,7 @@ def test_a_gap_before_the_attempt_end_names_it() -> None:
 
 
 def test_a_failure_tail_is_not_a_gap() -> None:
-    """Time after a failed attempt's last event is ``failure`` (§3.3.4), not unattributed."""
+    """Time after a failed attempt's last event is ``failure`` (§3.4.4), not unattributed."""
     t = paused(0.0, pauses=0)
     end = t.events.pop()
     t.mark(0, "attempt_end", end["ts"] + 600, status="failed")

@@ -133,7 +133,7 @@ def test_restart_gap_weighted_by_following_attempt_gpus() -> None:
     assert job.failures == 0  # cancelled is not a failure
 
 
-# --- §3.3.1 training ------------------------------------------------------------------------
+# --- §3.4.1 training ------------------------------------------------------------------------
 
 
 def test_training_piece_follows_lowest_rank() -> None:
@@ -148,7 +148,7 @@ def test_training_piece_follows_lowest_rank() -> None:
     # 10..20 follows rank 0: 5 repeated + 5 productive (rank 1 would say 10 productive)
     assert job.productive_s == 15.0
     assert job.lost_s == {"repeated_training": 5.0}
-    # §3.6 sums over all train spans: 50 (rank 0) + 0 (rank 1)
+    # §3.7 sums over all train spans: 50 (rank 0) + 0 (rank 1)
     assert job.repeated_steps == 50
 
 
@@ -211,7 +211,7 @@ def test_training_wins_over_blocking_spans() -> None:
     assert (job.productive_s, job.lost_s) == (10.0, {})
 
 
-# --- §3.3.2 / §3.3.3 blocking and background spans --------------------------------------------
+# --- §3.4.2 / §3.4.3 blocking and background spans --------------------------------------------
 
 
 def test_blocking_innermost_per_rank_and_equal_shares() -> None:
@@ -276,7 +276,7 @@ def test_non_train_phase_named_productive_is_not_productive() -> None:
     assert job.lost_s == {"unattributed": 10.0}
 
 
-# --- §3.3.4 / §3.3.5 failure tail and unattributed ------------------------------------------
+# --- §3.4.4 / §3.4.5 failure tail and unattributed ------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -310,7 +310,7 @@ def test_attempt_with_only_marks_is_all_failure() -> None:
     assert job.time_to_recover_s == []  # nothing productive follows
 
 
-# --- §3.7 sub-metrics ------------------------------------------------------------------------
+# --- §3.8 sub-metrics ------------------------------------------------------------------------
 
 
 def test_time_to_recover_one_value_per_failure() -> None:
@@ -459,7 +459,7 @@ def test_repeated_steps_sum_over_every_rank() -> None:
     t.train(1, 10, 20, (50, 150), rank=1)
     t.mark(1, "attempt_end", 20, status="completed")
     job = attribute_job(t.events)
-    # §3.6 read literally: "sum over its train spans" counts both ranks' 50 repeated steps
+    # §3.7 read literally: "sum over its train spans" counts both ranks' 50 repeated steps
     assert job.repeated_steps == 100
     assert job.lost_s == {"repeated_training": 5.0}  # time follows rank 0 only
 

@@ -52,7 +52,12 @@ def mark_events(draw: st.DrawFn, attempt: int) -> dict[str, Any]:
         attrs["gpus"] = draw(st.integers(1, 8))
     if mark == "attempt_end":
         attrs["status"] = draw(st.sampled_from(STATUSES))
-    return {"kind": "mark", "attempt": attempt, "mark": mark, "ts": draw(times), "attrs": attrs}
+    event = {"kind": "mark", "attempt": attempt, "mark": mark, "ts": draw(times), "attrs": attrs}
+    if mark == "heartbeat":  # a hard kill's evidence (§3 rule 3), on any rank
+        event["rank"] = draw(st.integers(0, 2))
+        if draw(st.booleans()):
+            event["step"] = draw(st.integers(0, 150))
+    return event
 
 
 @st.composite
@@ -122,7 +127,7 @@ def _naive_high_water(span: dict[str, Any], train: list[dict[str, Any]]) -> int:
 
 def _naive_piece(active: list[dict[str, Any]], train: list[dict[str, Any]],
                  ) -> dict[str, float] | None:
-    """§3.3.1-3.3.3 read literally for one piece, as fractions; None if nothing is active."""
+    """§3.4.1-3.3.3 read literally for one piece, as fractions; None if nothing is active."""
     trains = [s for s in active if s["phase"] == "train"]
     if trains:
         span = min(trains, key=lambda s: (s["rank"], s["start"], s["id"]))
@@ -138,9 +143,34 @@ def _naive_piece(active: list[dict[str, Any]], train: list[dict[str, Any]],
     return {name: 1 / len(names) for name in names} if names else None
 
 
+def _naive_implied(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """§3 rule 3 read literally, per attempt and rank (an oracle for ``implied.py``)."""
+    found = []
+    beats = [e for e in events if e["kind"] == "mark" and e.get("step") is not None]
+    for attempt, rank in sorted({(b["attempt"], b["rank"]) for b in beats}):
+        mine = [b for b in beats if (b["attempt"], b["rank"]) == (attempt, rank)]
+        h = max(mine, key=lambda b: (b["ts"], b["step"]))
+        t, k = h["ts"], h["step"]
+        if any(b["ts"] < t and b["step"] > k for b in mine):
+            continue  # a step going backwards implies nothing
+        spans = [e for e in events if e["kind"] == "span" and e["attempt"] == attempt
+                 and e["rank"] == rank]
+        ended = [s for s in spans if s["end"] <= t and s["phase"] == "train"]
+        if not ended or any(s["phase"] == "train" and s["start"] <= t < s["end"]
+                            for s in spans):
+            continue
+        e = max(ended, key=lambda s: (s["end"], s["step_end"]))["step_end"]
+        if k > e:
+            u = max(s["end"] for s in spans if s["end"] <= t)
+            found.append({"id": f"implied{attempt}/{rank}", "kind": "span", "phase": "train",
+                          "attempt": attempt, "rank": rank, "start": u, "end": t,
+                          "step_start": e, "step_end": k, "blocking": True})
+    return found
+
+
 def _naive_totals(events: list[dict[str, Any]], job: JobAttribution) -> dict[str, float]:
     """An O(n^2) oracle for the sweep, on the engine's own windows (tested by the goldens)."""
-    spans = [dict(e) for e in events if e["kind"] == "span"]
+    spans = [dict(e) for e in events if e["kind"] == "span"] + _naive_implied(events)
     train = [s for s in spans if s["phase"] == "train"]
     totals: dict[str, float] = {}
     for window in job.attempts:
@@ -324,7 +354,7 @@ def test_a_sweep_in_time_chunks_gives_the_whole_sweeps_numbers(
     for mine, theirs in zip(chunked.recoveries, whole.recoveries, strict=True):
         assert (mine.attempt, mine.start, mine.end) == (theirs.attempt, theirs.start,
                                                         theirs.end)
-        # Training inside a recovery is repeated however segments are cut (§3.7).
+        # Training inside a recovery is repeated however segments are cut (§3.8).
         assert _near(mine.by_category_gpu_s, theirs.by_category_gpu_s)
         assert _near(mine.by_category, theirs.by_category)
     for segment in chunked.segments:  # no swept piece crosses a chunk boundary

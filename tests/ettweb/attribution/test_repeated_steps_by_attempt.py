@@ -1,5 +1,5 @@
 """``JobAttribution.repeated_steps_by_attempt``: the steps each attempt trained again, which
-the job page lists per restart; always summing to the job's ``repeated_steps`` (§3.6)."""
+the job page lists per restart; always summing to the job's ``repeated_steps`` (§3.7)."""
 
 from __future__ import annotations
 

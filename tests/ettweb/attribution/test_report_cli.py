@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from attribution_events import Timeline, worked_example
+from attribution_events import Timeline, hard_kill_example, worked_example
 
 from ettweb.attribution.__main__ import main, report_from_lines
 
@@ -152,3 +152,22 @@ def test_job_without_training_reports_null_time_to_start() -> None:
     assert job["time_to_start_s"] is None
     assert job["ett_pct"] == 0.0
     assert job["lost_by_component_s"] == {"scheduler": 30.0}
+
+
+HARD_KILL = ROOT / "docs" / "explanation" / "hard-kill.jsonl"
+
+
+def test_the_hand_computed_hard_kill_through_the_cli() -> None:
+    """ETT_SPEC §3 rule 3's example, as docs/explanation/attribution.md works it by hand."""
+    assert HARD_KILL.read_text().splitlines() == hard_kill_example().lines()
+    result = _run(str(HARD_KILL))
+    assert result.returncode == 0, result.stderr
+    [job] = json.loads(result.stdout)["jobs"]
+    assert (job["wall_s"], job["productive_s"], job["ett_pct"], job["repeated_steps"]) == (
+        123.0, 80.0, 65.04, 80)
+    assert (job["wall_gpu_s"], job["productive_gpu_s"]) == (492.0, 320.0)
+    assert (job["time_to_start_s"], job["time_to_recover_s"], job["failures"]) == (
+        0.0, [41.0, 21.0], 2)
+    assert job["lost_s"] == {"checkpoint_load": 6.0, "checkpoint_save": 2.0,
+                             "repeated_training": 8.0, "restart_gap": 20.0,
+                             "unattributed": 7.0}

@@ -6,19 +6,19 @@ Rule -> test, all files of this folder (so a reviewer can check nothing is missi
        overlap cut ............. test_engine::test_window_cut_at_next_attempt_start
        running / lost status ... test_running_attempt_*, test_lost_attempt_*
   §3.2 restart gaps ............ test_engine::test_restart_gap_weighted_by_following_attempt_gpus
-  §3.3 cut at the last event ... test_engine::test_tail_after_last_event
-  §3.3.1 restart from checkpoint  test_engine::test_worked_example_*, test_restart_from_checkpoint_*
+  §3.4 cut at the last event ... test_engine::test_tail_after_last_event
+  §3.4.1 restart from checkpoint  test_engine::test_worked_example_*, test_restart_from_checkpoint_*
        in-process rollback ..... test_in_process_rollback_is_repeated_training
        s1 = s0 ................. test_train_span_without_steps_is_productive
        lowest rank, tie ........ test_engine::test_training_piece_follows_lowest_rank, ..._tie_...
-  §3.3.2 innermost, equal share  test_engine::test_blocking_innermost_*, test_same_clamped_*
-  §3.3.3 non-blocking .......... test_engine::test_background_spans_share_only_when_nothing_blocks
-  §3.3.4 failure tails ......... test_engine::test_tail_after_last_event, test_failure_tail_*
-  §3.3.5 unattributed .......... test_engine::test_tail_after_last_event (completed/cancelled)
-  §3.4 GPU weighting ........... test_engine::test_restart_gap_weighted_*, test_day_split_*
-  §3.5 UTC-day splits .......... test_engine::test_per_day_*, test_day_split_*
-  §3.6 repeated_steps .......... test_in_process_rollback_*, test_restart_from_checkpoint_*
-  §3.7 sub-metrics ............. test_engine::test_time_to_recover_*, test_recovery_*
+  §3.4.2 innermost, equal share  test_engine::test_blocking_innermost_*, test_same_clamped_*
+  §3.4.3 non-blocking .......... test_engine::test_background_spans_share_only_when_nothing_blocks
+  §3.4.4 failure tails ......... test_engine::test_tail_after_last_event, test_failure_tail_*
+  §3.4.5 unattributed .......... test_engine::test_tail_after_last_event (completed/cancelled)
+  §3.5 GPU weighting ........... test_engine::test_restart_gap_weighted_*, test_day_split_*
+  §3.6 UTC-day splits .......... test_engine::test_per_day_*, test_day_split_*
+  §3.7 repeated_steps .......... test_in_process_rollback_*, test_restart_from_checkpoint_*
+  §3.8 sub-metrics ............. test_engine::test_time_to_recover_*, test_recovery_*
   duplicates ................... test_engine::test_duplicate_ids_count_once, ..._first_copy_...
 """
 
@@ -65,7 +65,7 @@ def test_lost_attempt_has_no_failure_tail_and_counts_as_failure() -> None:
     assert job.time_to_recover_s == [25.0]  # last event 35 -> productive from 60
 
 
-# --- §3.3.1 training and repeated training ---------------------------------------------------
+# --- §3.4.1 training and repeated training ---------------------------------------------------
 
 
 def test_in_process_rollback_is_repeated_training() -> None:
@@ -108,7 +108,7 @@ def test_restart_from_checkpoint_counts_the_repeated_steps_of_every_rank() -> No
     assert job.productive_s == 120.0
     assert job.lost_s == {"failure": 10.0, "restart_gap": 30.0, "checkpoint_load": 10.0,
                           "repeated_training": 30.0}
-    assert job.repeated_steps == 300 + 300  # §3.6 sums over the spans of both ranks
+    assert job.repeated_steps == 300 + 300  # §3.7 sums over the spans of both ranks
     assert job.wall_gpu_s == 1600.0  # 200 s x 8 GPUs (attempt 1 inherits 8)
     # recover: last event 90 -> 140 + 0.5 x 60 = 170
     assert job.time_to_recover_s == [80.0]
@@ -125,7 +125,7 @@ def test_train_span_without_steps_is_productive() -> None:
     assert (job.productive_s, job.lost_s, job.repeated_steps) == (30.0, {}, 0)
 
 
-# --- §3.3.4 failure tail, §3.4 GPUs, §3.5 UTC days, §3.7 recoveries ----------------------------
+# --- §3.4.4 failure tail, §3.5 GPUs, §3.6 UTC days, §3.8 recoveries ----------------------------
 
 
 def test_failure_tail_starts_after_the_latest_span_of_any_rank() -> None:

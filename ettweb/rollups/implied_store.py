@@ -1,0 +1,312 @@
+"""ETT_SPEC §3 rule 3 in the stored refresh: each rank's latest heartbeat and its implied span.
+
+A refresh reads again only the chunks new events landed in, but rule 3 looks at a rank's
+*latest* stepped heartbeat of an attempt, wherever it lies, and at the rank's spans around
+it; its span may start in an earlier chunk than the heartbeat (a late heartbeat extends an
+earlier chunk's attempt). So before the chunks are laid out, per job:
+
+1. the stepped heartbeats of the dirty fine chunks are merged into the stored
+   :class:`~ettweb.rollups.models.RankProgress` rows (the latest by ``(ts, step, id)`` and
+   the highest step before it: maxima, so any arrival order and any re-read gives the same
+   row);
+2. every rank with a stored or new heartbeat whose heartbeat changed or that has spans in
+   the dirty fine chunks asks the events for the rule's facts (one index probe each on
+   ``event_rank_end``, ingest migration 0011) and gets its span from
+   :func:`ettweb.attribution.implied.implied_span`, the function the whole-job engine uses;
+3. a span that moved marks the fine chunks of its old and new start dirty; the sweep reads
+   every implied span as one more home event of the chunk it starts in.
+
+A job whose events are all in memory (a new job) takes the engine's reading of them instead
+(:func:`ettweb.attribution.implied.rank_progress`): no query at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from django.db import connection
+
+from ettweb.attribution.chunk_summary import chunk_of
+from ettweb.attribution.engine import Event
+from ettweb.attribution.implied import (
+    IMPLIED_ATTRS,
+    Beat,
+    RankFacts,
+    implied_id,
+    implied_span,
+    rank_progress,
+)
+from ettweb.ingest.models import Event as StoredEvent
+from ettweb.rollups.models import RankProgress
+
+EVENTS: Final = StoredEvent._meta.db_table
+PROGRESS: Final = RankProgress._meta.db_table
+_HOME: Final = 'coalesce(e."start", e."ts")'
+#: The longest span the schema accepts (§2): a span ended by ``t`` started after this.
+MAX_SPAN_S: Final = 30 * 86400.0
+
+Key = tuple[str, int, int]  # job, attempt, rank
+
+
+@dataclass(slots=True)
+class Progress:
+    """One rank's row: its latest heartbeat and the start and first step of its span."""
+
+    beat: Beat
+    start: float | None = None
+    step_start: int | None = None
+
+    def span(self, key: Key) -> Event | None:
+        if self.start is None or self.step_start is None:
+            return None
+        job, attempt, rank = key
+        return {"v": 1, "id": implied_id(attempt, rank), "job": job, "attempt": attempt,
+                "kind": "span", "phase": "train", "start": self.start, "end": self.beat.ts,
+                "step_start": self.step_start, "step_end": self.beat.step, "rank": rank,
+                "blocking": True, "attrs": {IMPLIED_ATTRS: self.beat.event_id}}
+
+
+@dataclass(slots=True)
+class Implied:
+    """What rule 3 gives a refresh: each job's implied spans, the fine chunks they made
+    dirty, and how many ranks' latest heartbeat went backwards (the anomaly)."""
+
+    spans: dict[str, list[Event]] = field(default_factory=dict)
+    dirty: dict[str, set[int]] = field(default_factory=dict)
+    backwards: dict[str, int] = field(default_factory=dict)
+
+    def home(self, job: str, lo: float, hi: float) -> list[Event]:
+        """The job's implied spans starting in ``[lo, hi)``."""
+        return [span for span in self.spans.get(job, ()) if lo <= span["start"] < hi]
+
+
+def refresh_implied(job_ids: Sequence[str], dirty: Mapping[str, set[int]], size: float,
+                    loaded: Mapping[str, Mapping[int, list[Event]]],
+                    whole: bool) -> Implied:
+    """Bring the jobs' :class:`RankProgress` rows up to date with the events of their dirty
+    fine chunks (``loaded``: every event of a job, by fine chunk) and return what the
+    refresh needs (:class:`Implied`). ``whole``: the rows are rebuilt from the events."""
+    stored = _read(job_ids)
+    old_starts = {key: row.start for key, row in stored.items()}
+    rows = {} if whole else {key: _copy(row) for key, row in stored.items()}
+    for job in loaded:
+        for key in [key for key in rows if key[0] == job]:
+            del rows[key]
+        rows.update(_from_events(job, loaded[job]))
+    queried = [job for job in job_ids if job not in loaded]
+    beats = _dirty_beats(queried, dirty, size)
+    merged = _merged(rows, beats)
+    touched = set(merged) | _dirty_ranks(
+        {job for job, _, _ in rows if job not in loaded}, dirty, size)
+    asked = [key for key in sorted(touched) if key in rows and key[0] not in loaded]
+    for key, facts in zip(asked, _facts([(key, rows[key].beat.ts) for key in asked]),
+                          strict=True):
+        span = implied_span(*key, rows[key].beat, facts)
+        rows[key].start = None if span is None else float(span["start"])
+        rows[key].step_start = None if span is None else int(span["step_start"])
+    changed = {key for key in rows if key not in stored or _moved(stored[key], rows[key])}
+    gone = set(stored) - set(rows)
+    _write({key: rows[key] for key in changed}, gone)
+    return _implied(job_ids, rows, changed | gone, old_starts, size)
+
+
+def _copy(row: Progress) -> Progress:
+    return Progress(row.beat, row.start, row.step_start)
+
+
+def _moved(old: Progress, new: Progress) -> bool:
+    return (old.beat, old.start, old.step_start) != (new.beat, new.start, new.step_start)
+
+
+def _implied(job_ids: Sequence[str], rows: Mapping[Key, Progress], changed: set[Key],
+             old_starts: Mapping[Key, float | None], size: float) -> Implied:
+    found = Implied(spans={job: [] for job in job_ids})
+    for key in sorted(rows):
+        row = rows[key]
+        span = row.span(key)
+        if span is not None:
+            found.spans[key[0]].append(span)
+        found.backwards[key[0]] = found.backwards.get(key[0], 0) + row.beat.backwards
+    for key in changed:
+        fines = found.dirty.setdefault(key[0], set())
+        for start in (old_starts.get(key), rows[key].start if key in rows else None):
+            if start is not None:
+                fines.add(chunk_of(start, size))
+    return found
+
+
+def _from_events(job: str, by_fine: Mapping[int, list[Event]]) -> dict[Key, Progress]:
+    """A job's rows read off all its events (the engine's reading, no query)."""
+    attempts: dict[int, tuple[list[Event], list[Event]]] = {}
+    for events in by_fine.values():
+        for event in events:
+            spans, marks = attempts.setdefault(int(event["attempt"]), ([], []))
+            (spans if event["kind"] == "span" else marks).append(event)
+    rows: dict[Key, Progress] = {}
+    for attempt, (spans, marks) in attempts.items():
+        for rank, beat, span in rank_progress(job, attempt, spans, marks):
+            rows[(job, attempt, rank)] = Progress(
+                beat, None if span is None else float(span["start"]),
+                None if span is None else int(span["step_start"]))
+    return rows
+
+
+def _merged(rows: dict[Key, Progress], beats: Mapping[Key, list[tuple[float, int, str]]],
+            ) -> set[Key]:
+    """Merge each rank's heartbeats read again into its row; the keys whose latest
+    heartbeat changed. The latest is the largest ``(ts, step, id)``, as the engine's."""
+    changed: set[Key] = set()
+    for key, found in beats.items():
+        row = rows.get(key)
+        candidates = list(found)
+        if row is not None:
+            candidates.append((row.beat.ts, row.beat.step, row.beat.event_id))
+        ts, step, event_id = max(candidates)
+        earlier = [s for t, s, _ in found if t < ts]
+        if row is not None:
+            if row.beat.earlier_max is not None:
+                earlier.append(row.beat.earlier_max)
+            if row.beat.ts < ts:
+                earlier.append(row.beat.step)
+        beat = Beat(event_id, ts, step, max(earlier) if earlier else None)
+        if row is None or row.beat != beat:
+            rows[key] = Progress(beat)
+            changed.add(key)
+    return changed
+
+
+def _ranges(dirty: Mapping[str, set[int]], jobs: Iterable[str],
+            size: float) -> list[tuple[str, float, float]]:
+    """Each job's dirty fine chunks as runs of home times ``[lo, hi)``."""
+    found: list[tuple[str, float, float]] = []
+    for job in sorted(set(jobs)):
+        run: list[int] = []
+        for k in sorted(dirty.get(job, ())):
+            if run and k == run[-1] + 1:
+                run.append(k)
+                continue
+            if run:
+                found.append((job, run[0] * size, (run[-1] + 1) * size))
+            run = [k]
+        if run:
+            found.append((job, run[0] * size, (run[-1] + 1) * size))
+    return found
+
+
+def _in_ranges(columns: str, where: str, ranges: list[tuple[str, float, float]]) -> str:
+    """A query of the events in the ranges (one index range each, as ``count_home``)."""
+    return (f"SELECT {columns} FROM unnest(%s::text[], %s::float8[], %s::float8[]) "
+            f"AS c(j, lo, hi) CROSS JOIN LATERAL (SELECT * FROM {EVENTS} e WHERE e.job = c.j "
+            f"AND {_HOME} >= c.lo AND {_HOME} < c.hi AND {where}) e")
+
+
+def _range_args(ranges: list[tuple[str, float, float]]) -> list[list[object]]:
+    return [[job for job, _, _ in ranges], [lo for _, lo, _ in ranges],
+            [hi for _, _, hi in ranges]]
+
+
+def _dirty_beats(job_ids: Sequence[str], dirty: Mapping[str, set[int]],
+                 size: float) -> dict[Key, list[tuple[float, int, str]]]:
+    """The stepped heartbeats of the dirty fine chunks, per attempt and rank."""
+    ranges = _ranges(dirty, job_ids, size)
+    beats: dict[Key, list[tuple[float, int, str]]] = {}
+    if not ranges:
+        return beats
+    with connection.cursor() as cursor:
+        cursor.execute(_in_ranges(
+            "e.job, e.attempt, e.rank, e.ts, e.step, e.event_id",
+            "e.kind = 'mark' AND e.mark = 'heartbeat' AND e.step IS NOT NULL", ranges),
+            _range_args(ranges))
+        for job, attempt, rank, ts, step, event_id in cursor.fetchall():
+            beats.setdefault((job, attempt, rank), []).append((ts, int(step), event_id))
+    return beats
+
+
+def _dirty_ranks(job_ids: Iterable[str], dirty: Mapping[str, set[int]],
+                 size: float) -> set[Key]:
+    """The attempts and ranks with spans in the dirty fine chunks of jobs that have
+    stepped heartbeats (no other job can have an implied span)."""
+    ranges = _ranges(dirty, job_ids, size)
+    if not ranges:
+        return set()
+    with connection.cursor() as cursor:
+        cursor.execute(_in_ranges("DISTINCT e.job, e.attempt, e.rank", "e.kind = 'span'",
+                                  ranges), _range_args(ranges))
+        return {(job, int(attempt), int(rank)) for job, attempt, rank in cursor.fetchall()}
+
+
+def _facts(asked: list[tuple[Key, float]]) -> list[RankFacts]:
+    """Rule 3's facts of each (attempt and rank, latest heartbeat time), in one query:
+    the latest train span ended by ``t``, the latest end of any span ended by ``t``, and
+    whether a train span is open across ``t``. Spans started in the 30 days before ``t``
+    (none is longer), so only those days' partitions are probed."""
+    if not asked:
+        return []
+    rank = ("e.job = w.job AND e.attempt = w.attempt AND e.rank = w.rank AND e.kind = 'span' "
+            f"AND {_HOME} >= w.t - {MAX_SPAN_S} AND {_HOME} <= w.t")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT w.i, tr.e, tr.s, le.e, ac.x FROM unnest(%s::int[], %s::text[], %s::int8[], "
+            "%s::int8[], %s::float8[]) AS w(i, job, attempt, rank, t) "
+            f'LEFT JOIN LATERAL (SELECT e."end" AS e, e.step_end AS s FROM {EVENTS} e '
+            f"WHERE {rank} AND e.phase = 'train' AND e.\"end\" <= w.t "
+            'ORDER BY e."end" DESC, e.step_end DESC LIMIT 1) tr ON true '
+            f'LEFT JOIN LATERAL (SELECT e."end" AS e FROM {EVENTS} e WHERE {rank} '
+            'AND e."end" <= w.t ORDER BY e."end" DESC LIMIT 1) le ON true '
+            f"LEFT JOIN LATERAL (SELECT true AS x FROM {EVENTS} e WHERE {rank} "
+            "AND e.phase = 'train' AND e.\"end\" > w.t LIMIT 1) ac ON true ORDER BY w.i",
+            [list(range(len(asked))), [key[0] for key, _ in asked],
+             [key[1] for key, _ in asked], [key[2] for key, _ in asked],
+             [t for _, t in asked]])
+        return [RankFacts(train_end, None if step is None else int(step), last_end,
+                          bool(active))
+                for _, train_end, step, last_end, active in cursor.fetchall()]
+
+
+def _read(job_ids: Sequence[str]) -> dict[Key, Progress]:
+    rows: dict[Key, Progress] = {}
+    if not job_ids:
+        return rows
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT job, attempt, rank, beat_id, beat_ts, beat_step, earlier_max, "
+                       f"start, step_start FROM {PROGRESS} WHERE job = ANY(%s)",
+                       [list(job_ids)])
+        for job, attempt, rank, beat_id, ts, step, earlier, start, step_start in (
+                cursor.fetchall()):
+            rows[(job, attempt, rank)] = Progress(
+                Beat(beat_id, ts, int(step), None if earlier is None else int(earlier)),
+                start, None if step_start is None else int(step_start))
+    return rows
+
+
+def _write(rows: Mapping[Key, Progress], gone: set[Key]) -> None:
+    """Replace the changed rows and delete the gone ones (a whole refresh's leftovers)."""
+    keys = sorted(set(rows) | gone)
+    if not keys:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {PROGRESS} p USING unnest(%s::text[], %s::int8[], %s::int8[]) "
+            "AS k(job, attempt, rank) WHERE p.job = k.job AND p.attempt = k.attempt "
+            "AND p.rank = k.rank",
+            [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]])
+        if not rows:
+            return
+        ordered = sorted(rows)
+        cursor.execute(
+            f"INSERT INTO {PROGRESS} (job, attempt, rank, beat_id, beat_ts, beat_step, "
+            "earlier_max, start, step_start) SELECT * FROM unnest(%s::text[], %s::int8[], "
+            "%s::int8[], %s::text[], %s::float8[], %s::int8[], %s::int8[], %s::float8[], "
+            "%s::int8[])",
+            [[k[0] for k in ordered], [k[1] for k in ordered], [k[2] for k in ordered],
+             [rows[k].beat.event_id for k in ordered], [rows[k].beat.ts for k in ordered],
+             [rows[k].beat.step for k in ordered],
+             [rows[k].beat.earlier_max for k in ordered],
+             [rows[k].start for k in ordered], [rows[k].step_start for k in ordered]])
+
+
+def forget(job_ids: Sequence[str]) -> None:
+    """Drop the rows of jobs whose rollups are gone."""
+    RankProgress.objects.filter(job__in=list(job_ids)).delete()
