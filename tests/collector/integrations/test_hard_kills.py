@@ -124,19 +124,29 @@ def clocks(notes: list[dict[str, Any]]) -> dict[int, RunClock]:
 
 
 def assert_matches_the_clock(job: Job, ranks: int = 1) -> dict[str, float]:
-    """ETT's repeated steps exact (±1) and its ETT% within 0.5 pts of the job's clock."""
+    """ETT's repeated steps exact (±1) and its ETT% within 0.5 pts of the job's clock.
+
+    The jobs are tiny, so their ETT% is small (start-up dominates) and 0.5 pts is a loose
+    bound on seconds; the productive and repeated seconds are also held to a tenth of a
+    second (five steps) of the clock's. Without rule 3 the repeated time reads 0, and the
+    productive time is right only when the lost slice and its re-run took equally long."""
     ett = job.attributed()
     own = clocks(job.notes())
     assert sorted(own) == list(range(ranks))
     expected_steps = sum(clock.expected().repeated_steps for clock in own.values())
     assert expected_steps == ranks * (KILL_AT - SAVED_AT)
-    # Rule 4.1: training time follows the lowest rank's train spans.
-    clock_pct = 100.0 * own[0].expected().productive_s / ett.wall_s
-    ett_pct = 100.0 * ett.productive_s / ett.wall_s
+    clock = own[0].expected()  # rule 4.1: training time follows the lowest rank's spans
     numbers = {"repeated_steps": ett.repeated_steps, "expected_steps": expected_steps,
-               "ett_pct": ett_pct, "clock_pct": clock_pct}
+               "ett_pct": 100.0 * ett.productive_s / ett.wall_s,
+               "clock_pct": 100.0 * clock.productive_s / ett.wall_s,
+               "productive_s": ett.productive_s, "clock_productive_s": clock.productive_s,
+               "repeated_s": ett.lost_s.get("repeated_training", 0.0),
+               "clock_repeated_s": clock.repeated_s}
+    print(f"{job.name}: {numbers}")  # shown with -s
     assert abs(ett.repeated_steps - expected_steps) <= 1, numbers
-    assert abs(ett_pct - clock_pct) <= 0.5, numbers
+    assert abs(numbers["ett_pct"] - numbers["clock_pct"]) <= 0.5, numbers
+    assert abs(ett.productive_s - clock.productive_s) <= 0.1, numbers
+    assert abs(numbers["repeated_s"] - clock.repeated_s) <= 0.1, numbers
     assert [a.status for a in ett.attempts] == ["failed", "completed"], ett.attempts
     assert not list(job.spool.glob(f"*{PROGRESS_SUFFIX}*")), "progress files left behind"
     return numbers
@@ -245,8 +255,12 @@ def test_without_the_wrapper_a_kill_loses_at_most_a_heartbeat_of_steps(tmp_path:
     last_interval = sum(1 for n in notes if n["what"] == "step_end" and n["attempt"] == 0
                         and crash - HEARTBEAT_S <= n["t"] <= crash)
     expected = KILL_AT - SAVED_AT
-    assert expected - last_interval - 1 <= job.attributed().repeated_steps <= expected
+    heard = job.attributed().repeated_steps
+    assert expected - last_interval - 1 <= heard <= expected
 
     claimed = write_final_heartbeats(job.spool)  # what the node agent does between batches
     assert [(p.attempt, p.step) for p in claimed] == [(0, KILL_AT)]
-    assert abs(job.attributed().repeated_steps - expected) <= 1
+    exact = job.attributed().repeated_steps
+    print(f"{job.name} without the wrapper: {heard} repeated steps from the heartbeats "
+          f"({last_interval} steps in the last interval), {exact} once claimed, of {expected}")
+    assert abs(exact - expected) <= 1
