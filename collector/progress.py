@@ -226,10 +226,17 @@ def _locked_do(path: Path, action: Callable[[int], Any]) -> Any:
         os.close(fd)
 
 
+#: Files this process claimed but could not delete (a spool with the sticky bit, owned by
+#: another user), by device, inode and change time: never emitted twice from here.
+_UNDELETABLE: set[tuple[int, int, int]] = set()
+
+
 def _claim(path: Path, fd: int, *, emit: Emit, job: str | None) -> Progress | None:
     """Emit the file's step and delete it, under its lock (so it is emitted once)."""
+    st = os.fstat(fd)
+    key = (st.st_dev, st.st_ino, st.st_ctime_ns)
     progress = read_progress(os.pread(fd, SIZE, 0))
-    if progress is not None and job is not None and progress.job != job:
+    if key in _UNDELETABLE or (progress is not None and job not in (None, progress.job)):
         return None
     if progress is not None:
         try:
@@ -237,7 +244,14 @@ def _claim(path: Path, fd: int, *, emit: Emit, job: str | None) -> Progress | No
         except Exception as exc:  # left in place: the next look tries again
             log.warning("cannot write the final heartbeat of %s: %s", progress, exc)
             return None
-    _unlink(path)  # emitted, or no step was ever recorded: nothing more to tell
+    try:
+        os.unlink(path)  # emitted, or no step was ever recorded: nothing more to tell
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        _UNDELETABLE.add(key)
+        log.warning("cannot delete the claimed progress file %s (%s); it is not claimed "
+                    "again by this process", path, exc)
     return progress
 
 

@@ -124,6 +124,24 @@ def test_a_failed_heartbeat_leaves_the_file_for_the_next_look(tmp_path: Path) ->
     assert len(progress_files(tmp_path)) == 1
 
 
+def test_a_file_that_cannot_be_deleted_is_claimed_once(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spool with the sticky bit lets no other user delete a trainer's file: the claimant
+    must not write its final heartbeat again at every look."""
+    writer = ProgressWriter.open(tmp_path, "s", IDENTITY)
+    assert writer is not None
+    writer.record(7, 1007.0)
+    writer.close(remove=False)
+
+    def refuse(path: Any) -> None:
+        raise PermissionError("sticky")
+
+    monkeypatch.setattr(os, "unlink", refuse)
+    emitted: list[Progress] = []
+    assert [p.step for p in claim_orphans(tmp_path, emitted.append)] == [7]
+    assert claim_orphans(tmp_path, emitted.append) == [] and len(emitted) == 1
+
+
 def test_no_file_can_be_made_and_training_goes_on(tmp_path: Path,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     blocked = tmp_path / "a-file"
