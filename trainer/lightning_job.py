@@ -10,18 +10,24 @@ last checkpoint, as a scheduler would, so the job page shows a failure, the rest
 checkpoint load and the steps trained again.
 
 Each attempt is a child process (``--attempt N``), so the adapter sees a real process start
-and a real crash; the supervisor sets ``ETT_JOB_ID`` and ``ETT_ATTEMPT`` for it.
+and a real crash; the supervisor sets ``ETT_JOB_ID`` and ``ETT_ATTEMPT`` for it. Ctrl-C or
+SIGTERM stops the job: the supervisor forwards one SIGINT to the attempt, whose callback ends
+it ``cancelled``, waits for it (``trainer.launch.stop``) and restarts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import FrameType
 from typing import Any
+
+from trainer.launch import EXIT_CANCELLED, Cancelled, stop
 
 EXIT_INJECTED = 3
 
@@ -78,7 +84,8 @@ def run_attempt(args: argparse.Namespace) -> int:
 
     class InjectedFailure(Callback):
         def on_train_batch_end(self, trainer: pl.Trainer, *rest: Any) -> None:
-            if args.attempt == 0 and trainer.global_step >= args.fail_at_step:
+            if args.fail_at_step and args.attempt == 0 and \
+                    trainer.global_step >= args.fail_at_step:  # 0: never
                 raise RuntimeError(f"injected failure at step {trainer.global_step}")
 
     checkpoints = Path(args.checkpoint_dir)
@@ -98,8 +105,22 @@ def run_attempt(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cancel(signum: int, frame: FrameType | None) -> None:
+    raise Cancelled(signal.Signals(signum).name)
+
+
 def supervise(args: argparse.Namespace) -> int:
-    """Run attempts until one completes or ``--max-attempts`` are spent."""
+    """Run attempts until one completes or ``--max-attempts`` are spent; 130 when stopped."""
+    signal.signal(signal.SIGINT, _cancel)
+    signal.signal(signal.SIGTERM, _cancel)
+    try:
+        return _attempts(args)
+    except Cancelled:
+        print(f"lightning job {args.job}: stopped", flush=True)
+        return EXIT_CANCELLED
+
+
+def _attempts(args: argparse.Namespace) -> int:
     env = {**os.environ, "ETT_JOB_ID": args.job}
     status = 1
     for attempt in range(args.max_attempts):
@@ -108,7 +129,7 @@ def supervise(args: argparse.Namespace) -> int:
                 "--job", args.job, "--checkpoint-dir", args.checkpoint_dir,
                 "--attempt", str(attempt)]
         print(f"lightning job {args.job}: attempt {attempt}", flush=True)
-        status = subprocess.run(argv, env=env).returncode
+        status = _run_attempt(argv, env)
         if status == 0:
             return 0
         if attempt + 1 < args.max_attempts:
@@ -116,6 +137,18 @@ def supervise(args: argparse.Namespace) -> int:
                   f"restarting from the last checkpoint in {args.restart_delay:g} s", flush=True)
             time.sleep(args.restart_delay)
     return status
+
+
+def _run_attempt(argv: list[str], env: dict[str, str]) -> int:
+    """One attempt in its own session: a terminal's Ctrl-C reaches the supervisor alone,
+    which forwards one SIGINT and waits for the callback to end the attempt (Python's own
+    wait gave it a quarter of a second, then killed it with the end unwritten)."""
+    child = subprocess.Popen(argv, env=env, start_new_session=True)
+    try:
+        return child.wait()
+    except Cancelled:
+        stop(child)
+        raise
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

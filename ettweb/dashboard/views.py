@@ -94,7 +94,7 @@ def jobs(request: HttpRequest) -> HttpResponse:
                        for key in JOB_SORTS},
         "previous": form.link(page=result.page - 1) if result.page > 1 else "",
         "next": form.link(page=result.page + 1) if result.page < result.pages else "",
-        "csv": form.link(format="csv", page="")})
+        "csv": form.link(format="csv", page=""), "stale_link": form.link(status="stale", page="")})
 
 
 #: The jobs table's columns: (sort key or "", heading, numeric).
@@ -114,7 +114,8 @@ def bad_page(page: int, pages: int) -> HttpResponse:
 
 
 JOB_COLUMNS = ("job", "model", "team", "cluster", "status", "attempts", "gpus", "start",
-               "wall_s", "ett_pct", "lost_gpu_hours", "failures", "anomalies")
+               "wall_s", "ett_pct", "lost_gpu_hours", "failures", "anomalies", "last_heard",
+               "stale")
 
 
 def _jobs_csv(form: JobsFilterForm) -> HttpResponse:
@@ -122,7 +123,8 @@ def _jobs_csv(form: JobsFilterForm) -> HttpResponse:
     return csv_response("ett-jobs.csv", JOB_COLUMNS, (
         [r.job, r.model, r.team, r.cluster, r.status, r.attempts, r.gpus,
          r.start.isoformat() if r.start else "", r.wall_s, r.ett_pct, r.lost_gpu_hours,
-         r.failures, r.anomalies] for r in rows))
+         r.failures, r.anomalies, r.last_heard.isoformat() if r.last_heard else "",
+         "true" if r.stale else "false"] for r in rows))
 
 
 @login_required
@@ -153,6 +155,7 @@ def job_detail(request: HttpRequest, job: str) -> HttpResponse:
             "lost-by-component"),
         "lost_rows": _lost_rows(result),
         "csv": {name: "?" + urlencode({"format": "csv", "table": name}) for name in JOB_TABLES},
+        "stale_after_s": settings.ETT_STALE_AFTER_S,
     })
 
 

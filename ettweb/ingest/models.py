@@ -57,6 +57,10 @@ class Job(models.Model):
                                    help_text="earliest home time of its events, epoch seconds")
     last_home = models.FloatField(null=True, blank=True,
                                   help_text="latest home time of its events, epoch seconds")
+    #: Every stored span of the job is at most this long, so a span ending by ``t`` started
+    #: after ``t`` minus it: how far back ``ettweb.rollups.implied_store`` looks first.
+    longest_span_s = models.FloatField(null=True, blank=True,
+                                       help_text="its longest span, seconds (NULL: not known)")
     model = models.CharField(max_length=200, blank=True, default="")
     team = models.CharField(max_length=200, blank=True, default="")
     cluster = models.CharField(max_length=200, blank=True, default="")

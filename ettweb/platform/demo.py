@@ -16,7 +16,10 @@ What it does, with progress on the console:
      unless it is set);
   5. runs the reference TorchRec trainer for about two minutes, then a PyTorch Lightning job
      instrumented by its ``ETTCallback`` alone (``trainer.lightning_job``; ``--no-lightning``
-     skips it), each with one injected failure and a restart from its last checkpoint;
+     skips it), each with one injected failure and a restart from its last checkpoint. A
+     Ctrl-C meanwhile ends the job's attempt ``cancelled`` and waits (up to
+     ``WIND_DOWN_DRAIN_S``) until that end is stored before the services stop, so the job
+     page never shows a job the demo stopped as still running;
   6. waits until every spooled event is stored, prints each job's ETT%, and serves the dashboard
      (and last week's e-mail report at /reports/preview/) until Ctrl-C, then shuts everything
      down (the embedded servers too, if it started them).
@@ -28,18 +31,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 from ettweb.platform import demo_training, embedded
+from ettweb.platform.demo_processes import ProcessTable, stop_groups
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -47,8 +52,9 @@ PY = sys.executable
 FLEET_DAYS, FLEET_JOBS = 90, 300
 
 
-#: How long a process group has to stop after SIGTERM before it is killed.
-STOP_TIMEOUT_S = 20.0
+#: After a Ctrl-C during training: the most seconds to wait for the job's last events (its
+#: ``attempt_end``) to be stored and its rollups refreshed before the services stop.
+WIND_DOWN_DRAIN_S = 60.0
 
 
 @dataclass
@@ -60,89 +66,6 @@ class Child:
     popen: subprocess.Popen[bytes]
     log_path: Path
     log: IO[bytes] = field(repr=False)
-
-
-def started_at(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22),
-    None once it is gone: with the pid, it names one process, so a pid reused after a reboot
-    or a long pause is never signalled by ``--stop``."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rpartition(")")[2].split()[19]
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether any process of the group still runs. Zombies do not count: they are dead,
-    waiting for a parent to collect them (a killed demo's children are collected by init)."""
-    proc = Path("/proc")
-    if not proc.is_dir():  # no procfs: ask the kernel, zombies included
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    for stat in proc.glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            state, _, group = stat.read_text().rpartition(")")[2].split()[:3]
-            if int(group) == pgid and state not in ("Z", "X"):
-                return True
-    return False
-
-
-def stop_groups(groups: list[tuple[str, int]], timeout: float = STOP_TIMEOUT_S,
-                reap: Callable[[], object] = lambda: None) -> list[str]:
-    """SIGTERM every process group, wait up to ``timeout`` for all of them, SIGKILL what is
-    left; returns what was stopped, in words ("worker (pid 123)", "beat (pid 124, killed)").
-    ``reap`` collects the leaders when they are our children: an unreaped leader is a
-    zombie, and a zombie still counts as a member of its group."""
-    for _, pgid in groups:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        reap()
-        if not any(group_alive(pgid) for _, pgid in groups):
-            break
-        time.sleep(0.1)
-    stopped = []
-    for name, pgid in groups:
-        killed = group_alive(pgid)
-        if killed:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
-        stopped.append(f"{name} (pid {pgid}{', killed' if killed else ''})")
-    return stopped
-
-
-class ProcessTable:
-    """``var/demo/processes.json``: the groups a running demo started, so ``make stop``
-    (``python -m ettweb.platform.demo --stop``) can stop whatever a demo that was killed outright
-    (SIGKILL, a closed terminal) left running."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def write(self, children: list[Child]) -> None:
-        rows = [{"name": c.name, "pid": c.popen.pid, "started": started_at(c.popen.pid)}
-                for c in children]
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(json.dumps(rows))
-
-    def alive(self) -> list[tuple[str, int]]:
-        """The recorded groups whose leader is still the process the demo started."""
-        try:
-            rows = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return []
-        return [(row["name"], row["pid"]) for row in rows
-                if row.get("started") and started_at(row["pid"]) == row["started"]]
-
-    def clear(self) -> None:
-        self.path.unlink(missing_ok=True)
 
 
 def _say(step: str, text: str) -> None:
@@ -158,6 +81,8 @@ class Demo:
         self.spool = self.work / "spool"
         self.logs = self.work / "logs"
         self.children: list[Child] = []
+        #: The training job now running in the foreground (its own process group), if any.
+        self.trainer: subprocess.Popen[bytes] | None = None
         self.table = ProcessTable(self.work / "processes.json")
         self.started_embedded = False
         self.env = dict(os.environ)
@@ -254,15 +179,50 @@ class Demo:
                 "--schedule", str(self.work / "celerybeat-schedule")]
 
     def train(self) -> int:
+        """Run the live jobs; on Ctrl-C (or SIGTERM, SIGHUP) end the one training first."""
+        try:
+            return self._train()
+        except KeyboardInterrupt:
+            self.wind_down()
+            raise
+
+    def _train(self) -> int:
         a = self.args
         _say("5/7", f"training job {a.job}: {a.steps} steps, one injected failure at step "
                     f"{a.fail_at_step}, then a restart from the last checkpoint…")
-        status = demo_training.train_torchrec(a, self.spool, self.work, self.env)
+        status = demo_training.train_torchrec(a, self.spool, self.work, self.env,
+                                              self.started_trainer)
         if status != 0 or a.no_lightning:
             return status
         print(f"      then the Lightning job {a.lightning_job} ({a.lightning_steps} steps, "
               "instrumented by its ETTCallback alone), with one failure too…", flush=True)
-        return demo_training.train_lightning(a, self.spool, self.work, self.env)
+        return demo_training.train_lightning(a, self.spool, self.work, self.env,
+                                             self.started_trainer)
+
+    def started_trainer(self, popen: subprocess.Popen[bytes]) -> None:
+        """Record the job's process group, so ``make stop`` finds it after a killed demo."""
+        self.trainer = popen
+        self.table.write(self.groups())
+
+    def wind_down(self) -> None:
+        """The demo was interrupted while a job trained: stop the job (its supervisor ends
+        the attempt ``cancelled``), end any attempt still open, and wait until those ends are
+        stored and rolled up, before :meth:`running` stops the collector and the worker.
+
+        Why: the services used to stop at once, and the job's ``attempt_end``, shipped but not
+        yet stored, waited in the broker for the next start while the job page showed the job
+        running. Further signals are held meanwhile; every wait here is bounded."""
+        with signals_held():
+            print("\nstopping the training job: its attempt ends as cancelled…", flush=True)
+            if self.trainer is not None:
+                demo_training.stop_job(self.trainer)
+            for job, attempt in demo_training.end_open_attempts(self.spool, self.jobs()):
+                print(f"      {job}: attempt {attempt} left open by its process; the demo "
+                      "ended it (cancelled)", flush=True)
+            print(f"      storing the jobs' last events before the services stop (at most "
+                  f"{WIND_DOWN_DRAIN_S:.0f} s)…", flush=True)
+            for job, problem in self.drain(WIND_DOWN_DRAIN_S).items():
+                print(f"      {job}: {problem}", file=sys.stderr, flush=True)
 
     def jobs(self) -> list[str]:
         return [self.args.job] + ([] if self.args.no_lightning else [self.args.lightning_job])
@@ -275,12 +235,10 @@ class Demo:
         printed other numbers than the dashboard (1 attempt instead of 2) without a warning.
         """
         _say("6/7", "waiting for the collector and worker to store every event…")
-        for job in self.jobs():
-            lines = sum(1 for p in self.spool.glob(f"{job}.a*.jsonl")
-                        for ln in p.open() if ln.strip())
-            out = self.manage("ett_wait_ingested", "--events", str(lines), "--job", job,
-                              "--timeout", str(self.args.drain_timeout), quiet=True)
-            print(f"      {job}: {out.strip()}", flush=True)
+        problems = self.drain(self.args.drain_timeout, say=True)
+        if problems:
+            raise SystemExit("demo: manage.py ett_wait_ingested failed:\n" +
+                             "\n".join(problems.values()))
         export = self.work / f"{self.args.job}.jsonl"
         self.manage("ett_export", "--job", *self.jobs(), "--output", str(export), quiet=True)
         print(f"      stored events exported to {export} "
@@ -290,6 +248,28 @@ class Demo:
             cwd=REPO_ROOT, env=self.env, check=True, capture_output=True, text=True)
         result: dict[str, object] = json.loads(report.stdout)
         return result
+
+    def drain(self, timeout: float, say: bool = False) -> dict[str, str]:
+        """Wait until each job's spooled events, its ``attempt_end`` marks by id among them,
+        are stored and its rollups current; returns what went wrong per job (nothing: done).
+        A job with nothing spooled is skipped."""
+        problems = {}
+        for job in self.jobs():
+            lines = sum(1 for p in self.spool.glob(f"{glob.escape(job)}.a*.jsonl")
+                        for ln in p.open() if ln.strip())
+            if not lines:
+                continue
+            ends = [arg for end in demo_training.end_ids(self.spool, job)
+                    for arg in ("--event-id", end)]
+            proc = subprocess.run(
+                [PY, str(REPO_ROOT / "manage.py"), "ett_wait_ingested", "--events", str(lines),
+                 "--job", job, "--timeout", str(timeout), *ends],
+                cwd=REPO_ROOT, env=self.env, capture_output=True, text=True)
+            if proc.returncode != 0:
+                problems[job] = proc.stderr.strip()
+            elif say:
+                print(f"      {job}: {proc.stdout.strip()}", flush=True)
+        return problems
 
     # ------------------------------------------------------------------ processes
     def manage(self, *argv: str, quiet: bool = False) -> str:
@@ -311,7 +291,14 @@ class Demo:
         popen = subprocess.Popen([PY, *argv], cwd=REPO_ROOT, env=env, stdout=log,
                                  stderr=subprocess.STDOUT, start_new_session=True)
         self.children.append(Child(name, popen, log_path, log))
-        self.table.write(self.children)
+        self.table.write(self.groups())
+
+    def groups(self) -> list[tuple[str, int]]:
+        """(name, process group) of every process the demo started that may still run."""
+        groups = [(child.name, child.popen.pid) for child in self.children]
+        if self.trainer is not None and self.trainer.poll() is None:
+            groups.append(("trainer", self.trainer.pid))
+        return groups
 
     def check_children(self) -> None:
         for child in self.children:
@@ -323,8 +310,10 @@ class Demo:
         """Stop every child's whole process group (a Celery worker's pool processes are
         its children: signalling the leader alone left them running); returns what was
         stopped, in words."""
-        groups = [(child.name, child.popen.pid) for child in reversed(self.children)]
-        stopped = stop_groups(groups, reap=lambda: [c.popen.poll() for c in self.children])
+        groups = list(reversed(self.groups()))  # a trainer still running stops first
+        trainer = [] if self.trainer is None else [self.trainer]
+        stopped = stop_groups(groups, reap=lambda: [p.poll() for p in
+                                                    [c.popen for c in self.children] + trainer])
         for child in self.children:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.popen.wait(timeout=5)

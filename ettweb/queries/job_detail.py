@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Final, Literal
 from ettweb.attribution.completeness import Finding
 from ettweb.ingest.models import Event, Job, QuarantinedEvent
 from ettweb.platform.deferred import send_once
+from ettweb.queries import liveness
 from ettweb.queries.base import by_component, phase_components, quarantined_lines
 from ettweb.queries.exposed import as_api, doc, hidden, inline
 from ettweb.queries.registry import Query, runner_for
@@ -69,11 +70,13 @@ class JobQuery(Query["JobResult | JobComputing | None"]):
     """One job's numbers; ``components`` overrides the edited phase→component map.
 
     ``lanes_at`` (epoch seconds) picks the chunk of the timeline whose per-rank lanes are
-    shown; ``None`` shows each attempt's first chunk (where its ranks started up)."""
+    shown; ``None`` shows each attempt's first chunk (where its ranks started up).
+    ``now`` is the moment staleness is judged at (default: the clock's)."""
 
     job: str
     components: Mapping[str, str] | None = None
     lanes_at: float | None = None
+    now: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ class AttemptRow:
     """One attempt window and the steps its train spans trained a second time."""
 
     API_ORDER: ClassVar[tuple[str, ...]] = ("attempt", "status", "gpus", "start", "end",
-                                            "duration_s", "repeated_steps")
+                                            "duration_s", "repeated_steps", "stale")
 
     attempt: int
     status: str
@@ -92,6 +95,9 @@ class AttemptRow:
     repeated_steps: int = 0
     #: Seconds from the job's start (its first attempt's) to this attempt's start.
     offset_s: float = field(default=0.0, metadata=hidden())
+    stale: bool = field(default=False, metadata=doc(
+        "running, but nothing heard from the job for ETT_STALE_AFTER_S: its process is "
+        "probably gone without an end (status stays running, its numbers do not change)"))
 
 
 @dataclass(frozen=True)
@@ -207,7 +213,7 @@ class JobResult:
         "wall_gpu_s", "productive_gpu_s", "time_to_start_s", "time_to_recover_s", "failures",
         "repeated_steps", "anomalies", "quarantined", "lost_s", "lost_by_component_s",
         "lost_by_component_gpu_s", "attempts", "recoveries", "timeline", "lanes",
-        "instrumentation", "refresh_parked")
+        "instrumentation", "refresh_parked", "last_heard", "stale")
 
     job: str
     headline: JobHeadline = field(metadata=inline())
@@ -228,6 +234,13 @@ class JobResult:
         "What looks missing from the job's events, largest first within each attempt "
         "([] when nothing does; null when the job was rolled up before the check existed)"))
     refresh_parked: str | None = field(default=None, metadata=doc(PARKED_DOC))
+    last_heard: datetime | None = field(default=None, metadata=doc(
+        "the job's latest event time (UTC); null when unknown"))
+    stale: bool = field(default=False, metadata=doc(
+        "its last attempt is running but nothing was heard from the job for "
+        "ETT_STALE_AFTER_S; that attempt is marked stale too"))
+    #: The moment staleness was judged at (the page's "last heard … ago" counts from it).
+    judged_at: datetime | None = field(default=None, metadata=hidden())
 
     @property
     def status(self) -> Literal["ready"]:
@@ -292,12 +305,14 @@ def _pieces(rows: Sequence[Sequence[Any]]) -> tuple[Piece, ...]:
     return tuple((str(name), float(start), float(end)) for name, start, end in rows)
 
 
-def _headline(rollup: JobRollup) -> JobHeadline:
+def _headline(rollup: JobRollup, stale: bool) -> JobHeadline:
+    """The rollup's numbers; ``stale``: the job is, so its running attempt is marked."""
     recoveries = [RecoveryRow(r.attempt, r.seconds, r.by_category, r.start, r.end)
                   for r in rollup.recovery_rows.order_by("attempt")]
     rows = list(rollup.attempt_rows.order_by("attempt"))
     attempts = [AttemptRow(a.attempt, a.status, a.gpus, a.end - a.start, a.start, a.end,
-                           a.repeated_steps, a.start - rows[0].start) for a in rows]
+                           a.repeated_steps, a.start - rows[0].start,
+                           stale and a.status == liveness.RUNNING) for a in rows]
     return JobHeadline(
         ett_pct=rollup.ett_pct, wall_s=rollup.wall_s, productive_s=rollup.productive_s,
         wall_gpu_s=rollup.wall_gpu_s, productive_gpu_s=rollup.productive_gpu_s,
@@ -379,16 +394,21 @@ class JobQueryRunner:
         mapping = self.query.components or phase_components()
         timeline = tuple(TimelineRow(t.attempt, _pieces(t.pieces), t.bin_s)
                          for t in rollup.timeline_rows.order_by("attempt"))
-        headline = _headline(rollup)
+        job_row = _job_row(self.query.job)
+        at = liveness.judged_at(self.query.now)
+        heard = liveness.last_heard(job_row.get("last_event_time"), rollup.window_end)
+        stale = liveness.is_stale(rollup.status, heard, at)
+        headline = _headline(rollup, stale)
         lanes = _lanes(self.query.job, headline.attempts, self.query.lanes_at)
         return JobResult(
             job=self.query.job, headline=headline,
             lost_by_component_s=by_component(rollup.lost_s, mapping),
             lost_by_component_gpu_s=by_component(rollup.lost_gpu_s, mapping),
             quarantined=quarantined_lines(QuarantinedEvent.objects.filter(job=self.query.job)),
-            meta=_job_meta(self.query.job, rollup), timeline=timeline, lanes=lanes.rows,
+            meta=_job_meta(job_row, rollup), timeline=timeline, lanes=lanes.rows,
             lanes_at=lanes.at, lanes_earlier=lanes.earlier, lanes_later=lanes.later,
             instrumentation=_findings(rollup), refresh_parked=_parked_error(self.query.job),
+            last_heard=liveness.as_time(heard), stale=stale, judged_at=at,
         )
 
 
@@ -455,8 +475,14 @@ def _lanes(job: str, attempts: Sequence[AttemptRow], at: float | None) -> _Lanes
     return _Lanes(tuple(rows), occupied[shown] * size, earlier, later)
 
 
-def _job_meta(job: str, rollup: JobRollup) -> JobMeta:
-    row = Job.objects.filter(job_id=job).values("model", "team", "cluster").first()
+def _job_row(job: str) -> dict[str, Any]:
+    """Ingestion's row of the job (labels, latest event time); empty when it has none."""
+    row = Job.objects.filter(job_id=job).values(
+        "model", "team", "cluster", "last_event_time").first()
+    return dict(row) if row else {}
+
+
+def _job_meta(row: Mapping[str, Any], rollup: JobRollup) -> JobMeta:
     if row:
-        return JobMeta(**row)
+        return JobMeta(row["model"], row["team"], row["cluster"])
     return JobMeta(model=rollup.model, team=rollup.team, cluster=rollup.cluster)

@@ -19,6 +19,7 @@ from django.db.models import Count, F, Q, QuerySet, Sum
 from ettweb.attribution.components import component_of
 from ettweb.ingest.models import QuarantinedEvent
 from ettweb.platform.text import unstorable
+from ettweb.queries import liveness
 from ettweb.queries.base import (
     GPU_BUCKETS,
     HOUR_S,
@@ -32,7 +33,7 @@ from ettweb.queries.base import (
     validated,
 )
 from ettweb.queries.choices import FilterChoicesQuery, FilterChoicesQueryRunner
-from ettweb.queries.exposed import as_api, hidden
+from ettweb.queries.exposed import as_api, doc, hidden
 from ettweb.queries.registry import Query, runner_for
 from ettweb.rollups.models import JobLostRollup, JobRollup
 
@@ -40,7 +41,9 @@ from ettweb.rollups.models import JobLostRollup, JobRollup
 SORTS: Final[dict[str, str]] = {
     "job": "job", "ett_pct": "ett_pct", "lost_gpu_hours": "lost", "failures": "failures",
     "gpus": "gpus", "start": "window_start", "attempts": "attempts", "wall": "wall_s"}
-STATUSES: Final = ("running", "completed", "failed", "preempted", "lost")
+#: ``stale`` keeps the running jobs not heard from for ``ETT_STALE_AFTER_S``
+#: (``ettweb.queries.liveness``); ``running`` keeps every running job, stale or not.
+STATUSES: Final = ("running", "stale", "completed", "failed", "preempted", "lost", "cancelled")
 MAX_PAGE_SIZE: Final = 200
 #: Longest search text (``q``) the jobs page and ``/api/v1/jobs`` take: a job's name is
 #: stored in 200 characters, so a longer text matches nothing; one limit for both, so the
@@ -50,7 +53,8 @@ MAX_SEARCH_CHARS: Final = 200
 
 @dataclass(frozen=True)
 class JobsQuery(Query["JobsResult"]):
-    """One page of jobs matching the filters; ``range`` keeps jobs whose window overlaps it."""
+    """One page of jobs matching the filters; ``range`` keeps jobs whose window overlaps it.
+    ``now`` is the moment staleness is judged at (default: the clock's)."""
 
     range: DateRange | None = None
     search: str = ""
@@ -62,6 +66,7 @@ class JobsQuery(Query["JobsResult"]):
     sort: str = "-lost_gpu_hours"
     page: int = 1
     page_size: int = 50
+    now: datetime | None = None
 
     def __post_init__(self) -> None:
         for name, value, limit in (("q", self.search, MAX_SEARCH_CHARS),
@@ -125,6 +130,11 @@ class JobListRow:
     lost_gpu_hours: float
     failures: int
     anomalies: int
+    last_heard: datetime | None = field(default=None, metadata=doc(
+        "the job's latest event time (UTC); null when unknown"))
+    stale: bool = field(default=False, metadata=doc(
+        "running, but nothing heard from it for stale_after_s: its process is probably "
+        "gone without an end (status stays running, its numbers do not change)"))
 
     def as_api(self) -> dict[str, Any]:
         return as_api(self)
@@ -138,7 +148,7 @@ class JobsResult:
     API_PROPERTIES: ClassVar[tuple[str, ...]] = ("ett_pct",)
     API_ORDER: ClassVar[tuple[str, ...]] = (
         "total", "page", "pages", "wall_gpu_s", "productive_gpu_s", "ett_pct", "failures",
-        "lost_by_component_gpu_s", "jobs")
+        "lost_by_component_gpu_s", "jobs", "stale_jobs", "stale_after_s")
 
     jobs: tuple[JobListRow, ...]
     total: int
@@ -151,6 +161,12 @@ class JobsResult:
     #: The page's notes and its filters' values: not what a script paging through asks.
     quarantined: int = field(metadata=hidden())
     choices: dict[str, tuple[str, ...]] = field(metadata=hidden())
+    stale_jobs: int = field(metadata=doc(
+        "jobs of the filtered set that are stale (running, nothing heard for stale_after_s)"))
+    stale_after_s: float = field(metadata=doc(
+        "seconds without an event after which a running job is stale (ETT_STALE_AFTER_S)"))
+    #: The moment staleness was judged at (the page's "last heard … ago" counts from it).
+    judged_at: datetime | None = field(default=None, metadata=hidden())
 
     @property
     def ett_pct(self) -> float:
@@ -175,42 +191,50 @@ class JobsQueryRunner:
 
     def export(self, limit: int = 100_000) -> list[JobListRow]:
         """Every matching job in the query's order (the CSV export), at most ``limit``."""
-        return [_row(r) for r in self._ordered()[:limit]]
+        at = liveness.judged_at(self.query.now)
+        return [_row(r, at) for r in self._ordered(at)[:limit]]
 
-    def _ordered(self) -> QuerySet[JobRollup]:
+    def _ordered(self, at: datetime) -> QuerySet[JobRollup]:
         q = self.query
         key = SORTS[q.sort.removeprefix("-")]
         order = (F(key).desc(nulls_last=True) if q.sort.startswith("-")
                  else F(key).asc(nulls_last=True))
-        return (self._filtered().annotate(lost=F("wall_gpu_s") - F("productive_gpu_s"))
+        return (self._filtered(at).annotate(lost=F("wall_gpu_s") - F("productive_gpu_s"),
+                                            heard=liveness.last_heard_sql())
                 .order_by(order, "job"))
 
     def calculate(self) -> JobsResult:
         q = self.query
-        matching = self._filtered()
+        at = liveness.judged_at(q.now)
+        matching = self._filtered(at)
         totals = matching.aggregate(n=Count("id"), wall=Sum("wall_gpu_s"),
                                     productive=Sum("productive_gpu_s"),
                                     failures=Sum("failures"))
         total = int(totals["n"])
         pages = max(1, -(-total // q.page_size))
         page = min(q.page, pages)
-        rows = self._ordered()[(page - 1) * q.page_size:page * q.page_size]
+        rows = self._ordered(at)[(page - 1) * q.page_size:page * q.page_size]
         return JobsResult(
-            jobs=tuple(_row(r) for r in rows), total=total, page=page, pages=pages,
+            jobs=tuple(_row(r, at) for r in rows), total=total, page=page, pages=pages,
             wall_gpu_s=float(totals["wall"] or 0.0),
             productive_gpu_s=float(totals["productive"] or 0.0),
             failures=int(totals["failures"] or 0),
             lost_by_component_gpu_s=_lost_by_component(matching, phase_components(),
                                                         filtered=bool(matching.query.has_filters())),
             quarantined=quarantined_lines(QuarantinedEvent.objects.all()),
-            choices=_choices())
+            choices=_choices(), stale_jobs=_stale(matching, at).count(),
+            stale_after_s=liveness.stale_after_s(), judged_at=at)
 
-    def _filtered(self) -> QuerySet[JobRollup]:
+    def _filtered(self, at: datetime) -> QuerySet[JobRollup]:
         q = self.query
         rows = JobRollup.objects.all()
-        for name in ("model", "team", "cluster", "status"):
+        for name in ("model", "team", "cluster"):
             if getattr(q, name):
                 rows = rows.filter(**{name: getattr(q, name)})
+        if q.status == "stale":
+            rows = _stale(rows, at)
+        elif q.status:
+            rows = rows.filter(status=q.status)
         if q.search:
             rows = rows.filter(job__icontains=q.search)
         if q.gpus:
@@ -222,14 +246,22 @@ class JobsQueryRunner:
         return rows
 
 
-def _row(rollup: Any) -> JobListRow:
+def _stale(rows: QuerySet[JobRollup], at: datetime) -> QuerySet[JobRollup]:
+    """The running jobs of ``rows`` last heard before the stale cutoff at ``at``."""
+    return (rows.filter(status=liveness.RUNNING).alias(heard_at=liveness.last_heard_sql())
+            .filter(heard_at__lt=liveness.stale_before(at)))
+
+
+def _row(rollup: Any, at: datetime) -> JobListRow:
     start = (datetime.fromtimestamp(rollup.window_start, UTC)
              if rollup.window_start is not None else None)
     return JobListRow(job=rollup.job, model=rollup.model, team=rollup.team,
                       cluster=rollup.cluster, attempts=rollup.attempts, status=rollup.status,
                       gpus=rollup.gpus, start=start, wall_s=rollup.wall_s,
                       ett_pct=rollup.ett_pct, lost_gpu_hours=rollup.lost / HOUR_S,
-                      failures=rollup.failures, anomalies=rollup.anomaly_count)
+                      failures=rollup.failures, anomalies=rollup.anomaly_count,
+                      last_heard=liveness.as_time(rollup.heard),
+                      stale=liveness.is_stale(rollup.status, rollup.heard, at))
 
 
 def _lost_by_component(rows: QuerySet[JobRollup], mapping: Mapping[str, str],

@@ -10,8 +10,9 @@ earlier chunk's attempt). So before the chunks are laid out, per job:
    the highest step before it: maxima, so any arrival order and any re-read gives the same
    row);
 2. every rank with a stored or new heartbeat whose heartbeat changed or that has spans in
-   the dirty fine chunks asks the events for the rule's facts (one index probe each on
-   ``event_rank_end``, ingest migration 0011) and gets its span from
+   the dirty fine chunks (one read of those chunks finds both) asks the events for the
+   rule's facts (index probes on ``event_rank_end``, ingest migration 0011, in the days
+   around the heartbeat: :func:`_facts`) and gets its span from
    :func:`ettweb.attribution.implied.implied_span`, the function the whole-job engine uses;
 3. a span that moved marks the fine chunks of its old and new start dirty; the sweep reads
    every implied span as one more home event of the chunk it starts in.
@@ -39,12 +40,14 @@ from ettweb.attribution.implied import (
     rank_progress,
 )
 from ettweb.ingest.models import Event as StoredEvent
+from ettweb.ingest.models import Job
 from ettweb.rollups.models import RankProgress
 
 EVENTS: Final = StoredEvent._meta.db_table
+JOBS: Final = Job._meta.db_table
 PROGRESS: Final = RankProgress._meta.db_table
 _HOME: Final = 'coalesce(e."start", e."ts")'
-#: The longest span the schema accepts (§2): a span ended by ``t`` started after this.
+#: The longest span the schema accepts (§2): where a job's longest span is not known.
 MAX_SPAN_S: Final = 30 * 86400.0
 
 Key = tuple[str, int, int]  # job, attempt, rank
@@ -96,10 +99,8 @@ def refresh_implied(job_ids: Sequence[str], dirty: Mapping[str, set[int]], size:
             del rows[key]
         rows.update(_from_events(job, loaded[job]))
     queried = [job for job in job_ids if job not in loaded]
-    beats = _dirty_beats(queried, dirty, size)
-    merged = _merged(rows, beats)
-    touched = set(merged) | _dirty_ranks(
-        {job for job, _, _ in rows if job not in loaded}, dirty, size)
+    beats, span_ranks = _dirty_reads(queried, dirty, size)
+    touched = _merged(rows, beats) | span_ranks
     asked = [key for key in sorted(touched) if key in rows and key[0] not in loaded]
     for key, facts in zip(asked, _facts([(key, rows[key].beat.ts) for key in asked]),
                           strict=True):
@@ -195,11 +196,33 @@ def _ranges(dirty: Mapping[str, set[int]], jobs: Iterable[str],
     return found
 
 
-def _in_ranges(columns: str, where: str, ranges: list[tuple[str, float, float]]) -> str:
-    """A query of the events in the ranges (one index range each, as ``count_home``)."""
-    return (f"SELECT {columns} FROM unnest(%s::text[], %s::float8[], %s::float8[]) "
-            f"AS c(j, lo, hi) CROSS JOIN LATERAL (SELECT * FROM {EVENTS} e WHERE e.job = c.j "
-            f"AND {_HOME} >= c.lo AND {_HOME} < c.hi AND {where}) e")
+def _dirty_reads(job_ids: Sequence[str], dirty: Mapping[str, set[int]], size: float,
+                 ) -> tuple[dict[Key, list[tuple[float, int, str]]], set[Key]]:
+    """The stepped heartbeats of the jobs' dirty fine chunks per attempt and rank, and the
+    attempts and ranks with spans there: one read of each run of fine chunks (the (job,
+    home) index; ``OFFSET 0`` keeps the kind filter out of the scan, which would otherwise
+    take the spans-only ``event_rank_end`` index and read every span of the job)."""
+    ranges = _ranges(dirty, job_ids, size)
+    beats: dict[Key, list[tuple[float, int, str]]] = {}
+    ranks: set[Key] = set()
+    if not ranges:
+        return beats, ranks
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH ranged AS MATERIALIZED (SELECT e.* FROM unnest(%s::text[], %s::float8[], "
+            "%s::float8[]) AS c(j, lo, hi) CROSS JOIN LATERAL (SELECT e.job, e.attempt, "
+            f"e.rank, e.kind, e.mark, e.ts, e.step, e.event_id FROM {EVENTS} e "
+            f"WHERE e.job = c.j AND {_HOME} >= c.lo AND {_HOME} < c.hi OFFSET 0) e) "
+            "SELECT job, attempt, rank, ts, step, event_id FROM ranged WHERE kind = 'mark' "
+            "AND mark = 'heartbeat' AND step IS NOT NULL UNION ALL "
+            "SELECT DISTINCT job, attempt, rank, NULL::float8, NULL::int8, NULL::text FROM ranged "
+            "WHERE kind = 'span'", _range_args(ranges))
+        for job, attempt, rank, ts, step, event_id in cursor.fetchall():
+            if step is None:
+                ranks.add((job, int(attempt), int(rank)))
+            else:
+                beats.setdefault((job, attempt, rank), []).append((ts, int(step), event_id))
+    return beats, ranks
 
 
 def _range_args(ranges: list[tuple[str, float, float]]) -> list[list[object]]:
@@ -207,59 +230,71 @@ def _range_args(ranges: list[tuple[str, float, float]]) -> list[list[object]]:
             [hi for _, _, hi in ranges]]
 
 
-def _dirty_beats(job_ids: Sequence[str], dirty: Mapping[str, set[int]],
-                 size: float) -> dict[Key, list[tuple[float, int, str]]]:
-    """The stepped heartbeats of the dirty fine chunks, per attempt and rank."""
-    ranges = _ranges(dirty, job_ids, size)
-    beats: dict[Key, list[tuple[float, int, str]]] = {}
-    if not ranges:
-        return beats
-    with connection.cursor() as cursor:
-        cursor.execute(_in_ranges(
-            "e.job, e.attempt, e.rank, e.ts, e.step, e.event_id",
-            "e.kind = 'mark' AND e.mark = 'heartbeat' AND e.step IS NOT NULL", ranges),
-            _range_args(ranges))
-        for job, attempt, rank, ts, step, event_id in cursor.fetchall():
-            beats.setdefault((job, attempt, rank), []).append((ts, int(step), event_id))
-    return beats
-
-
-def _dirty_ranks(job_ids: Iterable[str], dirty: Mapping[str, set[int]],
-                 size: float) -> set[Key]:
-    """The attempts and ranks with spans in the dirty fine chunks of jobs that have
-    stepped heartbeats (no other job can have an implied span)."""
-    ranges = _ranges(dirty, job_ids, size)
-    if not ranges:
-        return set()
-    with connection.cursor() as cursor:
-        cursor.execute(_in_ranges("DISTINCT e.job, e.attempt, e.rank", "e.kind = 'span'",
-                                  ranges), _range_args(ranges))
-        return {(job, int(attempt), int(rank)) for job, attempt, rank in cursor.fetchall()}
+#: How far before a heartbeat the first look for its rank's spans reaches, beyond twice the
+#: job's longest span: a span that ended this long before it still settles the facts.
+REACH_MARGIN_S: Final = 3600.0
 
 
 def _facts(asked: list[tuple[Key, float]]) -> list[RankFacts]:
-    """Rule 3's facts of each (attempt and rank, latest heartbeat time), in one query:
-    the latest train span ended by ``t``, the latest end of any span ended by ``t``, and
-    whether a train span is open across ``t``. Spans started in the 30 days before ``t``
-    (none is longer), so only those days' partitions are probed."""
+    """Rule 3's facts of each (attempt and rank, latest heartbeat time ``t``).
+
+    Two looks, so a refresh probes the days around the heartbeat, not every day the job
+    has lived: first the spans that started in the last ``2 x longest + REACH_MARGIN_S``
+    before ``t`` (``longest``: the job's longest span, ``ingest.Job.longest_span_s``; 30
+    days where unknown). A train span open across ``t`` started inside that reach, so
+    *active* is settled; the latest ends by ``t`` are settled when they lie at least
+    ``longest`` after the reach's start (no span starting before it can end later). The
+    ranks left unsettled (a rank whose last span is older, or that has none) are looked
+    up again from the job's first event on."""
+    longest = _longest({key[0] for key, _ in asked})
+    los = [t - 2 * longest[key[0]] - REACH_MARGIN_S for key, t in asked]
+    found = _query_facts(asked, los)
+    again = [i for i, (facts, lo, (key, _)) in enumerate(zip(found, los, asked, strict=True))
+             if not _settled(facts, lo + longest[key[0]])]
+    for i, facts in zip(again, _query_facts([asked[i] for i in again], None), strict=True):
+        found[i] = facts
+    return found
+
+
+def _settled(facts: RankFacts, after: float) -> bool:
+    return (facts.active or (facts.train_end is not None and facts.train_end >= after
+                             and facts.last_end is not None and facts.last_end >= after))
+
+
+def _longest(jobs: set[str]) -> dict[str, float]:
+    """Each job's longest span (30 days, the schema's limit, where not known)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT job_id, longest_span_s FROM {JOBS} WHERE job_id = ANY(%s)",
+                       [sorted(jobs)])
+        known = {job: value for job, value in cursor.fetchall() if value is not None}
+    return {job: float(known.get(job, MAX_SPAN_S)) for job in jobs}
+
+
+def _query_facts(asked: list[tuple[Key, float]], los: list[float] | None) -> list[RankFacts]:
+    """The facts in one query: spans started from ``los`` (``None``: from the job's first
+    event) up to ``t``: the latest train span ended by ``t``, the latest end of any span
+    ended by ``t``, whether a train span is open across ``t``."""
     if not asked:
         return []
+    lo = ("w.lo" if los is not None else
+          f"(SELECT coalesce(j.first_home, '-Infinity') FROM {JOBS} j WHERE j.job_id = w.job)")
     rank = ("e.job = w.job AND e.attempt = w.attempt AND e.rank = w.rank AND e.kind = 'span' "
-            f"AND {_HOME} >= w.t - {MAX_SPAN_S} AND {_HOME} <= w.t")
+            f"AND {_HOME} >= {lo} AND {_HOME} <= w.t")
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT w.i, tr.e, tr.s, le.e, ac.x FROM unnest(%s::int[], %s::text[], %s::int8[], "
-            "%s::int8[], %s::float8[]) AS w(i, job, attempt, rank, t) "
-            f'LEFT JOIN LATERAL (SELECT e."end" AS e, e.step_end AS s FROM {EVENTS} e '
-            f"WHERE {rank} AND e.phase = 'train' AND e.\"end\" <= w.t "
-            'ORDER BY e."end" DESC, e.step_end DESC LIMIT 1) tr ON true '
+            "SELECT w.i, tr.e, ts.s, le.e, ac.x FROM unnest(%s::int[], %s::text[], %s::int8[], "
+            "%s::int8[], %s::float8[], %s::float8[]) AS w(i, job, attempt, rank, t, lo) "
+            f'LEFT JOIN LATERAL (SELECT e."end" AS e FROM {EVENTS} e WHERE {rank} '
+            "AND e.phase = 'train' AND e.\"end\" <= w.t ORDER BY e.\"end\" DESC LIMIT 1) tr "
+            f"ON true LEFT JOIN LATERAL (SELECT max(e.step_end) AS s FROM {EVENTS} e "
+            f"WHERE {rank} AND e.phase = 'train' AND e.\"end\" = tr.e) ts ON true "
             f'LEFT JOIN LATERAL (SELECT e."end" AS e FROM {EVENTS} e WHERE {rank} '
             'AND e."end" <= w.t ORDER BY e."end" DESC LIMIT 1) le ON true '
             f"LEFT JOIN LATERAL (SELECT true AS x FROM {EVENTS} e WHERE {rank} "
             "AND e.phase = 'train' AND e.\"end\" > w.t LIMIT 1) ac ON true ORDER BY w.i",
             [list(range(len(asked))), [key[0] for key, _ in asked],
              [key[1] for key, _ in asked], [key[2] for key, _ in asked],
-             [t for _, t in asked]])
+             [t for _, t in asked], los if los is not None else [0.0] * len(asked)])
         return [RankFacts(train_end, None if step is None else int(step), last_end,
                           bool(active))
                 for _, train_end, step, last_end, active in cursor.fetchall()]

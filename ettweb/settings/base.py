@@ -362,6 +362,12 @@ if 86400 % ETT_CHUNK_S:
 # (an event's clock gone wrong) fails at once and is parked for an admin, instead of
 # allocating a row per day of the span (ettweb.attribution.bounds, ettweb.rollups.parking).
 ETT_REFRESH_MAX_JOB_DAYS: int = env.int_("ETT_REFRESH_MAX_JOB_DAYS", 3660, minimum=1)
+# A running attempt (no attempt_end, no later attempt) from which no event was heard for this
+# many seconds shows as stale on the job page and the jobs list, and in the API: its process
+# is probably gone (SIGKILL, a lost node). 120 s is twelve of the Reporter's 10-s heartbeats and
+# twice the spec's longest train slice (60 s), so a trainer that heartbeats, or only closes its
+# slices, is never called stale while it runs; its numbers do not change (ettweb.queries.liveness).
+ETT_STALE_AFTER_S: float = env.float_("ETT_STALE_AFTER_S", 120.0, minimum=10.0)
 # Raw events are kept this many days; beat then drops their daily partitions, once every
 # chunk they feed is final (rollups, chunks and rollout impacts are kept).
 ETT_EVENT_RETENTION_DAYS: int = env.int_("ETT_EVENT_RETENTION_DAYS", 35, minimum=1)

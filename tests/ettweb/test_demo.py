@@ -19,12 +19,16 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from collector.reporter import Reporter
 from ettweb.access.models import ComponentOwner
 from ettweb.components.models import Component
 from ettweb.ingest.models import CollectorCredential, Event, QuarantinedEvent
 from ettweb.platform import demo as demo_module
+from ettweb.platform import demo_training
 from ettweb.platform.demo import Demo, parse_args
+from ettweb.platform.demo_processes import group_alive
 from ettweb.rollouts.models import Rollout
+from ettweb.rollups.models import JobRollup
 from ettweb.settings.env import database_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +38,58 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _spool(spool: Path, job: str, attempt: int, *marks: str) -> None:
+    reporter = Reporter(job, attempt=attempt, rank=0, spool_dir=spool, heartbeat_s=0,
+                        install_signal_handlers=False)
+    for name in marks:
+        if name == "attempt_end":
+            reporter.attempt_end("failed")
+        else:
+            reporter.mark(name)
+    reporter.shutdown()
+
+
+def _ends(spool: Path, job: str) -> list[tuple[int, dict[str, object]]]:
+    return sorted((e["attempt"], e["attrs"]) for e in demo_training.spooled(spool, job)
+                  if e.get("mark") == "attempt_end")
+
+
+def test_an_attempt_its_process_left_open_is_ended_cancelled(tmp_path: Path) -> None:
+    """The demo's safety net after a Ctrl-C: the job's latest attempt with no attempt_end
+    gets one (cancelled), once; a job whose latest attempt ended, or with nothing spooled,
+    is left alone."""
+    _spool(tmp_path, "j", 0, "attempt_start", "attempt_end")
+    _spool(tmp_path, "j", 1, "attempt_start", "heartbeat")
+    _spool(tmp_path, "done", 0, "attempt_start", "attempt_end")
+    assert demo_training.open_attempt(tmp_path, "j") == 1
+    ended = demo_training.end_open_attempts(tmp_path, ["j", "done", "never-ran"])
+    assert ended == [("j", 1)]
+    assert _ends(tmp_path, "j") == [(0, {"status": "failed"}),
+                                    (1, {"status": "cancelled", "ended_by": "demo"})]
+    assert len(demo_training.end_ids(tmp_path, "j")) == 2
+    assert demo_training.end_open_attempts(tmp_path, ["j", "done"]) == []
+    assert _ends(tmp_path, "done") == [(0, {"status": "failed"})]
+
+
+def test_a_job_that_ignores_the_interrupt_is_killed_after_the_grace(tmp_path: Path) -> None:
+    started: list[subprocess.Popen[bytes]] = []
+    ignores = ("import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+               "print('ready', flush=True); time.sleep(60)")
+    thread = threading.Thread(target=demo_training._wait, daemon=True,
+                              args=([sys.executable, "-c", ignores], os.environ, started.append))
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # its handler is installed
+    proc = started[0]
+    assert os.getpgid(proc.pid) == proc.pid != os.getpgid(0)  # its own group: no terminal ^C
+    begin = time.monotonic()
+    assert demo_training.stop_job(proc, grace_s=1.0) == -signal.SIGKILL
+    assert 1.0 <= time.monotonic() - begin < 5.0
+    thread.join(timeout=5)
 
 
 def test_impossible_plan_is_refused_before_any_work(capsys: pytest.CaptureFixture[str]) -> None:
@@ -102,7 +158,7 @@ POOL = ("import os, signal, subprocess, sys, time\n"
 
 def _group_gone(pgid: int) -> bool:
     """No process of the group runs (zombies are dead: their parent has yet to reap them)."""
-    return not demo_module.group_alive(pgid)
+    return not group_alive(pgid)
 
 
 @pytest.mark.slow
@@ -210,41 +266,58 @@ def _answers(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _trains(spool: Path, job: str) -> bool:
+    """A train slice of the job is spooled: it is in the middle of its training."""
+    return any(e.get("phase") == "train" for e in demo_training.spooled(spool, job))
+
+
 @pytest.mark.integration
 @pytest.mark.django_db(transaction=True)
-def test_ctrl_c_twice_stops_every_process_of_the_demo(tmp_path: Path) -> None:
-    """What a user's double Ctrl-C does to ``make demo``: SIGINT to the whole foreground group,
-    twice, while the job trains. Afterwards no process the demo started runs and its port is
-    free."""
+@pytest.mark.parametrize(("signum", "times"), [(signal.SIGINT, 2), (signal.SIGTERM, 1)],
+                         ids=["ctrl-c-twice", "sigterm"])
+def test_stopping_the_demo_mid_training_ends_the_job_and_every_process(
+        tmp_path: Path, signum: int, times: int) -> None:
+    """What a user's double Ctrl-C (SIGINT to the whole foreground group, twice) or a
+    ``kill`` does to ``make demo`` while its job trains. The job's attempt ends ``cancelled``
+    and that end is stored and rolled up before the services stop: the job page never shows
+    a stopped job as running (it used to, until the next start). Afterwards no process the
+    demo started runs and its port is free."""
     env = dict(os.environ, DATABASE_URL=database_url(connection.settings_dict),
                CELERY_BROKER_URL=str(settings.CELERY_BROKER_URL),
                DJANGO_SETTINGS_MODULE="ettweb.settings.test")
-    port = _free_port()
+    port, job = _free_port(), f"stopped-{signum}"
+    spool = tmp_path / "demo" / "spool"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ettweb.platform.demo", "--no-fleet", "--steps", "100000",
-         "--fail-at-step", "99999", "--port", str(port), "--var-dir", str(tmp_path),
-         "--trainer-arg=--embedding-rows=1000", "--trainer-arg=--batch-size=64"],
+        [sys.executable, "-m", "ettweb.platform.demo", "--no-fleet", "--job", job,
+         "--steps", "100000", "--fail-at-step", "99999", "--port", str(port),
+         "--var-dir", str(tmp_path), "--trainer-arg=--embedding-rows=1000",
+         "--trainer-arg=--batch-size=64", "--trainer-arg=--checkpoint-every=50"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True)
     try:
-        deadline = time.monotonic() + 240
-        while not _answers(port):
+        deadline = time.monotonic() + 300
+        while not (_answers(port) and _trains(spool, job)):
             assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() \
                 if proc.stdout else ""
             time.sleep(0.5)
-        time.sleep(3.0)  # the trainer has started
         table = json.loads((tmp_path / "demo" / "processes.json").read_text())
-        assert [row["name"] for row in table] == ["worker", "beat", "collector", "web"]
-        os.killpg(proc.pid, signal.SIGINT)
-        time.sleep(0.3)
-        os.killpg(proc.pid, signal.SIGINT)
-        out, _ = proc.communicate(timeout=120)
+        assert [row["name"] for row in table] == ["worker", "beat", "collector", "web",
+                                                  "trainer"]
+        for _ in range(times):
+            os.killpg(proc.pid, signum)
+            time.sleep(0.3)
+        out, _ = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     leftovers = [row["name"] for row in table if not _group_gone(row["pid"])]
     assert leftovers == [], out[-3000:]
-    assert _group_gone(proc.pid), out[-3000:]  # the trainer ran in the demo's own group
+    assert _group_gone(proc.pid), out[-3000:]
     assert not _answers(port)
     assert "stopped web (pid" in out and "worker (pid" in out, out[-3000:]
     assert not (tmp_path / "demo" / "processes.json").exists()
+    # The supervisor ended the attempt; it was spooled, stored and rolled up.
+    assert [attrs["status"] for _, attrs in _ends(spool, job)] == ["cancelled"]
+    stored = Event.objects.filter(job=job, mark="attempt_end")
+    assert [e.attrs["status"] for e in stored] == ["cancelled"], out[-3000:]
+    assert JobRollup.objects.get(job=job).status == "cancelled", out[-3000:]

@@ -196,3 +196,16 @@ def test_production_reads_the_broker_password_from_its_file(tmp_path: Path) -> N
     assert proc.returncode == 2
     assert proc.stderr.startswith("configuration error: CELERY_BROKER_PASSWORD_FILE: cannot "
                                   "read")
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ("5", "must be >= 10, got 5"), ("soon", "not a number: 'soon'"),
+    ("inf", "must be a finite number, got 'inf'")])
+def test_a_bad_stale_after_is_refused_by_name(value: str, problem: str) -> None:
+    """ETT_STALE_AFTER_S under one heartbeat interval (10 s) would call live jobs stale."""
+    environ = {**os.environ, "DJANGO_SETTINGS_MODULE": "ettweb.settings.local",
+               "ETT_STALE_AFTER_S": value}
+    proc = subprocess.run([sys.executable, str(REPO / "manage.py"), "help"], cwd=REPO,
+                          env=environ, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"configuration error: ETT_STALE_AFTER_S: {problem}"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -47,3 +49,44 @@ def test_bad_settings_are_refused_by_name(argv: list[str],
     with pytest.raises(SystemExit):
         parse_args(argv)
     assert "must be" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("signum", "group"), [(signal.SIGINT, True), (signal.SIGTERM, False)],
+                         ids=["ctrl-c", "sigterm"])
+def test_a_stop_mid_training_ends_the_attempt_cancelled_and_restarts_nothing(
+        tmp_path: Path, signum: int, group: bool) -> None:
+    """Ctrl-C (SIGINT to the terminal's group) or SIGTERM to the supervisor while attempt 0
+    trains: the attempt runs in its own session, gets one SIGINT from the supervisor, and
+    its callback ends it ``cancelled``. Python's own wait used to kill it a quarter of a
+    second after a Ctrl-C, with the end unwritten, so the job showed as running."""
+    spool = tmp_path / "spool"
+    env = {**os.environ, "ETT_SPOOL_DIR": str(spool)}
+    env.pop("ETT_JOB_ID", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainer.lightning_job", "--job", "stop", "--steps", "100000",
+         "--fail-at-step", "0", "--checkpoint-every", "20", "--restart-delay", "0",
+         "--batch-size", "4", "--embedding-rows", "100",
+         "--checkpoint-dir", str(tmp_path / "ckpt")],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not spool.is_dir() or not any(e.get("phase") == "checkpoint_save"
+                                            for e in spool_events(spool)):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.5)
+        if group:
+            os.killpg(proc.pid, signum)
+        else:
+            proc.send_signal(signum)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, out[-2000:]
+    events = [e for e in spool_events(spool) if e["job"] == "stop"]
+    ends = [(e["attempt"], e["attrs"]["status"]) for e in events
+            if e.get("mark") == "attempt_end"]
+    assert ends == [(0, "cancelled")], out[-2000:]
+    assert {e["attempt"] for e in events} == {0}

@@ -332,6 +332,8 @@ class _JobsCopyOut(Schema):
     failures: int
     lost_by_component_gpu_s: dict[str, float]
     jobs: list[JobOut]
+    stale_jobs: int
+    stale_after_s: float
 
 
 class _HistoryWeekCopyOut(Schema):

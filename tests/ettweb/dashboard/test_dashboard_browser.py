@@ -12,6 +12,7 @@ from playwright.sync_api import Browser
 from pytest_django.live_server_helper import LiveServer
 
 from ettweb.ingest.tasks import ingest_batch
+from tests.ettweb.stale_fleet import store_stale_fleet
 
 PASSWORD = "pw-browser-1"
 #: For a figure's id: its legend entries, the names of those drawn outside the figure, and the
@@ -78,3 +79,30 @@ def test_login_and_job_timeline_renders(prepared: str, live_server: LiveServer,
     names = page.evaluate("document.getElementById('ett-trend').data.map(t => t.name)")
     assert names == ["ads"]  # the worked example's team
     assert external == []
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(120)
+def test_a_stale_job_reads_as_stale_in_the_browser(transactional_db: None,
+                                                   live_server: LiveServer,
+                                                   browser: Browser) -> None:
+    """The jobs list's stale chip and note, and the job page's, as a reader sees them: the
+    chip's exact time on hover, the note's link to the stale jobs alone."""
+    store_stale_fleet()
+    User.objects.create_user(username="viewer", password=PASSWORD)
+    page = browser.new_page()
+    page.goto(f"{live_server.url}/accounts/login/?next=/%3Fsort%3Djob")
+    page.fill("#id_username", "viewer")
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/?sort=job")
+    chip = page.locator("#jobs-table .status.stale")
+    assert chip.count() == 1 and chip.inner_text() == "stale, last heard 10 min ago"
+    assert chip.locator("time").get_attribute("title", timeout=5_000).endswith(" UTC")
+    assert page.locator("#jobs-table .status.running").count() == 1  # "live"
+    page.click("#jobs-stale a")
+    page.wait_for_url("**status=stale**")
+    assert page.locator("#jobs-table tbody tr").count() == 1
+    page.goto(f"{live_server.url}/jobs/gone/")
+    assert "last heard 10 min ago" in page.inner_text("#job-stale")
+    assert page.locator("#attempts .status.stale").count() == 1

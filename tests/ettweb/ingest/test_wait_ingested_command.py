@@ -3,6 +3,7 @@ fails clearly on timeout, saying which of the two it still waits for."""
 
 from __future__ import annotations
 
+import json
 from io import StringIO
 
 import pytest
@@ -45,3 +46,18 @@ def test_job_counts_only_that_jobs_lines(worked_example_lines: list[str],
     out = StringIO()
     call_command("ett_wait_ingested", events=3, job="j2", timeout=1, stdout=out)
     assert out.getvalue().strip() == "ingested 3 events, 0 quarantined; rollups current"
+
+
+def test_event_ids_are_waited_for_even_when_the_count_is_reached(
+        worked_example_lines: list[str]) -> None:
+    """The demo counts the lines its spool still holds, fewer than were shipped once the
+    collector deleted shipped segments: the job's ``attempt_end`` is waited for by id."""
+    first, last = worked_example_lines[:-1], worked_example_lines[-1]
+    refresh_jobs(ingest_lines(first).jobs)
+    end_id = json.loads(last)["id"]
+    with pytest.raises(CommandError, match=r"timed out: 1 of the events named by --event-id"):
+        call_command("ett_wait_ingested", events=1, event_ids=[end_id], timeout=0.1)
+    refresh_jobs(ingest_lines([last]).jobs)
+    out = StringIO()
+    call_command("ett_wait_ingested", events=1, event_ids=[end_id], timeout=1, stdout=out)
+    assert out.getvalue().strip().endswith("rollups current")

@@ -144,3 +144,28 @@ def test_a_backwards_heartbeat_is_kept_and_counted() -> None:
     assert row.anomalies == {BACKWARDS: 1}
     assert row.productive_s == pytest.approx(60.0)
     assert row.events == 4
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("longest_known", [True, False])
+def test_a_heartbeat_days_after_the_last_span_still_finds_it(longest_known: bool) -> None:
+    """The first look reaches back twice the longest span and an hour; a rank whose last
+    span is two days older is looked up again from the job's first event (and so is a job
+    stored before its longest span was kept)."""
+    from ettweb.ingest.models import Job
+
+    t = Timeline("quiet")
+    t.train(0, 0, 60, (0, 600))
+    t.span(0, "eval", 60, 90)
+    refresh_jobs(ingest_lines(_moved(t, EPOCH)).jobs)
+    if not longest_known:
+        Job.objects.filter(job_id="quiet").update(longest_span_s=None)
+    late = Timeline("quiet")
+    late.beat(0, 2 * 86400.0, 700)
+    late.events[0]["id"] = "late-beat"
+    refresh_jobs(ingest_lines(_moved(late, EPOCH)).jobs)
+    progress = RankProgress.objects.get(job="quiet")
+    assert (progress.start, progress.step_start, progress.beat_step) == (EPOCH + 90, 600, 700)
+    row = JobRollup.objects.get(job="quiet")
+    assert row.productive_s == pytest.approx(60 + 2 * 86400.0 - 90)
+    assert Job.objects.get(job_id="quiet").longest_span_s == (60.0 if longest_known else None)

@@ -4,6 +4,9 @@ rollups of every job are current.
 Scripts (the demo, end-to-end tests) need to know when the worker has caught up with what
 the collector shipped; counting stored plus quarantined rows answers that without a
 result backend, and an empty dirty-job table says every scheduled rollup refresh has run.
+``--event-id`` also waits for named events: a count of spooled lines is too low once the
+collector has deleted shipped segments, and the demo's Ctrl-C must not stop the worker before
+the ``attempt_end`` that ends its job is stored.
 Exits 1 on timeout so a script can tell "slow" from "done".
 """
 
@@ -14,7 +17,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ettweb.ingest.models import Event, QuarantinedEvent
+from ettweb.ingest.models import Event, EventId, QuarantinedEvent
 from ettweb.queries.base import quarantined_lines
 from ettweb.rollups.models import DirtyJob
 
@@ -34,6 +37,11 @@ def ingested(job: str | None = None) -> tuple[int, int]:
     return events.count(), quarantined_lines(quarantined)
 
 
+def missing(event_ids: list[str]) -> int:
+    """How many of ``event_ids`` are not stored yet."""
+    return len(set(event_ids)) - EventId.objects.filter(event_id__in=event_ids).count()
+
+
 def stale_jobs() -> int:
     """Jobs whose rollups wait for a refresh right now."""
     return DirtyJob.objects.count()
@@ -49,24 +57,31 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=float, default=120.0, help="seconds")
         parser.add_argument("--job", default=None,
                             help="count only this job's lines (the database may hold others)")
+        parser.add_argument("--event-id", action="append", default=[], dest="event_ids",
+                            metavar="ID", help="also wait until the event with this id is "
+                                               "stored (repeatable)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         target, deadline = options["events"], time.monotonic() + options["timeout"]
         while True:
             stored, quarantined = ingested(options["job"])
-            waiting = stale_jobs() if stored + quarantined >= target else None
+            absent = missing(options["event_ids"])
+            waiting = stale_jobs() if stored + quarantined >= target and not absent else None
             if waiting == 0:
                 self.stdout.write(f"ingested {stored} events, {quarantined} quarantined; "
                                   "rollups current")
                 return
             if time.monotonic() >= deadline:
                 raise CommandError(self._timeout_message(stored, quarantined, target, waiting,
-                                                         options["timeout"]))
+                                                         options["timeout"], absent))
             time.sleep(POLL_S)
 
     @staticmethod
     def _timeout_message(stored: int, quarantined: int, target: int, waiting: int | None,
-                         timeout: float) -> str:
+                         timeout: float, absent: int) -> str:
+        if absent and stored + quarantined >= target:
+            return (f"timed out: {absent} of the events named by --event-id not stored "
+                    f"after {timeout:.0f} s")
         if waiting is None:
             return (f"timed out: {stored} stored + {quarantined} quarantined < {target} lines "
                     f"after {timeout:.0f} s")
