@@ -15,6 +15,10 @@ Why it works this way:
   from where it stopped once the server accepts the credential again. Only a verdict holds
   it: a server that cannot be heard, or a check it could not judge (a node clock far off),
   leaves shipping as it was, and so does an agent without ``--server-url``.
+* A trainer killed outright leaves its progress file (``collector.progress``) in the spool;
+  between batches the agent writes its final heartbeat on its behalf
+  (``collector.final_heartbeats``) and ships it with the rest, so a trainer run without
+  ``collector.run`` still reports the steps its lost train slice held.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import threading
 import time
 
 from collector.config import AgentConfig
+from collector.final_heartbeats import write_final_heartbeats
 from collector.health import HealthStats
 from collector.health_reports import HealthReports
 from collector.publisher import CeleryPublisher, Publisher
@@ -74,6 +79,7 @@ class Agent:
                  _redact(self.config.broker_url), self.config.queue, self.config.source)
         self.reports.serve()
         self.verdict = watch_credential(self.config)
+        write_final_heartbeats(self.config.spool_dir)  # trainers killed while it was down
         try:
             drained = self._loop()
         finally:
@@ -133,6 +139,7 @@ class Agent:
         refresh the health snapshot, and send it when the health interval is up."""
         if self.reports.is_fresh():
             return
+        write_final_heartbeats(self.config.spool_dir)
         self.tailer.retire_shipped(self.config.keep_shipped_s)
         self.reports.refresh(force=True)
         if self.reports.is_due():

@@ -26,6 +26,7 @@ from typing import Any
 
 from collector import live_reporters
 from collector.identity import ATTEMPT_ENV_VARS, attempt_from_env, rank_from_env
+from collector.progress import ProgressWriter
 from collector.quick_events import LineTemplate, Record
 from collector.schema import (
     EventError,
@@ -44,6 +45,9 @@ __all__ = ["ATTEMPT_ENV_VARS", "DEFAULT_SPOOL_DIR", "PhaseSpan", "Reporter", "Tr
 log = logging.getLogger("ett.reporter")
 
 DEFAULT_SPOOL_DIR = "var/spool"
+#: The heartbeat period when the caller gives none (``heartbeat_s=None``): seconds.
+HEARTBEAT_ENV = "ETT_HEARTBEAT_S"
+DEFAULT_HEARTBEAT_S = 10.0
 _STOP = object()
 #: Most events serialized and written in one go by the background thread.
 WRITE_BATCH = 4096
@@ -55,6 +59,20 @@ def _env_int(name: str) -> int | None:
     if not value.isascii() or not value.isdigit():  # "²".isdigit() is True: ASCII only
         return None
     return int(value)
+
+
+def _heartbeat_s(given: float | None) -> float:
+    """The heartbeat period: ``given``, else ``ETT_HEARTBEAT_S``, else 10 s."""
+    if given is not None:
+        return given
+    text = os.environ.get(HEARTBEAT_ENV, "").strip()
+    try:
+        value = float(text) if text else DEFAULT_HEARTBEAT_S
+    except ValueError:
+        log.warning("ETT reporter: %s=%r is not a number; using %s s", HEARTBEAT_ENV, text,
+                    DEFAULT_HEARTBEAT_S)
+        return DEFAULT_HEARTBEAT_S
+    return value if value >= 0 and value == value else DEFAULT_HEARTBEAT_S
 
 
 class Reporter:
@@ -83,7 +101,7 @@ class Reporter:
         spool_dir: str | os.PathLike[str] | None = None,
         queue_size: int = 65536,
         flush_interval_s: float = 0.2,
-        heartbeat_s: float = 10.0,
+        heartbeat_s: float | None = None,
         train_slice_s: float = 60.0,
         fsync: bool | str | None = None,
         fsync_interval_s: float = 1.0,
@@ -99,7 +117,7 @@ class Reporter:
         #: invalid: then every event takes the full checks, which drop and count it.
         self._lines = _line_template(self._job, self._attempt, self._rank, self._host)
         self.spool_dir = Path(spool_dir or os.environ.get("ETT_SPOOL_DIR", DEFAULT_SPOOL_DIR))
-        self.heartbeat_s = heartbeat_s
+        self.heartbeat_s = _heartbeat_s(heartbeat_s)
         self.train_slice_s = train_slice_s
         self._queue_size = queue_size
         # A burst wakes the writer once a batch is queued: events left queued by the tens of
@@ -116,6 +134,10 @@ class Reporter:
         self.dropped_invalid = 0
         self._warned: set[str] = set()
         self.last_step: int | None = None
+        #: The progress file that outlives a hard kill (``collector.progress``); made when
+        #: the first train tracker opens, None before and where it cannot be made.
+        self.progress: ProgressWriter | None = None
+        self._progress_tried = False
         #: The train tracker of the loop now running (set by :meth:`train`, cleared when it
         #: closes): hooks pause it around blocking work they see (collector.integrations).
         self.tracker: TrainTracker | None = None
@@ -156,6 +178,9 @@ class Reporter:
         A reporter the parent had already shut down stays shut down.
         """
         self._writer.forget_after_fork()
+        if self.progress is not None:  # the parent's: the child trains into none
+            self.progress.forget_after_fork()
+        self.progress, self._progress_tried = None, True
         self._heartbeat_thread = None
         self._heartbeat_stop = threading.Event()  # its lock may have been held at fork time
         self.dropped_full = self.dropped_invalid = 0
@@ -316,7 +341,7 @@ class Reporter:
     def attempt_start(self, gpus: int = 1, ts: float | None = None, **attrs: Any) -> str | None:
         """Mark the start of this attempt (hardware allocated) and start heartbeats."""
         event_id = self.mark("attempt_start", ts, attrs={"gpus": gpus, **attrs})
-        self._start_heartbeat()
+        self.start_heartbeat()
         return event_id
 
     def attempt_end(self, status: str, ts: float | None = None, **attrs: Any) -> str | None:
@@ -324,6 +349,8 @@ class Reporter:
         return self.mark("attempt_end", ts, attrs={"status": status, **attrs})
 
     def heartbeat(self, step: int | None = None) -> str | None:
+        """A ``heartbeat`` mark now, with ``step``: by default the last completed global
+        step (``last_step``, what the train tracker and the adapters' step hooks record)."""
         step = self.last_step if step is None else step
         return self.mark("heartbeat", **({} if step is None else {"step": step}))
 
@@ -337,9 +364,23 @@ class Reporter:
         the tracker); slices are closed every ``train_slice_s``. A context manager."""
         return TrainTracker(self, start_step, steps)
 
-    def _start_heartbeat(self) -> None:
+    def open_progress(self) -> ProgressWriter | None:
+        """The progress file (made on the first call; a train tracker calls this): the last
+        completed step and its time, where ``collector.run`` or the node agent find them
+        after a hard kill. None when it cannot be made (logged once) or after a fork."""
+        if not self._progress_tried and not self._closed:
+            self._progress_tried = True
+            self.progress = ProgressWriter.open(
+                self.spool_dir, self._writer.stream,
+                {"job": self._job, "attempt": self._attempt, "rank": self._rank,
+                 "host": self._host})
+        return self.progress
+
+    def start_heartbeat(self) -> None:
         """Start the heartbeat thread unless one is running; each gets its own stop event so
-        an ``attempt_end`` followed at once by an ``attempt_start`` cannot silence the next."""
+        an ``attempt_end`` followed at once by an ``attempt_start`` cannot silence the next.
+        ``attempt_start`` calls it; an adapter whose supervisor marks the attempt calls it
+        itself, so a rank's progress is heard even when the process is killed outright."""
         if self.heartbeat_s <= 0:
             return
         running = self._heartbeat_thread is not None and self._heartbeat_thread.is_alive()
@@ -352,8 +393,12 @@ class Reporter:
         thread.start()
 
     def _beat(self, stop: threading.Event) -> None:
+        """Beat every ``heartbeat_s`` and have each written at once, not at the writer's next
+        interval: a process killed outright loses what is still queued, and its last
+        heartbeat is what tells how far it trained (ETT_SPEC §3 rule 3)."""
         while not stop.wait(self.heartbeat_s):
             self.heartbeat()
+            self._wake.set()
 
     # ---------------------------------------------------------------- flushing
     def flush(self, timeout: float = 5.0) -> bool:
@@ -374,7 +419,11 @@ class Reporter:
         self._buffer.append(_STOP)
         self._wake.set()
         self._worker.join(timeout)
-        return not self._worker.is_alive()
+        drained = not self._worker.is_alive()
+        progress, self.progress = self.progress, None
+        if progress is not None:  # every span is written: the file has nothing to add
+            progress.close(remove=drained)
+        return drained
 
     @property
     def spool_path(self) -> Path:

@@ -62,6 +62,10 @@ sees, as schema-v1 events in the spool the collector agent ships:
                   says so) -> failed, reason "oom", or "SIGKILL (possibly OOM)" when
                   neither can be read; SIGTERM or SIGINT sent to this wrapper -> passed on
                   to the command, status cancelled (preempted with --sigterm-preempts)
+  heartbeat       when the command exits or torchrun restarts its workers: for each
+                  process of the job killed outright (SIGKILL, OOM, a segfault), its last
+                  completed step and that step's time, from the progress file its Reporter
+                  kept in the spool, on its behalf (its attempt and rank)
 
 The command gets ETT_JOB_ID and ETT_SPOOL_DIR, so its own Reporter or adapter reports into
 the same job, and ETT_SUPERVISED=1, so an adapter (Lightning, Hugging Face) or the reference

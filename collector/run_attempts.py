@@ -6,8 +6,11 @@ between a failed attempt and the next as ``restart_gap`` from exactly these mark
 §3.2), so one lock orders them and every boundary carries the time it happened, not the time
 it was noticed. Each attempt has its own Reporter (its spool segments are named by attempt),
 with no heartbeat: the failure time of a crashed attempt runs from the *job's* last event
-(§3.4.4), which a heartbeat of the wrapper's would hide. :class:`Generations` turns
-torchrun's worker groups into attempts: a group with a higher restart count is a new one.
+(§3.4.4), which a heartbeat of the wrapper's would hide. When an attempt ends, the progress
+files its processes left (a process killed outright cannot close its train slice) become
+their final heartbeats (``collector.final_heartbeats``), in their own names: the job's last
+step, not the wrapper's. :class:`Generations` turns torchrun's worker groups into attempts:
+a group with a higher restart count is a new one.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from collector.final_heartbeats import write_final_heartbeats
 from collector.reporter import Reporter
 from collector.run_exits import Ending, OomEvidence, failure_reason, shell_exit_code
 from collector.run_procs import Worker
@@ -137,6 +141,7 @@ class Attempts:
                          self.number)
             reporter, self._reporter = self._reporter, None
             number, self.number = self.number, None
+            write_final_heartbeats(self.identity.spool_dir, job=self.identity.job)
             if reporter is None:
                 return
             try:

@@ -68,10 +68,12 @@ class TrainTracker:
                 train.advance()         # one more step done (or advance(step) to say which)
 
     A slice is closed and a new one opened once ``train_slice_s`` has passed, so a crash loses
-    at most one slice. Call :meth:`pause` around non-training work inside the loop (a checkpoint
-    save, an eval) so that time is not counted as training; hooks that see such work
-    themselves (``collector.integrations``) call :meth:`interrupt` and :meth:`resume`. The
-    Reporter keeps the open tracker as ``reporter.tracker`` for those hooks.
+    at most one slice; each completed step is also written to the Reporter's progress file
+    (``collector.progress``), from which the slice a hard kill took is told again. Call
+    :meth:`pause` around non-training work inside the loop (a checkpoint save, an eval) so
+    that time is not counted as training; hooks that see such work themselves
+    (``collector.integrations``) call :meth:`interrupt` and :meth:`resume`. The Reporter
+    keeps the open tracker as ``reporter.tracker`` for those hooks.
     """
 
     def __init__(self, reporter: Reporter, start_step: int, steps: int | None = None) -> None:
@@ -85,6 +87,10 @@ class TrainTracker:
         reporter.tracker = self
         self._slice_start_step = start_step
         self._slice_start: float | None = time.time()
+        #: Where each completed step is also kept for after a hard kill (collector.progress).
+        self._progress = reporter.open_progress()
+        if self._progress is not None:
+            self._progress.record(start_step, self._slice_start)
 
     def advance(self, step: int | None = None) -> None:
         """Record that global step ``step`` is complete (``step`` = steps done so far; None:
@@ -106,6 +112,8 @@ class TrainTracker:
             self._slice_start, self._slice_start_step = now, self.step
         self.step = step
         self.reporter.last_step = step
+        if self._progress is not None:
+            self._progress.record(step, now)
         if now - self._slice_start >= self.reporter.train_slice_s:
             self._close_slice(now)
             self._slice_start, self._slice_start_step = now, step

@@ -51,6 +51,11 @@ class SegmentWriter:
         self._sidecar: Path | None = None
 
     @property
+    def stream(self) -> str:
+        """This writer's stream: ``<stem>.<pid>.<random>``, the start of its files' names."""
+        return self._stream
+
+    @property
     def path(self) -> Path:
         return self.directory / f"{self._stream}.{self._seq:05d}{SEGMENT_SUFFIX}"
 

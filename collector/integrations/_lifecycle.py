@@ -165,7 +165,9 @@ class AttemptLifecycle:
 
     def begin(self, *, gpus: int, rank_hint: int | None = None, **attrs: Any) -> bool:
         """Start reporting this attempt: ``attempt_start`` at ``started_at`` (rank 0 only,
-        and only when no supervisor marks attempts); False when nothing will be reported."""
+        and only when no supervisor marks attempts) and heartbeats carrying the last
+        completed step (every rank, supervised or not: ETT_SPEC §3 rule 3 reads them after
+        a hard kill); False when nothing will be reported."""
         if not self.enabled or self.ended:
             return False
         if self.began:
@@ -180,6 +182,8 @@ class AttemptLifecycle:
             self.reporter.attempt_start(gpus=max(1, int(gpus)), ts=self.started_at,
                                         **{**self.attrs, **attrs})
             _end_at_exit(self)
+        else:  # every rank beats, marked or not: its last step outlives a hard kill
+            self.reporter.start_heartbeat()
         early, self._early = self._early, []
         for phase, start, end, fields in early:
             self.reporter.span(phase, start, end, **fields)
