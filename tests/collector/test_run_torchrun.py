@@ -15,12 +15,10 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from spooled_events import spooled
 
-from collector.schema import parse_event
-from collector.spool_reader import read_records
 from ettweb.attribution.engine import attribute
 from ettweb.ingest import partitions
 from ettweb.ingest.imports import import_lines, read_lines, refresh_imported
@@ -41,15 +39,6 @@ def fresh_partition_cache() -> Iterator[None]:
     partitions.forget_known()
 
 
-def _spooled(spool: Path) -> list[dict[str, Any]]:
-    events = []
-    for path in sorted(spool.glob("*.jsonl")):
-        for _, payload, problem in read_records(path, final=True):
-            assert problem is None
-            if payload is not None:
-                events.append(parse_event(payload))
-    return events
-
 
 @pytest.mark.django_db
 @pytest.mark.slow
@@ -69,7 +58,7 @@ def test_torchrun_restarts_under_collector_run_reach_the_job_page(tmp_path: Path
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
 
-    events = _spooled(spool)
+    events = spooled(spool)
     ends = {e["attempt"]: e for e in events if e["kind"] == "mark" and e["mark"] == "attempt_end"}
     starts = {e["attempt"]: e for e in events
               if e["kind"] == "mark" and e["mark"] == "attempt_start"}

@@ -159,12 +159,19 @@ def test_batches_in_any_order_refresh_to_the_engines_numbers(
     chunks it touched equals the engine over every event so far."""
     events, chunk_s = job
     check_chunk_s(chunk_s)
+    _refresh_in_shuffled_batches(events, chunk_s, group_events, rng, largest=4)
+
+
+def _refresh_in_shuffled_batches(events: list[Event], chunk_s: float, group_events: int,
+                                 rng: random.Random, largest: int) -> None:
+    """Store ``events`` shuffled, in batches of 1 to ``largest``, refreshing only what each
+    batch touched; after each, the numbers equal the engine over every event so far."""
     shuffled = events[:]
     rng.shuffle(shuffled)
     store = _Store(chunk_s, group_events)
     seen: list[Event] = []
     while shuffled:
-        size = rng.randint(1, 4)
+        size = rng.randint(1, largest)
         batch, shuffled = shuffled[:size], shuffled[size:]
         seen += batch
         got, _ = store.refresh(store.add(batch))
@@ -291,14 +298,4 @@ def test_hard_kills_in_any_arrival_order_refresh_to_the_engines_numbers(
     that implies it, and a later span or heartbeat may move or cancel it."""
     events, chunk_s = job
     assert_equal_to_engine(attribute_in_chunks(events, chunk_s, group_events), events)
-    shuffled = events[:]
-    rng.shuffle(shuffled)
-    store = _Store(chunk_s, group_events)
-    seen: list[Event] = []
-    while shuffled:
-        size = rng.randint(1, 5)
-        batch, shuffled = shuffled[:size], shuffled[size:]
-        seen += batch
-        got, _ = store.refresh(store.add(batch))
-        assert got is not None
-        assert_equal_to_engine(got, seen)
+    _refresh_in_shuffled_batches(events, chunk_s, group_events, rng, largest=5)
