@@ -64,5 +64,11 @@ def is_stale(status: str, heard: float | None, at: datetime) -> bool:
 
 
 def as_time(epoch: float | None) -> datetime | None:
-    """Epoch seconds as a UTC datetime (None stays None)."""
-    return None if epoch is None else datetime.fromtimestamp(epoch, UTC)
+    """Epoch seconds as a UTC datetime; None for None and for a time no datetime can hold
+    (a job whose events lie past year 9999 is shown, never a 500: it is then parked)."""
+    if epoch is None:
+        return None
+    try:
+        return datetime.fromtimestamp(epoch, UTC)
+    except (ValueError, OverflowError, OSError):
+        return None

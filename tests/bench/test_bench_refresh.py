@@ -51,8 +51,17 @@ def test_the_job_is_one_span_per_rank_per_minute_with_stable_ids() -> None:
     # Loading the next range continues where this one stopped: no gap, no overlap.
     nxt = [json.loads(line) for line in job_lines(ranks, START + 3600, START + 7200)]
     assert {e["id"] for e in nxt}.isdisjoint(e["id"] for e in events)
-    assert min(e["start"] for e in nxt) == max(e["start"] for e in train) + SLICE_S
+    assert min(e["start"] for e in nxt if e["kind"] == "span") == max(
+        e["start"] for e in train) + SLICE_S
     assert list(job_lines(ranks, START, START + 3600)) == hour  # ids and lines stable
+    # A heartbeat per slice, half way through it, with the step reached by then (§3 rule 3).
+    beats = [e for e in events if e.get("mark") == "heartbeat"]
+    assert len(beats) == len(train)
+    assert all(any(b["rank"] == t["rank"] and b["ts"] == t["start"] + SLICE_S / 2
+                   and t["step_start"] < b["step"] < t["step_end"] for t in train)
+               for b in beats)
+    assert not [e for e in job_lines(ranks, START, START + 3600, heartbeats=False)
+                if '"heartbeat"' in e]
 
 
 def test_bench_refresh_refuses_ages_out_of_order() -> None:

@@ -173,7 +173,10 @@ def assert_resumed_run_matches(result: Any, expected: Expected, *, model: str,
     assert headline.repeated_steps == expected.repeated_steps
     assert headline.wall_s == pytest.approx(expected.wall_s, rel=0.01)
     assert headline.ett_pct == pytest.approx(expected.ett_pct, rel=0.01)
-    assert headline.lost_s["repeated_training"] == pytest.approx(expected.repeated_s, abs=0.005)
+    # The clock and the adapter stamp a step with two calls; a preemption between them on a
+    # loaded machine shifts the seconds by milliseconds, a wrong rule by a whole step or more.
+    assert headline.lost_s["repeated_training"] == pytest.approx(expected.repeated_s, abs=0.02), (
+        headline.lost_s["repeated_training"], expected.repeated_s)
     assert result.meta.model == model and result.meta.team == team
     for category in LOST_CATEGORIES:
         assert headline.lost_s.get(category, 0) > 0, (category, headline.lost_s)

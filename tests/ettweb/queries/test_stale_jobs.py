@@ -130,3 +130,12 @@ def test_an_event_stored_before_its_refresh_already_counts_as_heard(jobs: None) 
     listed = _list()
     assert not listed["rows"]["gone"].stale and listed["stale"] == 0
     assert listed["rows"]["gone"].last_heard == datetime.fromtimestamp(T + 290, UTC)
+
+
+def test_a_last_heard_time_no_datetime_can_hold_reads_as_unknown() -> None:
+    """A job with an event past year 9999 (parked, its pages still shown) has no last-heard
+    time to show, rather than a 500."""
+    from ettweb.queries import liveness
+
+    assert liveness.as_time(1e18) is None and liveness.as_time(-1e18) is None
+    assert liveness.as_time(0.0) is not None and liveness.as_time(None) is None
