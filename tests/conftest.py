@@ -56,8 +56,12 @@ def pytest_configure(config: pytest.Config) -> None:
 #: share its compile cache and two TorchRec compiles never fight over the two cores while the
 #: rest of the suite runs beside them; two demos at once would also consume each other's
 #: default queue.
+#: The hard kills train with every framework, killed and resumed; they sit in the TorchRec
+#: group though they live with the frameworks' tests: run beside the demo's tests they
+#: pushed those past their limits on two cores.
+HARD_KILLS = ("tests/collector/integrations/test_hard_kills.py",)
 TORCH_GROUP = ("tests/trainer/", "tests/ettweb/test_demo.py", "tests/bench/test_bench_lifecycle.py",
-               "tests/bench/test_bench_reporter.py")
+               "tests/bench/test_bench_reporter.py", *HARD_KILLS)
 #: Tests that train with the framework adapters (Lightning, transformers, plain torch hooks,
 #: torchrun): one after another in a process of their own, beside the TorchRec group rather
 #: than behind it, since they share no compile cache with it. Checked first: the demo's
@@ -71,7 +75,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not config.pluginmanager.hasplugin("xdist"):
         return  # -p no:xdist: one process, no groups (and no xdist_group marker to name)
     for item in items:
-        if item.nodeid.startswith(FRAMEWORK_GROUP):
+        if item.nodeid.startswith(HARD_KILLS):
+            item.add_marker(pytest.mark.xdist_group("torch"))
+        elif item.nodeid.startswith(FRAMEWORK_GROUP):
             item.add_marker(pytest.mark.xdist_group("frameworks"))
         elif item.nodeid.startswith(TORCH_GROUP):
             item.add_marker(pytest.mark.xdist_group("torch"))

@@ -217,7 +217,13 @@ def test_stop_stops_what_a_killed_demo_left_running(tmp_path: Path) -> None:
     assert _group_gone(pgid) and not table.exists()
 
 
+#: A demo test's own limit: its subprocess waits up to 540 s, so pytest-timeout's default
+#: (300 s) would stop the test first and leave the demo's services running.
+DEMO_TEST_TIMEOUT_S = 600
+
+
 @pytest.mark.integration
+@pytest.mark.timeout(DEMO_TEST_TIMEOUT_S)
 @pytest.mark.django_db(transaction=True)
 def test_demo_trains_a_job_and_stores_every_event(tmp_path: Path) -> None:
     env = dict(os.environ, DATABASE_URL=database_url(connection.settings_dict),
@@ -272,6 +278,7 @@ def _trains(spool: Path, job: str) -> bool:
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(DEMO_TEST_TIMEOUT_S)
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(("signum", "times"), [(signal.SIGINT, 2), (signal.SIGTERM, 1)],
                          ids=["ctrl-c-twice", "sigterm"])
