@@ -71,6 +71,7 @@ FRAMEWORK_GROUP = ("tests/collector/integrations/", "tests/collector/test_run_to
                    "tests/trainer/test_lightning_job.py")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's loadgroup reads the markers into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not config.pluginmanager.hasplugin("xdist"):
         return  # -p no:xdist: one process, no groups (and no xdist_group marker to name)
