@@ -117,9 +117,16 @@ def implied_span(job: str, attempt: int, rank: int, beat: Beat | None,
         return None  # no train span before it: where training began is unknown
     if beat.step <= facts.train_step_end:
         return None  # every slice closed: the heartbeat adds nothing
+    return span_event(job, attempt, rank, beat, facts.last_end, facts.train_step_end)
+
+
+def span_event(job: str, attempt: int, rank: int, beat: Beat, start: float,
+               step_start: int) -> Event:
+    """The implied span from ``start`` (``u``) and ``step_start`` (``e``) to ``beat``, as
+    the sweep reads an event (also how the stored refresh rebuilds a kept one)."""
     return {"v": 1, "id": implied_id(attempt, rank), "job": job, "attempt": attempt,
-            "kind": "span", "phase": TRAIN_PHASE, "start": facts.last_end, "end": beat.ts,
-            "step_start": facts.train_step_end, "step_end": beat.step, "rank": rank,
+            "kind": "span", "phase": TRAIN_PHASE, "start": start, "end": beat.ts,
+            "step_start": step_start, "step_end": beat.step, "rank": rank,
             "blocking": True, "attrs": {IMPLIED_ATTRS: beat.event_id}}
 
 

@@ -24,7 +24,7 @@ A job whose events are all in memory (a new job) takes the engine's reading of t
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from django.db import connection
@@ -32,12 +32,11 @@ from django.db import connection
 from ettweb.attribution.chunk_summary import chunk_of
 from ettweb.attribution.engine import Event
 from ettweb.attribution.implied import (
-    IMPLIED_ATTRS,
     Beat,
     RankFacts,
-    implied_id,
     implied_span,
     rank_progress,
+    span_event,
 )
 from ettweb.ingest.models import Event as StoredEvent
 from ettweb.ingest.models import Job
@@ -64,11 +63,7 @@ class Progress:
     def span(self, key: Key) -> Event | None:
         if self.start is None or self.step_start is None:
             return None
-        job, attempt, rank = key
-        return {"v": 1, "id": implied_id(attempt, rank), "job": job, "attempt": attempt,
-                "kind": "span", "phase": "train", "start": self.start, "end": self.beat.ts,
-                "step_start": self.step_start, "step_end": self.beat.step, "rank": rank,
-                "blocking": True, "attrs": {IMPLIED_ATTRS: self.beat.event_id}}
+        return span_event(*key, self.beat, self.start, self.step_start)
 
 
 @dataclass(slots=True)
@@ -93,7 +88,7 @@ def refresh_implied(job_ids: Sequence[str], dirty: Mapping[str, set[int]], size:
     refresh needs (:class:`Implied`). ``whole``: the rows are rebuilt from the events."""
     stored = _read(job_ids)
     old_starts = {key: row.start for key, row in stored.items()}
-    rows = {} if whole else {key: _copy(row) for key, row in stored.items()}
+    rows = {} if whole else {key: replace(row) for key, row in stored.items()}
     for job in loaded:
         for key in [key for key in rows if key[0] == job]:
             del rows[key]
@@ -107,18 +102,10 @@ def refresh_implied(job_ids: Sequence[str], dirty: Mapping[str, set[int]], size:
         span = implied_span(*key, rows[key].beat, facts)
         rows[key].start = None if span is None else float(span["start"])
         rows[key].step_start = None if span is None else int(span["step_start"])
-    changed = {key for key in rows if key not in stored or _moved(stored[key], rows[key])}
+    changed = {key for key in rows if key not in stored or stored[key] != rows[key]}
     gone = set(stored) - set(rows)
     _write({key: rows[key] for key in changed}, gone)
     return _implied(job_ids, rows, changed | gone, old_starts, size)
-
-
-def _copy(row: Progress) -> Progress:
-    return Progress(row.beat, row.start, row.step_start)
-
-
-def _moved(old: Progress, new: Progress) -> bool:
-    return (old.beat, old.start, old.step_start) != (new.beat, new.start, new.step_start)
 
 
 def _implied(job_ids: Sequence[str], rows: Mapping[Key, Progress], changed: set[Key],
